@@ -1,0 +1,184 @@
+//! The protection catalogue: one stable id per protection, shared by the host validator, cordon-init
+//! and the probes. This is the single source of truth: the gate builds one truth-table case per id
+//! and layer from this table, and `docs/gate.md` must name every id (a test checks that).
+//!
+//! Ids are never renamed; new protections get new ids.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Which layers of the gate prove a protection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layers {
+    /// The host validator refuses a created container whose read-back lacks this protection.
+    pub validator: bool,
+    /// cordon-init's preflight observes the breach from inside and refuses.
+    pub init: bool,
+}
+
+macro_rules! protections {
+    ($( $variant:ident = $id:literal, validator: $v:literal, init: $i:literal, $summary:literal; )*) => {
+        /// A protection id (see the module docs).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Id { $( #[doc = $summary] $variant, )* }
+
+        impl Id {
+            /// Every id, in catalogue order.
+            pub const ALL: &'static [Id] = &[ $( Id::$variant, )* ];
+
+            /// The stable, greppable id.
+            pub const fn as_str(self) -> &'static str {
+                match self { $( Id::$variant => $id, )* }
+            }
+
+            /// Which gate layers prove this protection.
+            pub const fn layers(self) -> Layers {
+                match self { $( Id::$variant => Layers { validator: $v, init: $i }, )* }
+            }
+
+            /// What the protection is, in one line: the profile field and the init check.
+            pub const fn summary(self) -> &'static str {
+                match self { $( Id::$variant => $summary, )* }
+            }
+
+            /// The id for a string, if it is one.
+            pub fn parse(s: &str) -> Option<Id> {
+                match s { $( $id => Some(Id::$variant), )* _ => None }
+            }
+        }
+    };
+}
+
+protections! {
+    RootfsReadonly = "rootfs-readonly", validator: true, init: true,
+        "ReadonlyRootfs; statfs(\"/\") has ST_RDONLY and / is mounted ro";
+    CapsDropped = "caps-dropped", validator: true, init: true,
+        "CapDrop: [ALL]; all five capability sets are 0 (a bounding set holding Docker's defaults means the drop is missing)";
+    CapAdded = "cap-added", validator: true, init: true,
+        "CapAdd empty; a bounding set with capabilities other than Docker's defaults means one was added";
+    NoNewPrivileges = "no-new-privileges", validator: true, init: true,
+        "SecurityOpt no-new-privileges; NoNewPrivs is 1 before the init sets anything itself";
+    NonRootUser = "non-root-user", validator: true, init: true,
+        "User 10001:10001; every uid and gid is the policy's, no other supplementary group";
+    NotPrivileged = "not-privileged", validator: true, init: true,
+        "Privileged false; the bounding set is not the full set and /sys is read-only";
+    IpcNone = "ipc-none", validator: true, init: true,
+        "IpcMode none; there is no /dev/shm";
+    NetworkNone = "network-none", validator: true, init: true,
+        "NetworkMode none and no other network; only the lo interface exists";
+    StdinClosed = "stdin-closed", validator: true, init: true,
+        "OpenStdin, AttachStdin and StdinOnce false; fd 0 is /dev/null (char 1:3)";
+    NoTty = "no-tty", validator: true, init: true,
+        "Tty false; none of fds 0-2 is a terminal";
+    PidsLimit = "pids-limit", validator: true, init: true,
+        "PidsLimit; the cgroup's pids.max equals the policy";
+    MemoryLimit = "memory-limit", validator: true, init: true,
+        "Memory = MemorySwap; the cgroup's memory (and memory+swap) limit equals the policy";
+    CpuLimit = "cpu-limit", validator: true, init: true,
+        "NanoCpus; the cgroup's CFS quota and period equal the policy";
+    SeccompDefault = "seccomp-default", validator: true, init: true,
+        "no seccomp= override in SecurityOpt; Seccomp mode is 2 when the init starts";
+    SeccompStacked = "seccomp-stacked", validator: false, init: true,
+        "the init installs its own filter on top of Docker's (Seccomp_filters rose)";
+    Landlock = "landlock", validator: false, init: true,
+        "the phase's Landlock ruleset is FullyEnforced at the policy's ABI";
+    ExecAllowlist = "exec-allowlist", validator: false, init: true,
+        "Landlock EXECUTE only on the policy's files: regular files on read-only mounts, never a directory";
+    HostNamespaces = "host-namespaces", validator: true, init: true,
+        "no host PID/IPC/UTS/user/cgroup namespace; the init is PID 1, its cgroup namespace is private, the hostname is the policy's";
+    NoHostMounts = "no-host-mounts", validator: true, init: true,
+        "no bind mount of a host path, no device, no volume backed by a host path; every mountpoint is on the policy's list";
+    NoDockerSocket = "no-docker-socket", validator: true, init: true,
+        "no Docker or containerd socket mounted; nothing exists where a daemon socket would be";
+    WorkReadonly = "work-readonly", validator: true, init: true,
+        "/work mounted read-only in planning, questions and review";
+    MetadataReadonly = "metadata-readonly", validator: true, init: true,
+        "/work/.git mounted read-only in every phase";
+    WritableNosuidNodevNoexec = "writable-nosuid-nodev-noexec", validator: true, init: true,
+        "every writable mount is nosuid, nodev and noexec";
+    TmpBytes = "tmp-bytes", validator: true, init: true,
+        "/tmp tmpfs size; statfs byte total equals the policy";
+    TmpInodes = "tmp-inodes", validator: true, init: true,
+        "/tmp tmpfs nr_inodes; statfs inode total equals the policy";
+    HomeBytes = "home-bytes", validator: true, init: true,
+        "HOME tmpfs size; statfs byte total equals the policy";
+    HomeInodes = "home-inodes", validator: true, init: true,
+        "HOME tmpfs nr_inodes; statfs inode total equals the policy";
+    OutputBytes = "output-bytes", validator: true, init: true,
+        "output dir tmpfs size; statfs byte total equals the policy";
+    OutputInodes = "output-inodes", validator: true, init: true,
+        "output dir tmpfs nr_inodes; statfs inode total equals the policy";
+    CodexHomeBytes = "codex-home-bytes", validator: true, init: true,
+        "CODEX_HOME tmpfs size (Codex profile); statfs byte total equals the policy";
+    CodexHomeInodes = "codex-home-inodes", validator: true, init: true,
+        "CODEX_HOME tmpfs nr_inodes (Codex profile); statfs inode total equals the policy";
+    WorkBytes = "work-bytes", validator: true, init: true,
+        "work volume option size; statfs byte total of /work equals the policy";
+    WorkInodes = "work-inodes", validator: true, init: true,
+        "work volume option nr_inodes; statfs inode total of /work equals the policy";
+    ControlReadonly = "control-readonly", validator: true, init: true,
+        "control dir (policy) mounted read-only";
+    InputReadonly = "input-readonly", validator: true, init: true,
+        "input dir (prompt, schema) mounted read-only";
+    EgressReadonly = "egress-readonly", validator: true, init: true,
+        "egress socket dir mounted read-only";
+    FdHygiene = "fd-hygiene", validator: false, init: true,
+        "only fds 0-2 are open when the init starts, and its cwd is reachable";
+    EnvAllowlist = "env-allowlist", validator: true, init: true,
+        "Env is exactly the allowlist; the environment equals the policy's";
+    InitEntrypoint = "init-entrypoint", validator: true, init: true,
+        "Entrypoint is cordon-init and Docker's --init is off, so cordon-init is PID 1";
+    GitlinkMasks = "gitlink-masks", validator: true, init: true,
+        "every gitlink in execute/fix is masked by an empty read-only tmpfs (4096 bytes, mode 0555)";
+    ProfileDrift = "profile-drift", validator: true, init: false,
+        "every other created field equals the profile: image id, command, labels, working dir, log bounds, restart policy";
+    PinnedDirs = "pinned-dirs", validator: false, init: false,
+        "a profile that pins directories needs VolumeOptions.Subpath (API 1.45); it is refused on older engines, and the read-back refuses a dropped Subpath";
+    Policy = "policy", validator: false, init: false,
+        "the init's policy file is present, bounded, well-formed and consistent";
+}
+
+impl Serialize for Id {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Id::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("unknown protection id {s:?}")))
+    }
+}
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_round_trip() {
+        let mut seen = std::collections::BTreeSet::new();
+        for id in Id::ALL {
+            assert!(seen.insert(id.as_str()), "duplicate id {id}");
+            assert_eq!(Id::parse(id.as_str()), Some(*id));
+            let json = serde_json::to_string(id).unwrap();
+            assert_eq!(serde_json::from_str::<Id>(&json).unwrap(), *id);
+        }
+        assert!(serde_json::from_str::<Id>("\"no-such-id\"").is_err());
+    }
+
+    #[test]
+    fn ids_are_lowercase_kebab() {
+        for id in Id::ALL {
+            assert!(id
+                .as_str()
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'-'));
+        }
+    }
+}

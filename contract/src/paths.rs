@@ -1,0 +1,48 @@
+//! Fixed paths and identities inside every cordon container.
+
+/// The agent's numeric uid and gid (no NSS in the image: numbers only).
+pub const AGENT_UID: u32 = 10001;
+/// See [`AGENT_UID`].
+pub const AGENT_GID: u32 = 10001;
+/// The container hostname every profile sets (the init checks it to detect a host UTS namespace).
+pub const HOSTNAME: &str = "cordon";
+
+/// The work tree (a bounded tmpfs volume).
+pub const WORK: &str = "/work";
+/// Git metadata (its own volume, always read-only).
+pub const METADATA: &str = "/work/.git";
+/// Scratch.
+pub const TMP: &str = "/tmp";
+/// The agent's HOME (bounded tmpfs).
+pub const HOME: &str = "/home/agent";
+/// CODEX_HOME for a Codex profile (bounded tmpfs).
+pub const CODEX_HOME: &str = "/home/agent/.codex";
+/// Where the agent writes its answer (bounded tmpfs).
+pub const OUTPUT_DIR: &str = "/run/cordon/output";
+/// The read-only control dir that carries the policy.
+pub const CONTROL_DIR: &str = "/run/cordon/control";
+/// The policy file inside the control dir.
+pub const POLICY_FILE: &str = "/run/cordon/control/policy.json";
+/// The read-only input dir (prompt, schema).
+pub const INPUT_DIR: &str = "/run/cordon/input";
+/// The read-only dir holding the egress proxy's unix socket.
+pub const EGRESS_DIR: &str = "/run/cordon/egress";
+
+/// cordon-init in every cordon image.
+pub const INIT: &str = "/sbin/cordon-init";
+/// cordon-probe in the test image.
+pub const PROBE: &str = "/usr/bin/cordon-probe";
+/// The Claude CLI (the fake one in the test image).
+pub const CLAUDE_CLI: &str = "/usr/bin/claude";
+/// The Codex CLI path (never run: Codex is refused).
+pub const CODEX_CLI: &str = "/usr/bin/codex";
+
+/// Paths where a container-engine socket would be if one were mounted.
+pub const DAEMON_SOCKETS: &[&str] = &[
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/var/run/containerd/containerd.sock",
+    "/run/containerd/containerd.sock",
+    "/var/run/podman/podman.sock",
+    "/run/podman/podman.sock",
+];

@@ -1,0 +1,399 @@
+//! The policy file the host writes into the read-only control dir and cordon-init enforces.
+//!
+//! The policy is the init's whole view of what the container must be. The host derives it from the
+//! same immutable profile that it turns into the create request, so the two layers check the same
+//! facts from both sides. The init refuses a policy that is too large, malformed, or inconsistent.
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalogue::Id;
+use crate::phase::{Phase, Vendor};
+
+/// The schema version this build writes and accepts.
+pub const POLICY_VERSION: u32 = 1;
+/// The largest policy file the init reads.
+pub const MAX_POLICY_BYTES: usize = 64 * 1024;
+/// The Landlock ABI versions the init knows how to enforce.
+pub const LANDLOCK_ABI_RANGE: std::ops::RangeInclusive<u8> = 1..=7;
+
+/// What cordon-init must find, enforce and run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    pub version: u32,
+    pub phase: Phase,
+    pub vendor: Vendor,
+    pub uid: u32,
+    pub gid: u32,
+    pub hostname: String,
+    /// The exact environment, as `KEY=value` (order does not matter).
+    pub env: Vec<String>,
+    /// The workload's working directory.
+    pub cwd: String,
+    /// Every mount the container may have; anything else is refused.
+    pub mounts: Vec<MountRule>,
+    pub landlock: LandlockPolicy,
+    pub cgroup: CgroupLimits,
+    /// The workload's argv; argv[0] must be on the exec allowlist.
+    pub command: Vec<String>,
+    /// Wall-clock budget for the workload, from the end of preflight.
+    pub deadline_ms: u64,
+    /// How long survivors get between TERM and KILL.
+    pub grace_ms: u64,
+}
+
+/// How a mountpoint may look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// Must be mounted read-only; a writable one breaches `protection`.
+    ReadOnly,
+    /// Agent-writable: must be nosuid, nodev and noexec.
+    Writable,
+    /// An engine mount that may be rw but whose root the agent cannot write (/dev, /proc, ...),
+    /// carrying at least the listed flags.
+    RootOwned,
+    /// A masked kernel path: a /dev/null bind or a read-only mount.
+    Masked,
+}
+
+/// One allowed mountpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountRule {
+    pub path: String,
+    /// Match mountpoints strictly beneath `path` instead of `path` itself (engine cgroup
+    /// hierarchies).
+    #[serde(default)]
+    pub beneath: bool,
+    pub access: Access,
+    /// Filesystem type the mount must have, when it matters (bounded areas are tmpfs).
+    #[serde(default)]
+    pub fstype: Option<String>,
+    /// Flags a `RootOwned` mount must carry (Writable always needs all three).
+    #[serde(default)]
+    pub flags: MountFlags,
+    /// The protection a violation breaches.
+    pub protection: Id,
+    /// The mount must exist (profile mounts) or may exist (engine mounts).
+    pub required: bool,
+    /// statfs totals the area must have.
+    #[serde(default)]
+    pub bounded: Option<Bounded>,
+}
+
+/// Mount flags that matter for writable areas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountFlags {
+    #[serde(default)]
+    pub nosuid: bool,
+    #[serde(default)]
+    pub nodev: bool,
+    #[serde(default)]
+    pub noexec: bool,
+}
+
+impl MountFlags {
+    /// nosuid, nodev, noexec: what every agent-writable mount needs.
+    pub const ALL: MountFlags = MountFlags {
+        nosuid: true,
+        nodev: true,
+        noexec: true,
+    };
+    /// No flag required.
+    pub const NONE: MountFlags = MountFlags {
+        nosuid: false,
+        nodev: false,
+        noexec: false,
+    };
+}
+
+/// A bounded area's exact statfs totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bounded {
+    pub bytes: u64,
+    pub inodes: u64,
+    pub bytes_id: Id,
+    pub inodes_id: Id,
+}
+
+/// The Landlock ruleset for the phase.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LandlockPolicy {
+    /// The ABI to enforce fully (HardRequirement); the init refuses if the kernel has less.
+    pub abi: u8,
+    /// Trees that may be read (and listed).
+    pub read: Vec<String>,
+    /// Trees that may be written (never executed: they are noexec mounts too).
+    pub write: Vec<String>,
+    /// Character devices that may be opened for reading and writing (/dev/null).
+    pub devices: Vec<String>,
+    /// Regular files that may be executed: the whole process allowlist.
+    pub exec: Vec<String>,
+}
+
+/// cgroup limits as the kernel shows them inside the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CgroupLimits {
+    pub pids_max: u64,
+    pub memory_bytes: u64,
+    pub cpu_quota_us: u64,
+    pub cpu_period_us: u64,
+}
+
+/// Why a policy is unusable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError(pub String);
+
+impl std::fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+fn bad(msg: impl Into<String>) -> PolicyError {
+    PolicyError(msg.into())
+}
+
+/// An absolute, normalised path: starts with `/`, no empty, `.` or `..` component, no trailing `/`,
+/// no NUL, no control character, no comma (Docker's mount syntax cannot carry one).
+pub fn is_clean_absolute(path: &str) -> bool {
+    if path == "/" {
+        return true;
+    }
+    let Some(rest) = path.strip_prefix('/') else {
+        return false;
+    };
+    !rest.is_empty()
+        && path.len() <= 4096
+        && !path.chars().any(|c| c.is_control() || c == ',')
+        && rest
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..")
+}
+
+impl Policy {
+    /// Parse and check a policy file's bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Policy, PolicyError> {
+        if bytes.len() > MAX_POLICY_BYTES {
+            return Err(bad(format!(
+                "policy is {} bytes, more than {MAX_POLICY_BYTES}",
+                bytes.len()
+            )));
+        }
+        let policy: Policy =
+            serde_json::from_slice(bytes).map_err(|e| bad(format!("policy is not valid: {e}")))?;
+        policy.check()?;
+        Ok(policy)
+    }
+
+    /// The canonical bytes the host writes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Serialising plain data with string keys cannot fail.
+        serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+
+    /// Internal consistency: every path clean, every grant backed by a mount, argv[0] allowlisted.
+    pub fn check(&self) -> Result<(), PolicyError> {
+        if self.version != POLICY_VERSION {
+            return Err(bad(format!(
+                "policy version {} is not {POLICY_VERSION}",
+                self.version
+            )));
+        }
+        if self.uid == 0 || self.gid == 0 {
+            return Err(bad("policy names uid or gid 0"));
+        }
+        if self.hostname.is_empty() || !self.hostname.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Err(bad(format!("hostname {:?} is not a plain name", self.hostname)));
+        }
+        let mut keys = std::collections::BTreeSet::new();
+        for entry in &self.env {
+            let Some((key, _)) = entry.split_once('=') else {
+                return Err(bad(format!("env entry {entry:?} has no '='")));
+            };
+            if key.is_empty() || entry.contains('\0') || !keys.insert(key) {
+                return Err(bad(format!("env entry {entry:?} is empty, has NUL or repeats a key")));
+            }
+        }
+        if !is_clean_absolute(&self.cwd) {
+            return Err(bad(format!("cwd {:?} is not a clean absolute path", self.cwd)));
+        }
+        let mut paths = std::collections::BTreeSet::new();
+        for rule in &self.mounts {
+            if !is_clean_absolute(&rule.path) || !paths.insert((rule.path.as_str(), rule.beneath)) {
+                return Err(bad(format!("mount path {:?} is unclean or repeated", rule.path)));
+            }
+            if let Some(b) = rule.bounded {
+                if b.bytes == 0 || b.inodes == 0 || rule.access != Access::Writable && rule.path != crate::paths::WORK {
+                    return Err(bad(format!("bounded area {:?} is empty or not an agent area", rule.path)));
+                }
+            }
+        }
+        let ll = &self.landlock;
+        if !LANDLOCK_ABI_RANGE.contains(&ll.abi) {
+            return Err(bad(format!("Landlock ABI {} is outside {LANDLOCK_ABI_RANGE:?}", ll.abi)));
+        }
+        for path in ll.read.iter().chain(&ll.write).chain(&ll.devices).chain(&ll.exec) {
+            if !is_clean_absolute(path) {
+                return Err(bad(format!("Landlock path {path:?} is not a clean absolute path")));
+            }
+        }
+        for path in &ll.write {
+            let backed = self
+                .mounts
+                .iter()
+                .any(|m| m.path == *path && m.access == Access::Writable);
+            if !backed {
+                return Err(bad(format!("Landlock write grant {path:?} is not a writable mount of the policy")));
+            }
+        }
+        let Some(argv0) = self.command.first() else {
+            return Err(bad("command is empty"));
+        };
+        if !ll.exec.contains(argv0) {
+            return Err(bad(format!("command {argv0:?} is not on the exec allowlist")));
+        }
+        if self.command.iter().any(|a| a.contains('\0')) {
+            return Err(bad("command has a NUL byte"));
+        }
+        if self.deadline_ms == 0 || self.grace_ms == 0 {
+            return Err(bad("deadline and grace must be positive"));
+        }
+        let c = self.cgroup;
+        if c.pids_max == 0 || c.memory_bytes == 0 || c.cpu_quota_us == 0 || c.cpu_period_us == 0 {
+            return Err(bad("cgroup limits must be positive"));
+        }
+        Ok(())
+    }
+}
+
+/// `sha256:<hex>` of a policy file's exact bytes: what the attestation names.
+pub fn digest(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The mounts the engine itself makes in every hardened container (measured on Docker 20.10 with
+/// runc; cgroup v1 and v2). They may appear; anything not here or in the profile is refused.
+pub fn engine_mount_rules() -> Vec<MountRule> {
+    let rule = |path: &str, access: Access, flags: MountFlags, protection: Id| MountRule {
+        path: path.to_owned(),
+        beneath: false,
+        access,
+        fstype: None,
+        flags,
+        protection,
+        required: false,
+        bounded: None,
+    };
+    let nosuid = MountFlags {
+        nosuid: true,
+        ..MountFlags::NONE
+    };
+    let mut rules = vec![
+        MountRule {
+            required: true,
+            ..rule("/", Access::ReadOnly, MountFlags::NONE, Id::RootfsReadonly)
+        },
+        MountRule {
+            required: true,
+            fstype: Some("proc".into()),
+            ..rule("/proc", Access::RootOwned, MountFlags::ALL, Id::NotPrivileged)
+        },
+        MountRule {
+            fstype: Some("tmpfs".into()),
+            ..rule("/dev", Access::RootOwned, nosuid, Id::NoHostMounts)
+        },
+        MountRule {
+            fstype: Some("devpts".into()),
+            ..rule(
+                "/dev/pts",
+                Access::RootOwned,
+                MountFlags {
+                    nosuid: true,
+                    noexec: true,
+                    nodev: false,
+                },
+                Id::NoHostMounts,
+            )
+        },
+        // POSIX message queues: world-writable (1777) but nosuid,nodev,noexec, in the container's
+        // private IPC namespace, bounded by RLIMIT_MSGQUEUE.
+        MountRule {
+            fstype: Some("mqueue".into()),
+            ..rule("/dev/mqueue", Access::Writable, MountFlags::ALL, Id::NoHostMounts)
+        },
+        MountRule {
+            fstype: Some("sysfs".into()),
+            ..rule("/sys", Access::ReadOnly, MountFlags::NONE, Id::NotPrivileged)
+        },
+        // cgroup v1: a root-owned tmpfs with one read-only hierarchy per controller beneath;
+        // cgroup v2: one read-only cgroup2 mount.
+        rule("/sys/fs/cgroup", Access::RootOwned, MountFlags::ALL, Id::NotPrivileged),
+        MountRule {
+            beneath: true,
+            fstype: Some("cgroup".into()),
+            ..rule("/sys/fs/cgroup", Access::ReadOnly, MountFlags::NONE, Id::NotPrivileged)
+        },
+    ];
+    for path in ["/etc/resolv.conf", "/etc/hostname", "/etc/hosts"] {
+        rules.push(rule(path, Access::ReadOnly, MountFlags::NONE, Id::RootfsReadonly));
+    }
+    for path in ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"] {
+        rules.push(rule(path, Access::ReadOnly, MountFlags::NONE, Id::NotPrivileged));
+    }
+    for path in [
+        "/proc/asound",
+        "/proc/acpi",
+        "/proc/kcore",
+        "/proc/keys",
+        "/proc/latency_stats",
+        "/proc/timer_list",
+        "/proc/timer_stats",
+        "/proc/sched_debug",
+        "/proc/scsi",
+        "/sys/firmware",
+    ] {
+        rules.push(rule(path, Access::Masked, MountFlags::NONE, Id::NotPrivileged));
+    }
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_paths() {
+        for ok in ["/", "/work", "/work/.git", "/run/cordon/control"] {
+            assert!(is_clean_absolute(ok), "{ok}");
+        }
+        for bad in ["", "work", "/work/", "//work", "/work/../etc", "/./x", "/a,b", "/a\nb", "/a\0b"] {
+            assert!(!is_clean_absolute(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn engine_rules_are_consistent() {
+        let rules = engine_mount_rules();
+        let mut seen = std::collections::BTreeSet::new();
+        for r in &rules {
+            assert!(is_clean_absolute(&r.path));
+            assert!(seen.insert((r.path.clone(), r.beneath)));
+            assert!(r.bounded.is_none());
+        }
+    }
+
+    #[test]
+    fn oversized_policy_is_refused() {
+        let big = vec![b' '; MAX_POLICY_BYTES + 1];
+        assert!(Policy::from_bytes(&big).is_err());
+    }
+}

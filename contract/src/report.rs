@@ -1,0 +1,103 @@
+//! What cordon-init says: one JSON line per event on stderr, and its reserved exit codes.
+//!
+//! The first stderr line of an agent container is always the init's (a refusal or the
+//! attestation); it is written before any workload process exists, so the workload cannot forge
+//! it. The host trusts no later line.
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalogue::Id;
+
+/// Preflight refused: the first stderr line is a [`InitLine::Refusal`].
+pub const EXIT_REFUSED: i32 = 120;
+/// The workload outlived the policy's deadline and was killed.
+pub const EXIT_DEADLINE: i32 = 121;
+/// The init itself failed after preflight (a panic, a failed fork): never a workload result.
+pub const EXIT_INIT_FAILURE: i32 = 122;
+
+/// The reserved codes: none is 125-127 (Docker's) or 128+n (signals).
+pub const RESERVED_EXIT_CODES: [i32; 3] = [EXIT_REFUSED, EXIT_DEADLINE, EXIT_INIT_FAILURE];
+
+/// One line the init writes to stderr.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cordon", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum InitLine {
+    /// Preflight failed at `check`; nothing was started.
+    Refusal {
+        check: Id,
+        expected: String,
+        observed: String,
+    },
+    /// Preflight passed; the workload starts after this line.
+    Attestation {
+        policy_digest: String,
+        checks: Vec<Id>,
+        landlock_abi: u8,
+        preflight_us: u64,
+    },
+    /// The deadline passed; the workload is being killed.
+    Deadline { deadline_ms: u64 },
+    /// A trusted helper role (the storage keeper) is up.
+    Ready { role: String },
+    /// The init failed (never a preflight verdict).
+    Failure { reason: String },
+    /// The init is exiting: the main child's status and how many survivors needed TERM or KILL.
+    Exit {
+        code: i32,
+        terminated: u32,
+        killed: u32,
+    },
+}
+
+impl InitLine {
+    /// The line as written (no trailing newline).
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| String::from("{\"cordon\":\"failure\",\"reason\":\"unprintable\"}"))
+    }
+
+    /// Parse one line; anything that is not exactly an init line is `None`.
+    pub fn parse(line: &str) -> Option<InitLine> {
+        serde_json::from_str(line.trim_end()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_codes_avoid_docker_and_signal_codes() {
+        for code in RESERVED_EXIT_CODES {
+            assert!(code > 0 && code < 125, "{code}");
+        }
+    }
+
+    #[test]
+    fn lines_round_trip() {
+        let lines = [
+            InitLine::Refusal {
+                check: Id::RootfsReadonly,
+                expected: "ro".into(),
+                observed: "rw".into(),
+            },
+            InitLine::Attestation {
+                policy_digest: "sha256:00".into(),
+                checks: vec![Id::Landlock],
+                landlock_abi: 6,
+                preflight_us: 10,
+            },
+            InitLine::Exit {
+                code: 0,
+                terminated: 1,
+                killed: 0,
+            },
+        ];
+        for line in lines {
+            let text = line.to_line();
+            assert!(!text.contains('\n'));
+            assert_eq!(InitLine::parse(&text), Some(line));
+        }
+        assert_eq!(InitLine::parse("{\"cordon\":\"refusal\"}"), None);
+        assert_eq!(InitLine::parse("hello"), None);
+    }
+}

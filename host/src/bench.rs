@@ -1,0 +1,216 @@
+//! `cordon bench launch`: cold launch of the C0 container through cordon (create, validate,
+//! start, init preflight, workload exit) against a bare create + start + wait of the same image
+//! with the same create request, interleaved, alternating which goes first.
+
+use std::time::{Duration, Instant};
+
+use bollard::query_parameters::CreateContainerOptions;
+use cordon_contract::{Phase, Vendor};
+
+use crate::cleanup::Created;
+use crate::engine::{bounded, Engine, CALL_TIMEOUT};
+use crate::error::{Error, Result};
+use crate::labels::{Allocation, Kind, Owner};
+use crate::launch::{self, InitVerdict, Launch, Prepared};
+use crate::profile::{Limits, Profile, ProfileSpec, StorageRef, DEFAULT_LANDLOCK_ABI};
+use crate::storage::{self, InvocationVolumes, TaskStorage};
+
+/// Medians and ratios of one benchmark.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchReport {
+    pub runs: usize,
+    /// cordon: create + read-back validation + start + wait (ms per run).
+    pub cordon_ms: Vec<f64>,
+    /// bare: create + start + wait of the same request (ms per run).
+    pub bare_ms: Vec<f64>,
+    pub cordon_median_ms: f64,
+    pub bare_median_ms: f64,
+    /// cordon / bare (target: at most 1.15).
+    pub ratio: f64,
+    /// The read-back validation alone (inspect of the container and its five volumes).
+    pub validate_median_ms: f64,
+    /// Writing the invocation volumes (control with the policy, input, egress) through the loader;
+    /// done for both arms, outside the timed part.
+    pub prepare_median_ms: f64,
+    /// cordon-init's own preflight, measured inside (target: under 5 ms).
+    pub preflight_us: Vec<u64>,
+    pub preflight_median_us: f64,
+}
+
+/// Median of a sample (mean of the middle two for an even count).
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<Profile> {
+    let allocation = Allocation::new(owner, "bench")?;
+    let cli = Vendor::Claude.cli_path().to_owned();
+    Profile::new(ProfileSpec {
+        phase: Phase::Planning,
+        vendor: Vendor::Claude,
+        image_id: image_id.to_owned(),
+        storage: StorageRef {
+            work_volume: storage.work_volume.clone(),
+            work: storage.work,
+            metadata_volume: storage.metadata_volume.clone(),
+            metadata: storage.metadata,
+            control_volume: allocation.name(Kind::Control),
+            input_volume: allocation.name(Kind::Input),
+            egress_volume: allocation.name(Kind::Egress),
+        },
+        allocation,
+        limits: Limits::default(),
+        command: vec![cli.clone(), "--version".to_owned()],
+        exec: vec![cli],
+        env: vec![],
+        gitlinks: vec![],
+        pins: vec![],
+        landlock_abi: DEFAULT_LANDLOCK_ABI,
+    })
+}
+
+/// One cordon launch: returns (timed ms, validate ms, prepare ms, preflight us).
+async fn cordon_once(engine: &Engine, owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<(f64, f64, f64, u64)> {
+    let profile = profile(owner, image_id, storage)?;
+    let prepared = Prepared::new(engine, &profile)?;
+    let mut launch = launch::create(engine, &profile, prepared).await?;
+    let run = async {
+        if !launch.refusals.is_empty() {
+            return Err(Error::Refused(launch.refusals.clone()));
+        }
+        launch.start(engine).await?;
+        let code = launch.wait(engine, Duration::from_secs(60)).await?;
+        let output = launch.output(engine).await?;
+        match launch::verdict(&output, &launch.policy_digest) {
+            InitVerdict::Attested { preflight_us, digest_matches: true, .. } if code == 0 => Ok(preflight_us),
+            other => Err(Error::Invalid(format!("bench launch did not attest and exit 0: exit {code}, {other:?}"))),
+        }
+    }
+    .await;
+    let t = launch.timings;
+    launch.finish(engine).await?;
+    let preflight = run?;
+    Ok((t.create_ms + t.validate_ms + t.start_ms + t.wait_ms, t.validate_ms, t.volumes_ms, preflight))
+}
+
+/// One bare launch of the same create request against its own freshly written volumes.
+async fn bare_once(engine: &Engine, owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<f64> {
+    let profile = profile(owner, image_id, storage)?;
+    let prepared = Prepared::new(engine, &profile)?;
+    let mut created = Created::default();
+    let run = async {
+        InvocationVolumes::create(
+            engine,
+            profile.allocation(),
+            image_id,
+            prepared.volumes,
+            &prepared.plan.policy.to_bytes(),
+            &[],
+            &mut created,
+        )
+        .await?;
+        let t = Instant::now();
+        let options = CreateContainerOptions {
+            name: Some(prepared.plan.name.clone()),
+            ..Default::default()
+        };
+        let id = bounded("create container", CALL_TIMEOUT, engine.docker().create_container(Some(options), prepared.plan.create)).await?.id;
+        created.containers.push(id.clone());
+        let mut launch = Launch::adopt(id);
+        launch.start(engine).await?;
+        let code = launch.wait(engine, Duration::from_secs(60)).await?;
+        let elapsed = t.elapsed().as_secs_f64() * 1000.0;
+        if code != 0 {
+            return Err(Error::Invalid(format!("bare launch exited {code}")));
+        }
+        Ok(elapsed)
+    }
+    .await;
+    created.remove_all(engine, Duration::from_secs(30)).await?;
+    run
+}
+
+/// Run `runs` pairs.
+pub async fn launch(engine: &Engine, image_id: &str, runs: usize) -> Result<BenchReport> {
+    let owner = Owner::random("bench");
+    let allocation = Allocation::new(&owner, "bench")?;
+    let storage = TaskStorage::create(engine, &allocation, image_id, storage::DEFAULT_WORK, storage::DEFAULT_METADATA).await?;
+    let result = async {
+        // One unmeasured pair warms the image and the engine's caches.
+        cordon_once(engine, &owner, image_id, &storage).await?;
+        bare_once(engine, &owner, image_id, &storage).await?;
+        let (mut cordon, mut bare, mut validate, mut prepare, mut preflight) = (vec![], vec![], vec![], vec![], vec![]);
+        for i in 0..runs {
+            let mut pair = |c: (f64, f64, f64, u64)| {
+                cordon.push(c.0);
+                validate.push(c.1);
+                prepare.push(c.2);
+                preflight.push(c.3);
+            };
+            if i % 2 == 0 {
+                pair(cordon_once(engine, &owner, image_id, &storage).await?);
+                bare.push(bare_once(engine, &owner, image_id, &storage).await?);
+            } else {
+                bare.push(bare_once(engine, &owner, image_id, &storage).await?);
+                pair(cordon_once(engine, &owner, image_id, &storage).await?);
+            }
+        }
+        let preflight_f: Vec<f64> = preflight.iter().map(|p| *p as f64).collect();
+        let (cm, bm) = (median(&cordon), median(&bare));
+        Ok::<_, Error>(BenchReport {
+            runs,
+            cordon_median_ms: cm,
+            bare_median_ms: bm,
+            ratio: cm / bm,
+            validate_median_ms: median(&validate),
+            prepare_median_ms: median(&prepare),
+            preflight_median_us: median(&preflight_f),
+            cordon_ms: cordon,
+            bare_ms: bare,
+            preflight_us: preflight,
+        })
+    }
+    .await;
+    storage.remove(engine).await?;
+    result
+}
+
+impl BenchReport {
+    /// Plain text.
+    pub fn text(&self) -> String {
+        format!(
+            "launch, {} interleaved pairs (planning C0, fake claude --version)\n\
+             cordon (create+validate+start+wait) median {:.1} ms\n\
+             bare   (create+start+wait)          median {:.1} ms\n\
+             ratio cordon/bare                   {:.3} (target <= 1.15)\n\
+             read-back validation                median {:.1} ms\n\
+             invocation volumes (both arms, untimed) median {:.1} ms\n\
+             cordon-init preflight (inside)      median {:.0} us (target < 5000)\n",
+            self.runs,
+            self.cordon_median_ms,
+            self.bare_median_ms,
+            self.ratio,
+            self.validate_median_ms,
+            self.prepare_median_ms,
+            self.preflight_median_us
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+}

@@ -1,0 +1,294 @@
+//! The truth table's rows: C0 (the full profile) per phase and vendor, and for every protection a
+//! case with exactly that protection removed. A removal edits the create request, the policy or
+//! the invocation volumes after the profile produced them, so the profile itself never holds a
+//! weakened value.
+
+use std::collections::BTreeMap;
+
+use bollard::models::{
+    ContainerCreateBody, DeviceMapping, HostConfig, Mount, MountType, VolumeCreateRequest,
+};
+use cordon_contract::policy::Policy;
+use cordon_contract::{paths, Id, Phase, Vendor};
+
+use crate::labels::Kind;
+
+/// What a removal may change.
+#[derive(Debug)]
+pub struct Mutable<'a> {
+    pub create: &'a mut ContainerCreateBody,
+    pub policy: &'a mut Policy,
+    pub volumes: &'a mut BTreeMap<Kind, VolumeCreateRequest>,
+}
+
+/// Facts about the gate's host a removal may need.
+#[derive(Debug, Clone)]
+pub struct GateEnv {
+    /// The engine's socket on this host.
+    pub socket: String,
+    /// An empty directory the gate made on the host (the host-path bind case).
+    pub host_dir: String,
+}
+
+/// Which task storage a case mounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StorageVariant {
+    Normal,
+    /// The work volume has no `size`.
+    WorkNoSize,
+    /// The work volume has no `nr_inodes`.
+    WorkNoInodes,
+}
+
+/// One row of the truth table.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: String,
+    pub removed: Option<Id>,
+    pub phase: Phase,
+    pub vendor: Vendor,
+    pub gitlinks: bool,
+    pub storage: StorageVariant,
+    pub validator: bool,
+    pub init: bool,
+    pub mutate: fn(&mut Mutable<'_>, &GateEnv),
+}
+
+/// The gitlink the gitlink cases mask.
+pub const GATE_GITLINK: &str = "vendor/module";
+
+impl Mutable<'_> {
+    fn host(&mut self) -> &mut HostConfig {
+        self.create.host_config.get_or_insert_with(Default::default)
+    }
+
+    fn mount(&mut self, target: &str) -> Option<&mut Mount> {
+        self.host()
+            .mounts
+            .as_mut()?
+            .iter_mut()
+            .find(|m| m.target.as_deref() == Some(target))
+    }
+
+    fn make_writable(&mut self, target: &str) {
+        if let Some(m) = self.mount(target) {
+            m.read_only = Some(false);
+        }
+    }
+
+    fn add_mount(&mut self, mount: Mount) {
+        self.host().mounts.get_or_insert_with(Vec::new).push(mount);
+    }
+
+    /// Rewrite one scratch tmpfs option string.
+    fn tmpfs(&mut self, path: &str, edit: impl Fn(&str) -> Option<String>) {
+        if let Some(options) = self.host().tmpfs.as_mut().and_then(|t| t.get_mut(path)) {
+            *options = options
+                .split(',')
+                .filter_map(&edit)
+                .collect::<Vec<_>>()
+                .join(",");
+        }
+    }
+
+    fn drop_tmpfs_option(&mut self, path: &str, key: &'static str) {
+        self.tmpfs(path, |o| (!o.starts_with(&format!("{key}="))).then(|| o.to_owned()));
+    }
+
+    fn add_security_opt(&mut self, opt: String) {
+        self.host().security_opt.get_or_insert_with(Vec::new).push(opt);
+    }
+}
+
+/// A seccomp profile that allows everything but `names` (so only the init's needs are taken away).
+pub fn seccomp_denying(names: &[&str]) -> String {
+    serde_json::json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{ "names": names, "action": "SCMP_ACT_ERRNO" }],
+    })
+    .to_string()
+}
+
+fn bind(source: &str, target: &str) -> Mount {
+    Mount {
+        typ: Some(MountType::BIND),
+        source: Some(source.to_owned()),
+        target: Some(target.to_owned()),
+        read_only: Some(true),
+        ..Default::default()
+    }
+}
+
+fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case {
+    let layers = removed.layers();
+    Case {
+        name: name.to_owned(),
+        removed: Some(removed),
+        phase: Phase::Execute,
+        vendor: Vendor::Claude,
+        gitlinks: false,
+        storage: StorageVariant::Normal,
+        validator: layers.validator,
+        init: layers.init,
+        mutate,
+    }
+}
+
+fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
+    Case {
+        name: format!(
+            "C0/{phase}/{vendor}{}",
+            if gitlinks { "/gitlink" } else { "" }
+        ),
+        removed: None,
+        phase,
+        vendor,
+        gitlinks,
+        storage: StorageVariant::Normal,
+        validator: true,
+        init: true,
+        mutate: |_, _| {},
+    }
+}
+
+/// Every case of the gate.
+pub fn all() -> Vec<Case> {
+    let mut cases: Vec<Case> = Phase::ALL.iter().map(|p| full(*p, Vendor::Claude, false)).collect();
+    cases.push(full(Phase::Execute, Vendor::Codex, false));
+    cases.push(full(Phase::Execute, Vendor::Claude, true));
+
+    let planning = |mut c: Case| {
+        c.phase = Phase::Planning;
+        c
+    };
+    let codex = |mut c: Case| {
+        c.vendor = Vendor::Codex;
+        c
+    };
+    let with_gitlink = |mut c: Case| {
+        c.gitlinks = true;
+        c
+    };
+    let storage = |mut c: Case, s: StorageVariant| {
+        c.storage = s;
+        c
+    };
+
+    cases.extend([
+        case("rootfs-readonly", Id::RootfsReadonly, |m, _| m.host().readonly_rootfs = Some(false)),
+        case("caps-dropped", Id::CapsDropped, |m, _| m.host().cap_drop = None),
+        case("cap-added", Id::CapAdded, |m, _| m.host().cap_add = Some(vec!["CHOWN".into()])),
+        case("no-new-privileges", Id::NoNewPrivileges, |m, _| m.host().security_opt = None),
+        case("non-root-user", Id::NonRootUser, |m, _| m.create.user = Some("0:0".into())),
+        case("not-privileged", Id::NotPrivileged, |m, _| m.host().privileged = Some(true)),
+        case("ipc-none", Id::IpcNone, |m, _| m.host().ipc_mode = Some("private".into())),
+        case("network-none", Id::NetworkNone, |m, _| m.host().network_mode = Some("bridge".into())),
+        case("stdin-closed", Id::StdinClosed, |m, _| m.create.open_stdin = Some(true)),
+        case("no-tty", Id::NoTty, |m, _| m.create.tty = Some(true)),
+        case("pids-limit", Id::PidsLimit, |m, _| m.host().pids_limit = None),
+        case("memory-limit", Id::MemoryLimit, |m, _| {
+            m.host().memory = None;
+            m.host().memory_swap = None;
+        }),
+        case("cpu-limit", Id::CpuLimit, |m, _| m.host().nano_cpus = None),
+        case("seccomp-default", Id::SeccompDefault, |m, _| m.add_security_opt("seccomp=unconfined".into())),
+        case("seccomp-stacked", Id::SeccompStacked, |m, _| {
+            m.add_security_opt(format!("seccomp={}", seccomp_denying(&["seccomp"])))
+        }),
+        case("landlock", Id::Landlock, |m, _| {
+            m.add_security_opt(format!(
+                "seccomp={}",
+                seccomp_denying(&["landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"])
+            ))
+        }),
+        case("exec-allowlist", Id::ExecAllowlist, |m, _| m.policy.landlock.exec.push("/usr/bin".into())),
+        case("host-namespaces/pid", Id::HostNamespaces, |m, _| m.host().pid_mode = Some("host".into())),
+        case("host-namespaces/cgroup", Id::HostNamespaces, |m, _| {
+            m.host().cgroupns_mode = Some(bollard::models::HostConfigCgroupnsModeEnum::HOST)
+        }),
+        case("host-namespaces/uts", Id::HostNamespaces, |m, _| {
+            m.create.hostname = None;
+            m.host().uts_mode = Some("host".into());
+        }),
+        case("no-host-mounts/bind", Id::NoHostMounts, |m, env| m.add_mount(bind(&env.host_dir, "/mnt/host"))),
+        case("no-host-mounts/device", Id::NoHostMounts, |m, _| {
+            m.host().devices = Some(vec![DeviceMapping {
+                path_on_host: Some("/dev/null".into()),
+                path_in_container: Some("/dev/cordon-gate".into()),
+                cgroup_permissions: Some("r".into()),
+            }])
+        }),
+        case("no-docker-socket", Id::NoDockerSocket, |m, env| m.add_mount(bind(&env.socket, "/var/run/docker.sock"))),
+        planning(case("work-readonly", Id::WorkReadonly, |m, _| m.make_writable(paths::WORK))),
+        case("metadata-readonly", Id::MetadataReadonly, |m, _| m.make_writable(paths::METADATA)),
+        case("writable-nosuid-nodev-noexec", Id::WritableNosuidNodevNoexec, |m, _| {
+            m.tmpfs(paths::TMP, |o| Some(if o == "noexec" { "exec".to_owned() } else { o.to_owned() }))
+        }),
+        case("tmp-bytes", Id::TmpBytes, |m, _| m.drop_tmpfs_option(paths::TMP, "size")),
+        case("tmp-inodes", Id::TmpInodes, |m, _| m.drop_tmpfs_option(paths::TMP, "nr_inodes")),
+        case("home-bytes", Id::HomeBytes, |m, _| m.drop_tmpfs_option(paths::HOME, "size")),
+        case("home-inodes", Id::HomeInodes, |m, _| m.drop_tmpfs_option(paths::HOME, "nr_inodes")),
+        case("output-bytes", Id::OutputBytes, |m, _| m.drop_tmpfs_option(paths::OUTPUT_DIR, "size")),
+        case("output-inodes", Id::OutputInodes, |m, _| m.drop_tmpfs_option(paths::OUTPUT_DIR, "nr_inodes")),
+        codex(case("codex-home-bytes", Id::CodexHomeBytes, |m, _| m.drop_tmpfs_option(paths::CODEX_HOME, "size"))),
+        codex(case("codex-home-inodes", Id::CodexHomeInodes, |m, _| m.drop_tmpfs_option(paths::CODEX_HOME, "nr_inodes"))),
+        storage(case("work-bytes", Id::WorkBytes, |_, _| {}), StorageVariant::WorkNoSize),
+        storage(case("work-inodes", Id::WorkInodes, |_, _| {}), StorageVariant::WorkNoInodes),
+        case("control-readonly", Id::ControlReadonly, |m, _| m.make_writable(paths::CONTROL_DIR)),
+        case("input-readonly", Id::InputReadonly, |m, _| m.make_writable(paths::INPUT_DIR)),
+        case("egress-readonly", Id::EgressReadonly, |m, _| m.make_writable(paths::EGRESS_DIR)),
+        case("fd-hygiene", Id::FdHygiene, |m, _| {
+            m.create.entrypoint = Some(vec![paths::PROBE.into(), "exec-with-fd".into(), paths::INIT.into()])
+        }),
+        case("env-allowlist", Id::EnvAllowlist, |m, _| {
+            m.create.env.get_or_insert_with(Vec::new).push("CORDON_GATE_LEAK=1".into())
+        }),
+        case("init-entrypoint", Id::InitEntrypoint, |m, _| m.host().init = Some(true)),
+        with_gitlink(case("gitlink-masks", Id::GitlinkMasks, |m, _| {
+            m.make_writable(&format!("{}/{GATE_GITLINK}", paths::WORK))
+        })),
+        case("profile-drift", Id::ProfileDrift, |m, _| m.create.working_dir = Some("/".into())),
+    ]);
+    cases
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every protection with a validator or init column has a case in that layer.
+    #[test]
+    fn every_protection_has_its_cases() {
+        let cases = all();
+        for id in Id::ALL {
+            let layers = id.layers();
+            let has = |validator: bool| {
+                cases
+                    .iter()
+                    .any(|c| c.removed == Some(*id) && if validator { c.validator } else { c.init })
+            };
+            if layers.validator {
+                assert!(has(true), "{id} has no validator case");
+            }
+            if layers.init {
+                assert!(has(false), "{id} has no init case");
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let mut names: Vec<String> = all().into_iter().map(|c| c.name).collect();
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n);
+    }
+
+    #[test]
+    fn seccomp_profile_is_json() {
+        let text = seccomp_denying(&["seccomp"]);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["syscalls"][0]["names"][0], "seccomp");
+    }
+}

@@ -1,0 +1,354 @@
+//! The gate: a truth table over protections, proven on the real engine.
+//!
+//! Layer `validator`: the host validator accepts C0 and refuses each C_P naming exactly P.
+//! Layer `init`: each C_P is started past the validator on purpose, with cordon-init as PID 1; the
+//! init must refuse with exactly P's check id, and in C0 it must attest the policy we wrote and run
+//! the workload. Every case removes everything it made; the gate then checks that nothing with its
+//! owner label is left.
+
+pub mod cases;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_contract::Id;
+use futures_util::StreamExt;
+
+use crate::cleanup;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::labels::{Allocation, Kind, Owner};
+use crate::launch::{self, InitVerdict, Prepared};
+use crate::profile::{Limits, Profile, ProfileSpec, StorageRef, DEFAULT_LANDLOCK_ABI};
+use crate::storage::{self, TaskStorage};
+use cases::{Case, GateEnv, Mutable, StorageVariant, GATE_GITLINK};
+
+/// A layer of the truth table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layer {
+    Validator,
+    Init,
+}
+
+/// One cell: a case in one layer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CaseResult {
+    pub case: String,
+    pub layer: Layer,
+    pub removed: Option<Id>,
+    pub expected: Vec<String>,
+    pub observed: Vec<String>,
+    pub pass: bool,
+    /// Evidence: the refusal fields, or what went wrong.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// The whole table.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GateReport {
+    pub cases: Vec<CaseResult>,
+    pub passed: usize,
+    pub failed: usize,
+    /// Objects with the gate's owner label that could not be removed (must be empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub leftovers: Vec<String>,
+}
+
+impl GateReport {
+    /// Every case passed and nothing was left behind.
+    pub fn ok(&self) -> bool {
+        self.failed == 0 && self.leftovers.is_empty() && !self.cases.is_empty()
+    }
+
+    /// A plain-text truth table.
+    pub fn table(&self) -> String {
+        let width = self.cases.iter().map(|c| c.case.len()).max().unwrap_or(4).max(4);
+        let mut out = format!("{:<width$}  {:<9}  {:<28}  {:<28}  result\n", "case", "layer", "expected", "observed");
+        for c in &self.cases {
+            let layer = match c.layer {
+                Layer::Validator => "validator",
+                Layer::Init => "init",
+            };
+            let show = |v: &[String]| if v.is_empty() { "-".to_owned() } else { v.join(",") };
+            out.push_str(&format!(
+                "{:<width$}  {:<9}  {:<28}  {:<28}  {}\n",
+                c.case,
+                layer,
+                show(&c.expected),
+                show(&c.observed),
+                if c.pass { "pass" } else { "FAIL" }
+            ));
+        }
+        out.push_str(&format!("{} passed, {} failed\n", self.passed, self.failed));
+        for l in &self.leftovers {
+            out.push_str(&format!("LEFT BEHIND: {l}\n"));
+        }
+        out
+    }
+}
+
+/// Gate options.
+#[derive(Debug, Clone)]
+pub struct GateOptions {
+    /// Cases run at once (they share only read-only storage).
+    pub parallel: usize,
+    /// Run only cases whose name contains this.
+    pub filter: Option<String>,
+}
+
+impl Default for GateOptions {
+    fn default() -> Self {
+        GateOptions {
+            parallel: 6,
+            filter: None,
+        }
+    }
+}
+
+fn gate_limits() -> Limits {
+    Limits {
+        pids: 64,
+        memory_bytes: 256 * 1024 * 1024,
+        deadline: Duration::from_secs(30),
+        grace: Duration::from_secs(1),
+        ..Limits::default()
+    }
+}
+
+async fn make_storage(engine: &Engine, owner: &Owner, image_id: &str, variant: StorageVariant) -> Result<TaskStorage> {
+    let allocation = Allocation::new(owner, "gate")?;
+    let (mut work, metadata) = storage::task_volume_requests(&allocation, storage::DEFAULT_WORK, storage::DEFAULT_METADATA);
+    let drop_key = match variant {
+        StorageVariant::Normal => None,
+        StorageVariant::WorkNoSize => Some("size"),
+        StorageVariant::WorkNoInodes => Some("nr_inodes"),
+    };
+    if let (Some(key), Some(opts)) = (drop_key, work.driver_opts.as_mut()) {
+        if let Some(o) = opts.get_mut("o") {
+            *o = o
+                .split(',')
+                .filter(|p| !p.starts_with(&format!("{key}=")))
+                .collect::<Vec<_>>()
+                .join(",");
+        }
+    }
+    TaskStorage::create_from(
+        engine,
+        &allocation,
+        image_id,
+        (work, storage::DEFAULT_WORK),
+        (metadata, storage::DEFAULT_METADATA),
+    )
+    .await
+}
+
+fn ids(list: &[Id]) -> Vec<String> {
+    list.iter().map(|i| i.as_str().to_owned()).collect()
+}
+
+/// Run one case in its layers.
+async fn run_case(engine: &Engine, owner: &Owner, image_id: &str, storage: &TaskStorage, env: &GateEnv, case: &Case) -> Vec<CaseResult> {
+    let expected: Vec<String> = case.removed.map(|id| vec![id.as_str().to_owned()]).unwrap_or_default();
+    let result = |layer: Layer, observed: Vec<String>, detail: String| {
+        let pass = observed == expected;
+        CaseResult {
+            case: case.name.clone(),
+            layer,
+            removed: case.removed,
+            expected: expected.clone(),
+            observed,
+            pass,
+            detail,
+        }
+    };
+    let failed_all = |e: String| {
+        let mut out = Vec::new();
+        if case.validator {
+            out.push(result(Layer::Validator, vec![format!("error: {e}")], e.clone()));
+        }
+        if case.init {
+            out.push(result(Layer::Init, vec![format!("error: {e}")], e.clone()));
+        }
+        out
+    };
+    let allocation = match Allocation::new(owner, "gate") {
+        Ok(a) => a,
+        Err(e) => return failed_all(e.to_string()),
+    };
+    let cli = case.vendor.cli_path().to_owned();
+    let spec = ProfileSpec {
+        phase: case.phase,
+        vendor: case.vendor,
+        image_id: image_id.to_owned(),
+        storage: StorageRef {
+            work_volume: storage.work_volume.clone(),
+            work: storage.work,
+            metadata_volume: storage.metadata_volume.clone(),
+            metadata: storage.metadata,
+            control_volume: allocation.name(Kind::Control),
+            input_volume: allocation.name(Kind::Input),
+            egress_volume: allocation.name(Kind::Egress),
+        },
+        allocation,
+        limits: gate_limits(),
+        command: vec![cli.clone(), "--version".to_owned()],
+        exec: vec![cli],
+        env: vec![],
+        gitlinks: if case.gitlinks { vec![GATE_GITLINK.to_owned()] } else { vec![] },
+        pins: vec![],
+        landlock_abi: DEFAULT_LANDLOCK_ABI,
+    };
+    let profile = match Profile::new(spec) {
+        Ok(p) => p,
+        Err(e) => return failed_all(e.to_string()),
+    };
+    let mut prepared = match Prepared::new(engine, &profile) {
+        Ok(p) => p,
+        Err(e) => return failed_all(e.to_string()),
+    };
+    (case.mutate)(
+        &mut Mutable {
+            create: &mut prepared.plan.create,
+            policy: &mut prepared.plan.policy,
+            volumes: &mut prepared.volumes,
+        },
+        env,
+    );
+    let mut launch = match launch::create(engine, &profile, prepared).await {
+        Ok(l) => l,
+        Err(e) => return failed_all(e.to_string()),
+    };
+    let mut results = Vec::new();
+    if case.validator {
+        let detail = launch.refusals.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+        results.push(result(Layer::Validator, ids(&crate::validate::ids(&launch.refusals)), detail));
+    }
+    if case.init {
+        let run = async {
+            launch.start(engine).await?;
+            let code = launch.wait(engine, Duration::from_secs(60)).await?;
+            let output = launch.output(engine).await?;
+            Ok::<_, Error>((code, output))
+        }
+        .await;
+        let cell = match run {
+            Err(e) => result(Layer::Init, vec![format!("error: {e}")], e.to_string()),
+            Ok((code, output)) => match launch::verdict(&output, &launch.policy_digest) {
+                InitVerdict::Refused { check, expected, observed } => result(
+                    Layer::Init,
+                    vec![check.as_str().to_owned()],
+                    format!("exit {code}; expected {expected}; observed {observed}"),
+                ),
+                InitVerdict::Attested { digest_matches, .. } => {
+                    let ran = output.stdout.contains("Claude Code");
+                    if code == 0 && digest_matches && ran {
+                        result(Layer::Init, vec![], format!("attested, workload exit {code}"))
+                    } else {
+                        result(
+                            Layer::Init,
+                            vec![format!("attested-but-exit-{code}-digest-{digest_matches}-ran-{ran}")],
+                            format!("stdout {:?} stderr {:?}", output.stdout, output.stderr),
+                        )
+                    }
+                }
+                other => result(Layer::Init, vec![format!("no-verdict (exit {code})")], format!("{other:?}")),
+            },
+        };
+        results.push(cell);
+    }
+    if let Err(e) = launch.finish(engine).await {
+        for r in &mut results {
+            r.pass = false;
+            r.detail = format!("{}; cleanup: {e}", r.detail);
+        }
+    }
+    results
+}
+
+/// Run the gate against `image_id` (the test image).
+pub async fn run(engine: &Engine, image_id: &str, options: &GateOptions) -> Result<GateReport> {
+    let owner = Owner::random("gate");
+    let host_dir = std::env::temp_dir().join(format!("cordon-gate-{}", owner.as_str()));
+    std::fs::create_dir(&host_dir).map_err(|e| Error::io(format!("creating {}", host_dir.display()), e))?;
+    let env = GateEnv {
+        socket: engine.info().socket.clone(),
+        host_dir: host_dir.to_string_lossy().into_owned(),
+    };
+    let result = run_owned(engine, image_id, options, &owner, &env).await;
+    let _ = std::fs::remove_dir(&host_dir);
+    let leftovers = match cleanup::list_owned(engine, &owner).await {
+        Ok((c, v)) => c
+            .into_iter()
+            .map(|c| format!("container {c}"))
+            .chain(v.into_iter().map(|v| format!("volume {v}")))
+            .collect(),
+        Err(e) => vec![format!("could not list leftovers: {e}")],
+    };
+    if !leftovers.is_empty() {
+        let _ = cleanup::remove_owned(engine, &owner).await;
+    }
+    let mut report = result?;
+    report.leftovers = leftovers;
+    Ok(report)
+}
+
+async fn run_owned(engine: &Engine, image_id: &str, options: &GateOptions, owner: &Owner, env: &GateEnv) -> Result<GateReport> {
+    let selected: Vec<Case> = cases::all()
+        .into_iter()
+        .filter(|c| options.filter.as_deref().is_none_or(|f| c.name.contains(f)))
+        .collect();
+    let mut variants: Vec<StorageVariant> = selected.iter().map(|c| c.storage).collect();
+    variants.sort();
+    variants.dedup();
+    let made = futures_util::future::join_all(
+        variants
+            .iter()
+            .map(|v| async move { (*v, make_storage(engine, owner, image_id, *v).await) }),
+    )
+    .await;
+    let mut storages = BTreeMap::new();
+    let mut failure = None;
+    for (variant, made) in made {
+        match made {
+            Ok(s) => {
+                storages.insert(variant, s);
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    let storages = Arc::new(storages);
+    let results: Vec<Vec<CaseResult>> = if failure.is_none() {
+        futures_util::stream::iter(selected.iter())
+            .map(|case| {
+                let storages = storages.clone();
+                async move {
+                    match storages.get(&case.storage) {
+                        Some(s) => run_case(engine, owner, image_id, s, env, case).await,
+                        None => vec![],
+                    }
+                }
+            })
+            .buffered(options.parallel.max(1))
+            .collect()
+            .await
+    } else {
+        vec![]
+    };
+    for s in storages.values() {
+        s.remove(engine).await?;
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let cases: Vec<CaseResult> = results.into_iter().flatten().collect();
+    let passed = cases.iter().filter(|c| c.pass).count();
+    Ok(GateReport {
+        failed: cases.len() - passed,
+        passed,
+        cases,
+        leftovers: vec![],
+    })
+}

@@ -1,0 +1,279 @@
+//! The test image: the static in-container binaries built from this workspace, assembled into a
+//! build context here, and built FROM scratch by the engine's classic builder. The tag is the
+//! digest of the context, so an unchanged workspace reuses the image.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bollard::query_parameters::{BuildImageOptions, BuilderVersion};
+use cordon_contract::paths;
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+
+use crate::engine::{bounded, Engine, CALL_TIMEOUT};
+use crate::error::{Error, Result};
+
+/// The only target the in-container binaries are built for.
+pub const TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The cargo profile of the in-container binaries (panic = abort, stripped).
+pub const PROFILE: &str = "static";
+/// The test image's repository name.
+pub const REPOSITORY: &str = "cordon-test";
+
+/// A built (or reused) image.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BuiltImage {
+    pub tag: String,
+    pub id: String,
+    pub size_bytes: i64,
+    pub reused: bool,
+    pub binaries: Vec<(String, u64)>,
+    pub build_ms: u128,
+}
+
+/// Where the workspace is (the binaries are built from it).
+pub fn default_workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Which binaries go where.
+const BINARIES: &[(&str, &str)] = &[
+    ("cordon-init", paths::INIT),
+    ("cordon-probe", paths::PROBE),
+    ("claude", paths::CLAUDE_CLI),
+    // The fake vendor CLI also stands in for Codex (whose profile the probes exercise).
+    ("claude", paths::CODEX_CLI),
+];
+
+/// Build the static binaries with glibc `+crt-static` and an explicit `--target` (proc macros
+/// and build scripts then build for the host without the flag).
+pub async fn build_static_binaries(workspace: &Path, quiet: bool) -> Result<PathBuf> {
+    let target_dir = workspace.join("target").join("static");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = tokio::process::Command::new(cargo);
+    command
+        .current_dir(workspace)
+        .args(["build", "--locked", "--profile", PROFILE, "--target", TARGET])
+        .args(["-p", "cordon-init", "-p", "cordon-probe", "-p", "cordon-fake-claude"])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_RUSTFLAGS");
+    if quiet {
+        command.arg("--quiet");
+    }
+    let output = command
+        .output()
+        .await
+        .map_err(|e| Error::io("running cargo for the static binaries", e))?;
+    if !output.status.success() {
+        return Err(Error::Build(format!(
+            "cargo build of the static binaries failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    Ok(target_dir.join(TARGET).join(PROFILE))
+}
+
+/// Refuse anything but a static-pie ELF: no interpreter, position independent.
+pub fn check_static_pie(path: &Path, bytes: &[u8]) -> Result<()> {
+    use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+    let elf = ElfFile64::<object::Endianness>::parse(bytes)
+        .map_err(|e| Error::Build(format!("{}: not an ELF64 file: {e}", path.display())))?;
+    let endian = elf.endian();
+    let header = elf.elf_header();
+    let pie = header.e_type(endian) == object::elf::ET_DYN;
+    let interp = elf
+        .elf_program_headers()
+        .iter()
+        .any(|ph| ph.p_type(endian) == object::elf::PT_INTERP);
+    if !pie || interp {
+        return Err(Error::Build(format!(
+            "{} is not static-pie (position independent: {pie}, interpreter: {interp})",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+fn append_dir(builder: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32) -> Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Directory);
+    header.set_mode(mode);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
+    header.set_size(0);
+    builder
+        .append_data(&mut header, path, std::io::empty())
+        .map_err(|e| Error::io(format!("context dir {path}"), e))
+}
+
+fn append_file(builder: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32, data: &[u8]) -> Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(mode);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
+    header.set_size(data.len() as u64);
+    builder
+        .append_data(&mut header, path, data)
+        .map_err(|e| Error::io(format!("context file {path}"), e))
+}
+
+/// The build context: a Dockerfile and the image's root tree, deterministic (sorted, mtime 0,
+/// root-owned), so equal inputs give an equal digest.
+pub fn context(binaries: &[(&str, Vec<u8>)]) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let dockerfile = format!(
+        "FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [\"{}\"]\n",
+        paths::INIT
+    );
+    append_file(&mut builder, "Dockerfile", 0o644, dockerfile.as_bytes())?;
+    let dirs: &[(&str, u32)] = &[
+        ("rootfs/", 0o755),
+        ("rootfs/home/", 0o755),
+        ("rootfs/home/agent/", 0o755),
+        ("rootfs/run/", 0o755),
+        ("rootfs/run/cordon/", 0o755),
+        ("rootfs/sbin/", 0o755),
+        ("rootfs/tmp/", 0o1777),
+        ("rootfs/usr/", 0o755),
+        ("rootfs/usr/bin/", 0o755),
+        ("rootfs/work/", 0o755),
+    ];
+    for (dir, mode) in dirs {
+        append_dir(&mut builder, dir, *mode)?;
+    }
+    let mut files: Vec<(String, &[u8])> = BINARIES
+        .iter()
+        .filter_map(|(name, dest)| {
+            binaries
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, data)| (format!("rootfs{dest}"), data.as_slice()))
+        })
+        .collect();
+    files.sort();
+    for (path, data) in files {
+        append_file(&mut builder, &path, 0o755, data)?;
+    }
+    builder.into_inner().map_err(|e| Error::io("context", e))
+}
+
+/// The tag for a context.
+pub fn tag_for(context: &[u8]) -> String {
+    format!("{REPOSITORY}:{}", &hex::encode(Sha256::digest(context))[..16])
+}
+
+/// Build the static binaries and the test image (or reuse it), and report its size.
+pub async fn build_test_image(engine: &Engine, workspace: &Path, progress: bool) -> Result<BuiltImage> {
+    let started = Instant::now();
+    let bar = progress.then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar.set_message("building the static in-container binaries");
+        bar
+    });
+    let dir = build_static_binaries(workspace, !progress).await?;
+    let mut binaries = Vec::new();
+    for name in ["cordon-init", "cordon-probe", "claude"] {
+        let path = dir.join(name);
+        let data = tokio::fs::read(&path)
+            .await
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        check_static_pie(&path, &data)?;
+        binaries.push((name, data));
+    }
+    let ctx = context(&binaries)?;
+    let tag = tag_for(&ctx);
+    let sizes = binaries.iter().map(|(n, d)| ((*n).to_owned(), d.len() as u64)).collect();
+    let existing = engine.docker().inspect_image(&tag).await.ok();
+    let reused = existing.is_some();
+    if !reused {
+        if let Some(bar) = &bar {
+            bar.set_message(format!("building {tag} (classic builder, FROM scratch)"));
+        }
+        let options = BuildImageOptions {
+            dockerfile: "Dockerfile".to_owned(),
+            t: Some(tag.clone()),
+            rm: true,
+            forcerm: true,
+            // The classic builder's cache can be poisoned for FROM scratch builds
+            // (CVE-2024-24557, unfixed before 23.x): never use it.
+            nocache: true,
+            version: BuilderVersion::BuilderV1,
+            ..Default::default()
+        };
+        let mut stream = engine
+            .docker()
+            .build_image(options, None, Some(bollard::body_full(ctx.into())));
+        while let Some(item) = tokio::time::timeout(CALL_TIMEOUT, stream.next())
+            .await
+            .map_err(|_| Error::Timeout {
+                context: "image build".into(),
+                after: CALL_TIMEOUT,
+            })?
+        {
+            let info = item.map_err(|source| Error::Docker {
+                context: "image build".into(),
+                source,
+            })?;
+            if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                return Err(Error::Build(detail));
+            }
+            if let (Some(bar), Some(line)) = (&bar, info.stream.as_deref()) {
+                let line = line.trim();
+                if !line.is_empty() {
+                    bar.set_message(line.to_owned());
+                }
+            }
+        }
+    }
+    let inspect = bounded("inspect image", CALL_TIMEOUT, engine.docker().inspect_image(&tag)).await?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(BuiltImage {
+        tag,
+        id: inspect.id.unwrap_or_default(),
+        size_bytes: inspect.size.unwrap_or_default(),
+        reused,
+        binaries: sizes,
+        build_ms: started.elapsed().as_millis(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_is_deterministic() {
+        let bins = vec![("cordon-init", vec![1u8; 10]), ("cordon-probe", vec![2u8; 10]), ("claude", vec![3u8; 10])];
+        let a = context(&bins).unwrap();
+        let b = context(&bins).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(tag_for(&a), tag_for(&b));
+        let other = vec![("cordon-init", vec![9u8; 10]), ("cordon-probe", vec![2u8; 10]), ("claude", vec![3u8; 10])];
+        assert_ne!(tag_for(&a), tag_for(&context(&other).unwrap()));
+    }
+
+    #[test]
+    fn non_elf_is_refused() {
+        assert!(check_static_pie(Path::new("x"), b"#!/bin/sh\n").is_err());
+    }
+
+    #[test]
+    fn dynamic_binary_is_refused() {
+        // The test runner itself is a dynamically linked PIE: it has an interpreter.
+        let me = std::env::current_exe().unwrap();
+        let data = std::fs::read(&me).unwrap();
+        assert!(check_static_pie(&me, &data).is_err());
+    }
+}

@@ -1,0 +1,139 @@
+//! Ownership labels. Every object cordon creates carries all four, so recovery can find what an
+//! owner left and cleanup never touches another owner's objects.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+
+pub const OWNER: &str = "io.cordon.owner";
+pub const ATTEMPT: &str = "io.cordon.attempt";
+pub const ALLOCATION: &str = "io.cordon.allocation";
+pub const KIND: &str = "io.cordon.kind";
+
+/// A runner's owner token: 1-64 of `[a-z0-9-]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner(String);
+
+impl Owner {
+    /// Validate a token.
+    pub fn new(token: &str) -> Result<Owner> {
+        let ok = !token.is_empty()
+            && token.len() <= 64
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if ok {
+            Ok(Owner(token.to_owned()))
+        } else {
+            Err(Error::Invalid(format!(
+                "owner token {token:?} is not 1-64 characters of [a-z0-9-]"
+            )))
+        }
+    }
+
+    /// A fresh random token with a prefix (tests, the gate, the bench).
+    pub fn random(prefix: &str) -> Owner {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        Owner(format!("{prefix}-{}", &id[..12]))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What an object is; exactly one per object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Agent,
+    Keeper,
+    Loader,
+    Work,
+    Metadata,
+    Control,
+    Input,
+    Egress,
+    Probe,
+}
+
+impl Kind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Agent => "agent",
+            Kind::Keeper => "keeper",
+            Kind::Loader => "loader",
+            Kind::Work => "work",
+            Kind::Metadata => "metadata",
+            Kind::Control => "control",
+            Kind::Input => "input",
+            Kind::Egress => "egress",
+            Kind::Probe => "probe",
+        }
+    }
+}
+
+/// The labels of one allocation: owner, attempt and allocation id; the kind is per object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    pub owner: Owner,
+    pub attempt: String,
+    pub id: uuid::Uuid,
+}
+
+impl Allocation {
+    /// A new allocation with a fresh UUID v4.
+    pub fn new(owner: &Owner, attempt: &str) -> Result<Allocation> {
+        if attempt.is_empty()
+            || attempt.len() > 128
+            || !attempt
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        {
+            return Err(Error::Invalid(format!("attempt id {attempt:?} is not a plain token")));
+        }
+        Ok(Allocation {
+            owner: owner.clone(),
+            attempt: attempt.to_owned(),
+            id: uuid::Uuid::new_v4(),
+        })
+    }
+
+    /// The label map for one object of this allocation.
+    pub fn labels(&self, kind: Kind) -> HashMap<String, String> {
+        HashMap::from([
+            (OWNER.to_owned(), self.owner.as_str().to_owned()),
+            (ATTEMPT.to_owned(), self.attempt.clone()),
+            (ALLOCATION.to_owned(), self.id.to_string()),
+            (KIND.to_owned(), kind.as_str().to_owned()),
+        ])
+    }
+
+    /// A Docker object name: `cordon-<kind>-<allocation>`.
+    pub fn name(&self, kind: Kind) -> String {
+        format!("cordon-{}-{}", kind.as_str(), self.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_tokens() {
+        assert!(Owner::new("runner-1").is_ok());
+        for bad in ["", "Runner", "a b", "a/b", &"x".repeat(65)] {
+            assert!(Owner::new(bad).is_err(), "{bad}");
+        }
+        assert!(Owner::new(Owner::random("t").as_str()).is_ok());
+    }
+
+    #[test]
+    fn labels_carry_all_four() {
+        let a = Allocation::new(&Owner::random("t"), "attempt-1").unwrap();
+        let l = a.labels(Kind::Work);
+        assert_eq!(l.len(), 4);
+        assert_eq!(l[KIND], "work");
+        assert_eq!(l[ALLOCATION], a.id.to_string());
+        assert!(Allocation::new(&a.owner, "bad attempt").is_err());
+    }
+}

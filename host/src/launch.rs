@@ -1,0 +1,376 @@
+//! One agent container from profile to exit: write the invocation volumes, create the container,
+//! read it back and validate it, start it, wait, collect the init's verdict and the output, remove
+//! everything that was made.
+//!
+//! [`run`] is the production path: any validator refusal stops before start. The steps are public
+//! so the gate can launch a container past the validator on purpose, and tests can signal a
+//! running container.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bollard::models::VolumeCreateRequest;
+use bollard::query_parameters::{CreateContainerOptions, KillContainerOptions, LogsOptions};
+use cordon_contract::{policy, Id, InitLine};
+use futures_util::StreamExt;
+
+use crate::cleanup::Created;
+use crate::engine::{bounded, Engine, CALL_TIMEOUT};
+use crate::error::{Error, Refusal, Result};
+use crate::labels::Kind;
+use crate::profile::{invocation_volume_requests, LaunchPlan, Profile};
+use crate::storage::InvocationVolumes;
+use crate::validate::{self, Observed};
+
+/// Output kept per stream; the engine's log driver bounds what it stores too.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
+/// What will be created: the plan and the invocation volume requests (the gate mutates these).
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub plan: LaunchPlan,
+    pub volumes: BTreeMap<Kind, VolumeCreateRequest>,
+    pub input_files: Vec<(String, Vec<u8>)>,
+}
+
+impl Prepared {
+    /// The plan for a profile on this engine (refuses fields the engine would drop).
+    pub fn new(engine: &Engine, profile: &Profile) -> Result<Prepared> {
+        Ok(Prepared {
+            plan: profile.plan(engine.api())?,
+            volumes: invocation_volume_requests(profile.allocation()),
+            input_files: Vec::new(),
+        })
+    }
+}
+
+/// What the init said first (the only line the host trusts).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "verdict", rename_all = "kebab-case")]
+pub enum InitVerdict {
+    /// Preflight passed; `digest_matches` says whether it enforced the policy we wrote.
+    Attested {
+        digest_matches: bool,
+        checks: Vec<Id>,
+        landlock_abi: u8,
+        preflight_us: u64,
+    },
+    Refused {
+        check: Id,
+        expected: String,
+        observed: String,
+    },
+    Failed {
+        reason: String,
+    },
+    /// No init line came first.
+    Missing {
+        first_line: String,
+    },
+}
+
+/// Collected output of a finished container.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Output {
+    pub stdout: String,
+    pub stderr: String,
+    pub truncated: bool,
+}
+
+/// Where the time went (milliseconds).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Timings {
+    pub volumes_ms: f64,
+    pub create_ms: f64,
+    pub validate_ms: f64,
+    pub start_ms: f64,
+    pub wait_ms: f64,
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+/// A created agent container and everything made for it.
+#[derive(Debug)]
+pub struct Launch {
+    pub container: String,
+    pub refusals: Vec<Refusal>,
+    pub policy_digest: String,
+    pub timings: Timings,
+    created: Created,
+}
+
+async fn inspect_all(engine: &Engine, container: &str, profile: &Profile) -> Result<Observed> {
+    let docker = engine.docker();
+    let s = profile.storage();
+    let names = [
+        s.work_volume.clone(),
+        s.metadata_volume.clone(),
+        s.control_volume.clone(),
+        s.input_volume.clone(),
+        s.egress_volume.clone(),
+    ];
+    let container_fut = bounded("inspect container", CALL_TIMEOUT, docker.inspect_container(container, None));
+    let volume_futs = names.iter().map(|name| async move {
+        let result = bounded("inspect volume", CALL_TIMEOUT, docker.inspect_volume(name))
+            .await
+            .map_err(|e| e.to_string());
+        (name.clone(), result)
+    });
+    let (container, volumes) = tokio::join!(container_fut, futures_util::future::join_all(volume_futs));
+    Ok(Observed {
+        container: container?,
+        volumes: volumes.into_iter().collect(),
+    })
+}
+
+/// Create the invocation volumes and the container, then read both back and validate.
+/// Everything made is removed if a step fails; on success the caller owns it (see [`Launch::finish`]).
+pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> Result<Launch> {
+    let mut created = Created::default();
+    let mut timings = Timings::default();
+    let policy_bytes = prepared.plan.policy.to_bytes();
+    let policy_digest = policy::digest(&policy_bytes);
+    let result = async {
+        let t = Instant::now();
+        let inputs: Vec<(&str, &[u8])> = prepared
+            .input_files
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.as_slice()))
+            .collect();
+        InvocationVolumes::create(
+            engine,
+            profile.allocation(),
+            profile.image_id(),
+            prepared.volumes,
+            &policy_bytes,
+            &inputs,
+            &mut created,
+        )
+        .await?;
+        timings.volumes_ms = ms(t);
+        let t = Instant::now();
+        let options = CreateContainerOptions {
+            name: Some(prepared.plan.name.clone()),
+            ..Default::default()
+        };
+        let response = bounded(
+            "create container",
+            CALL_TIMEOUT,
+            engine.docker().create_container(Some(options), prepared.plan.create),
+        )
+        .await?;
+        created.containers.push(response.id.clone());
+        timings.create_ms = ms(t);
+        let t = Instant::now();
+        let observed = inspect_all(engine, &response.id, profile).await?;
+        let refusals = validate::validate(profile, &observed);
+        timings.validate_ms = ms(t);
+        Ok::<_, Error>((response.id, refusals))
+    }
+    .await;
+    match result {
+        Ok((container, refusals)) => Ok(Launch {
+            container,
+            refusals,
+            policy_digest,
+            timings,
+            created,
+        }),
+        Err(e) => {
+            created.remove_all(engine, Duration::from_secs(10)).await?;
+            Err(e)
+        }
+    }
+}
+
+/// Read the init's first line: the first stderr line, or with a TTY the first line at all.
+pub fn verdict(output: &Output, policy_digest: &str) -> InitVerdict {
+    let first = output
+        .stderr
+        .lines()
+        .next()
+        .or_else(|| output.stdout.lines().next())
+        .unwrap_or("");
+    let line = InitLine::parse(first).or_else(|| {
+        // With a TTY both streams arrive as one; the init still wrote first.
+        output.stdout.lines().next().and_then(InitLine::parse)
+    });
+    match line {
+        Some(InitLine::Attestation {
+            policy_digest: digest,
+            checks,
+            landlock_abi,
+            preflight_us,
+        }) => InitVerdict::Attested {
+            digest_matches: digest == policy_digest,
+            checks,
+            landlock_abi,
+            preflight_us,
+        },
+        Some(InitLine::Refusal {
+            check,
+            expected,
+            observed,
+        }) => InitVerdict::Refused {
+            check,
+            expected,
+            observed,
+        },
+        Some(InitLine::Failure { reason }) => InitVerdict::Failed { reason },
+        _ => InitVerdict::Missing {
+            first_line: first.chars().take(200).collect(),
+        },
+    }
+}
+
+impl Launch {
+    /// Wrap a container created elsewhere (a helper the caller removes itself).
+    pub fn adopt(container: String) -> Launch {
+        Launch {
+            container,
+            refusals: Vec::new(),
+            policy_digest: String::new(),
+            timings: Timings::default(),
+            created: Created::default(),
+        }
+    }
+
+    /// Start the container (whatever the validator said: callers decide).
+    pub async fn start(&mut self, engine: &Engine) -> Result<()> {
+        let t = Instant::now();
+        bounded("start container", CALL_TIMEOUT, engine.docker().start_container(&self.container, None)).await?;
+        self.timings.start_ms = ms(t);
+        Ok(())
+    }
+
+    /// Send a signal to PID 1 (the init forwards it).
+    pub async fn kill(&self, engine: &Engine, signal: &str) -> Result<()> {
+        let options = KillContainerOptions {
+            signal: signal.to_owned(),
+        };
+        bounded("kill container", CALL_TIMEOUT, engine.docker().kill_container(&self.container, Some(options))).await
+    }
+
+    /// Wait for the container to exit; returns its exit code. Past `limit` it is killed.
+    pub async fn wait(&mut self, engine: &Engine, limit: Duration) -> Result<i64> {
+        let t = Instant::now();
+        let mut stream = engine.docker().wait_container(&self.container, None);
+        let code = match tokio::time::timeout(limit, stream.next()).await {
+            Ok(Some(Ok(response))) => response.status_code,
+            Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. }))) => code,
+            Ok(Some(Err(source))) => {
+                return Err(Error::Docker {
+                    context: "wait container".into(),
+                    source,
+                })
+            }
+            Ok(None) => {
+                return Err(Error::Invalid("wait stream ended without a status".into()));
+            }
+            Err(_) => {
+                let _ = self.kill(engine, "KILL").await;
+                return Err(Error::Timeout {
+                    context: "wait container".into(),
+                    after: limit,
+                });
+            }
+        };
+        self.timings.wait_ms = ms(t);
+        Ok(code)
+    }
+
+    /// The container's output so far, bounded per stream.
+    pub async fn output(&self, engine: &Engine) -> Result<Output> {
+        let options = LogsOptions {
+            stdout: true,
+            stderr: true,
+            follow: false,
+            tail: "all".to_owned(),
+            ..Default::default()
+        };
+        let mut stream = engine.docker().logs(&self.container, Some(options));
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let mut truncated = false;
+        let collect = async {
+            while let Some(item) = stream.next().await {
+                let item = item.map_err(|source| Error::Docker {
+                    context: "logs".into(),
+                    source,
+                })?;
+                let (buffer, bytes) = match item {
+                    bollard::container::LogOutput::StdErr { message } => (&mut err, message),
+                    bollard::container::LogOutput::StdOut { message }
+                    | bollard::container::LogOutput::Console { message } => (&mut out, message),
+                    bollard::container::LogOutput::StdIn { .. } => continue,
+                };
+                let room = MAX_OUTPUT_BYTES.saturating_sub(buffer.len());
+                if bytes.len() > room {
+                    truncated = true;
+                }
+                buffer.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            Ok::<_, Error>(())
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, collect).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    context: "logs".into(),
+                    after: CALL_TIMEOUT,
+                })
+            }
+        }
+        Ok(Output {
+            stdout: String::from_utf8_lossy(&out).into_owned(),
+            stderr: String::from_utf8_lossy(&err).into_owned(),
+            truncated,
+        })
+    }
+
+    /// Remove the container and the invocation volumes.
+    pub async fn finish(self, engine: &Engine) -> Result<()> {
+        self.created.remove_all(engine, Duration::from_secs(60)).await
+    }
+}
+
+/// The result of a production launch.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunReport {
+    pub exit_code: i64,
+    pub verdict: InitVerdict,
+    pub output: Output,
+    pub timings: Timings,
+}
+
+/// The production path: refuse on any validator difference, otherwise run to the end. Removes
+/// everything it made before returning.
+pub async fn run(engine: &Engine, profile: &Profile) -> Result<RunReport> {
+    let prepared = Prepared::new(engine, profile)?;
+    let mut launch = create(engine, profile, prepared).await?;
+    if !launch.refusals.is_empty() {
+        let refusals = std::mem::take(&mut launch.refusals);
+        launch.finish(engine).await?;
+        return Err(Error::Refused(refusals));
+    }
+    let limit = profile.limits().deadline + profile.limits().grace + Duration::from_secs(30);
+    let result = async {
+        launch.start(engine).await?;
+        let exit_code = launch.wait(engine, limit).await?;
+        let output = launch.output(engine).await?;
+        Ok::<_, Error>((exit_code, output))
+    }
+    .await;
+    let digest = launch.policy_digest.clone();
+    let timings = launch.timings;
+    launch.finish(engine).await?;
+    let (exit_code, output) = result?;
+    Ok(RunReport {
+        exit_code,
+        verdict: verdict(&output, &digest),
+        output,
+        timings,
+    })
+}

@@ -1,0 +1,25 @@
+//! cordon: the host controller of an isolation boundary for AI coding agents.
+//!
+//! - [`engine`]: the Docker engine through bollard, pinned to the daemon's API version.
+//! - [`image`]: the static in-container binaries and the FROM scratch test image.
+//! - [`profile`]: the immutable agent container profile, its create request and the init's policy.
+//! - [`validate`]: the read-back validator.
+//! - [`storage`], [`launch`], [`cleanup`]: volumes, keeper, one container from create to removal.
+//! - [`gate`], [`doctor`], [`bench`]: the truth table, the environment check, the launch benchmark.
+
+pub mod bench;
+pub mod cleanup;
+pub mod doctor;
+pub mod engine;
+pub mod error;
+pub mod gate;
+pub mod image;
+pub mod labels;
+pub mod launch;
+pub mod profile;
+pub mod storage;
+pub mod validate;
+
+pub use engine::Engine;
+pub use error::{Error, Refusal, Result};
+pub use profile::{Limits, Profile, ProfileSpec};

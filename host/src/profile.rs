@@ -1,0 +1,544 @@
+//! The agent container profile: an immutable value built from (phase, vendor, limits, storage),
+//! and the one place that turns it into a create request, volume specifications and the init's
+//! policy. The validator compares the engine's read-back with what this module produces, so the
+//! create request and the expectation cannot drift apart.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, HostConfigLogConfig, Mount,
+    MountTmpfsOptions, MountType, MountVolumeOptions, RestartPolicy, RestartPolicyNameEnum,
+    VolumeCreateRequest,
+};
+use cordon_contract::paths;
+use cordon_contract::policy::{
+    self, Access, Bounded, CgroupLimits, LandlockPolicy, MountFlags, MountRule, Policy,
+};
+use cordon_contract::{Id, Phase, Vendor};
+
+use crate::engine::{ApiVersion, SUBPATH_API};
+use crate::error::{Error, Result};
+use crate::labels::{Allocation, Kind};
+
+/// A bounded area: exact byte and inode totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Area {
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+impl Area {
+    fn check(self, name: &str) -> Result<()> {
+        // tmpfs rounds sizes up to whole pages; exact statfs totals need page-aligned sizes.
+        if self.bytes == 0 || self.bytes % 4096 != 0 || self.inodes < 2 {
+            return Err(Error::Invalid(format!(
+                "{name}: {} bytes / {} inodes (bytes must be a positive multiple of 4096, inodes at least 2)",
+                self.bytes, self.inodes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Resource limits of one agent container.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Limits {
+    pub pids: u32,
+    pub memory_bytes: u64,
+    /// CPU limit in units of 1e-9 CPUs (Docker's NanoCpus).
+    pub nano_cpus: u64,
+    pub tmp: Area,
+    pub home: Area,
+    pub output: Area,
+    pub codex_home: Area,
+    pub deadline: Duration,
+    pub grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        const MIB: u64 = 1024 * 1024;
+        Limits {
+            pids: 512,
+            memory_bytes: 2048 * MIB,
+            nano_cpus: 1_000_000_000,
+            tmp: Area {
+                bytes: 256 * MIB,
+                inodes: 16_384,
+            },
+            home: Area {
+                bytes: 256 * MIB,
+                inodes: 16_384,
+            },
+            output: Area {
+                bytes: 16 * MIB,
+                inodes: 1_024,
+            },
+            codex_home: Area {
+                bytes: 64 * MIB,
+                inodes: 4_096,
+            },
+            deadline: Duration::from_secs(30 * 60),
+            grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The volumes one agent container mounts.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StorageRef {
+    pub work_volume: String,
+    pub work: Area,
+    pub metadata_volume: String,
+    pub metadata: Area,
+    pub control_volume: String,
+    pub input_volume: String,
+    pub egress_volume: String,
+}
+
+/// Environment variables a profile may add (values come from the caller, as data).
+pub const ENV_ALLOWED_EXTRA: &[&str] = &[
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "no_proxy",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+];
+
+/// The CFS period Docker uses for NanoCpus.
+pub const CFS_PERIOD_US: u64 = 100_000;
+/// The Landlock ABI profiles require unless told otherwise (6: adds signal and abstract-socket
+/// scoping; Linux 6.12).
+pub const DEFAULT_LANDLOCK_ABI: u8 = 6;
+/// Size and mode of a gitlink mask.
+pub const GITLINK_MASK_BYTES: i64 = 4096;
+pub const GITLINK_MASK_MODE: i64 = 0o555;
+/// At most this many gitlink masks and pins (seeds: 256 each).
+pub const MAX_GITLINKS: usize = 256;
+/// Container logs are bounded by the engine too.
+pub const LOG_MAX_SIZE: &str = "1m";
+
+/// Everything a profile is built from.
+#[derive(Debug, Clone)]
+pub struct ProfileSpec {
+    pub phase: Phase,
+    pub vendor: Vendor,
+    /// The image id (`sha256:...`) the container must run.
+    pub image_id: String,
+    pub allocation: Allocation,
+    pub limits: Limits,
+    pub storage: StorageRef,
+    /// The workload argv; argv[0] must be in `exec`.
+    pub command: Vec<String>,
+    /// Files the workload may execute (Landlock EXECUTE).
+    pub exec: Vec<String>,
+    /// Extra environment, names from [`ENV_ALLOWED_EXTRA`].
+    pub env: Vec<(String, String)>,
+    /// Gitlink paths under /work (execute and fix), masked by empty read-only tmpfs.
+    pub gitlinks: Vec<String>,
+    /// Directories under /work pinned by a subpath mount of the work volume (needs API 1.45).
+    pub pins: Vec<String>,
+    pub landlock_abi: u8,
+}
+
+/// An immutable, checked profile.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    spec: ProfileSpec,
+}
+
+/// What one launch sends to the engine and writes into the control dir.
+#[derive(Debug, Clone)]
+pub struct LaunchPlan {
+    pub name: String,
+    pub create: ContainerCreateBody,
+    pub policy: Policy,
+}
+
+fn relative_clean(path: &str) -> bool {
+    !path.is_empty() && policy::is_clean_absolute(&format!("/{path}")) && !path.contains('"')
+}
+
+impl Profile {
+    /// Check a spec and freeze it.
+    pub fn new(spec: ProfileSpec) -> Result<Profile> {
+        let l = &spec.limits;
+        l.tmp.check("tmp")?;
+        l.home.check("home")?;
+        l.output.check("output")?;
+        l.codex_home.check("codex home")?;
+        spec.storage.work.check("work")?;
+        spec.storage.metadata.check("metadata")?;
+        if l.pids == 0 || l.memory_bytes < 16 * 1024 * 1024 || l.nano_cpus < 10_000_000 {
+            return Err(Error::Invalid("pids, memory (>= 16 MiB) and CPU (>= 0.01) must be set".into()));
+        }
+        if l.deadline.is_zero() || l.grace.is_zero() {
+            return Err(Error::Invalid("deadline and grace must be positive".into()));
+        }
+        if !spec.image_id.starts_with("sha256:") {
+            return Err(Error::Invalid(format!("image {:?} is not an image id", spec.image_id)));
+        }
+        let Some(argv0) = spec.command.first() else {
+            return Err(Error::Invalid("empty command".into()));
+        };
+        if !spec.exec.contains(argv0) {
+            return Err(Error::Invalid(format!("command {argv0:?} is not on the exec allowlist")));
+        }
+        if spec.command.iter().any(|a| a.contains('\0')) {
+            return Err(Error::Invalid("command has a NUL byte".into()));
+        }
+        for path in &spec.exec {
+            if !policy::is_clean_absolute(path) || path == "/" {
+                return Err(Error::Invalid(format!("exec path {path:?} is not a clean absolute file path")));
+            }
+        }
+        for (key, value) in &spec.env {
+            if !ENV_ALLOWED_EXTRA.contains(&key.as_str()) || value.contains(['\0', '\n']) {
+                return Err(Error::Invalid(format!("environment variable {key:?} is not allowed")));
+            }
+        }
+        if (!spec.gitlinks.is_empty() || !spec.pins.is_empty()) && !spec.phase.work_writable() {
+            return Err(Error::Invalid("gitlink masks and pins exist only in execute and fix".into()));
+        }
+        if spec.gitlinks.len() > MAX_GITLINKS || spec.pins.len() > MAX_GITLINKS {
+            return Err(Error::Invalid(format!("more than {MAX_GITLINKS} gitlinks or pins")));
+        }
+        for path in spec.gitlinks.iter().chain(&spec.pins) {
+            if !relative_clean(path) || path == ".git" || path.starts_with(".git/") {
+                return Err(Error::Invalid(format!("gitlink or pin {path:?} is not a mountable path under /work")));
+            }
+        }
+        if !policy::LANDLOCK_ABI_RANGE.contains(&spec.landlock_abi) {
+            return Err(Error::Invalid(format!("Landlock ABI {} unsupported", spec.landlock_abi)));
+        }
+        Ok(Profile { spec })
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.spec.phase
+    }
+    pub fn vendor(&self) -> Vendor {
+        self.spec.vendor
+    }
+    pub fn image_id(&self) -> &str {
+        &self.spec.image_id
+    }
+    pub fn allocation(&self) -> &Allocation {
+        &self.spec.allocation
+    }
+    pub fn limits(&self) -> &Limits {
+        &self.spec.limits
+    }
+    pub fn storage(&self) -> &StorageRef {
+        &self.spec.storage
+    }
+    pub fn spec(&self) -> &ProfileSpec {
+        &self.spec
+    }
+
+    /// The container's environment (without the HOSTNAME the engine adds).
+    pub fn env(&self) -> Vec<String> {
+        let mut env = vec![
+            "PATH=/usr/bin:/bin".to_owned(),
+            format!("HOME={}", paths::HOME),
+            format!("TMPDIR={}", paths::TMP),
+            "LANG=C.UTF-8".to_owned(),
+        ];
+        if self.spec.vendor == Vendor::Codex {
+            env.push(format!("CODEX_HOME={}", paths::CODEX_HOME));
+        }
+        env.extend(self.spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+        env
+    }
+
+    /// The scratch tmpfs areas: (path, area, bytes id, inodes id, mode).
+    pub fn scratch_areas(&self) -> Vec<(&'static str, Area, Id, Id, u32)> {
+        let l = &self.spec.limits;
+        let mut areas = vec![
+            (paths::TMP, l.tmp, Id::TmpBytes, Id::TmpInodes, 0o1777),
+            (paths::HOME, l.home, Id::HomeBytes, Id::HomeInodes, 0o700),
+            (paths::OUTPUT_DIR, l.output, Id::OutputBytes, Id::OutputInodes, 0o700),
+        ];
+        if self.spec.vendor == Vendor::Codex {
+            areas.push((paths::CODEX_HOME, l.codex_home, Id::CodexHomeBytes, Id::CodexHomeInodes, 0o700));
+        }
+        areas
+    }
+
+    /// `HostConfig.Tmpfs` option string of a scratch area.
+    pub fn tmpfs_options(area: Area, mode: u32) -> String {
+        format!(
+            "rw,nosuid,nodev,noexec,size={},nr_inodes={},mode={mode:o},uid={},gid={}",
+            area.bytes,
+            area.inodes,
+            paths::AGENT_UID,
+            paths::AGENT_GID
+        )
+    }
+
+    fn volume_mount(source: &str, target: &str, read_only: bool, subpath: Option<String>) -> Mount {
+        Mount {
+            typ: Some(MountType::VOLUME),
+            source: Some(source.to_owned()),
+            target: Some(target.to_owned()),
+            read_only: Some(read_only),
+            volume_options: Some(MountVolumeOptions {
+                no_copy: Some(true),
+                subpath,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Every mount of `HostConfig.Mounts`, in order, with the protection each one carries.
+    pub fn mounts(&self) -> Vec<(Mount, Id)> {
+        let s = &self.spec.storage;
+        let mut mounts = vec![
+            (Self::volume_mount(&s.work_volume, paths::WORK, !self.spec.phase.work_writable(), None), Id::WorkReadonly),
+            (Self::volume_mount(&s.metadata_volume, paths::METADATA, true, None), Id::MetadataReadonly),
+            (Self::volume_mount(&s.control_volume, paths::CONTROL_DIR, true, None), Id::ControlReadonly),
+            (Self::volume_mount(&s.input_volume, paths::INPUT_DIR, true, None), Id::InputReadonly),
+            (Self::volume_mount(&s.egress_volume, paths::EGRESS_DIR, true, None), Id::EgressReadonly),
+        ];
+        for pin in &self.spec.pins {
+            mounts.push((
+                Self::volume_mount(&s.work_volume, &format!("{}/{pin}", paths::WORK), false, Some(pin.clone())),
+                Id::PinnedDirs,
+            ));
+        }
+        for gitlink in &self.spec.gitlinks {
+            mounts.push((
+                Mount {
+                    typ: Some(MountType::TMPFS),
+                    target: Some(format!("{}/{gitlink}", paths::WORK)),
+                    read_only: Some(true),
+                    tmpfs_options: Some(MountTmpfsOptions {
+                        size_bytes: Some(GITLINK_MASK_BYTES),
+                        mode: Some(GITLINK_MASK_MODE),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                Id::GitlinkMasks,
+            ));
+        }
+        mounts
+    }
+
+    /// The container's labels.
+    pub fn labels(&self) -> HashMap<String, String> {
+        self.spec.allocation.labels(Kind::Agent)
+    }
+
+    /// The create request, the container name and the init's policy. Refuses a profile that
+    /// needs a field this engine's API would silently drop.
+    pub fn plan(&self, api: ApiVersion) -> Result<LaunchPlan> {
+        if !self.spec.pins.is_empty() && api < SUBPATH_API {
+            return Err(Error::Profile {
+                id: Id::PinnedDirs,
+                reason: format!(
+                    "pinning {} directories needs VolumeOptions.Subpath (API {SUBPATH_API}); the engine speaks {api} and would silently mount the whole volume",
+                    self.spec.pins.len()
+                ),
+            });
+        }
+        Ok(LaunchPlan {
+            name: self.spec.allocation.name(Kind::Agent),
+            create: self.create_body(),
+            policy: self.policy(),
+        })
+    }
+
+    /// The exact create request.
+    pub fn create_body(&self) -> ContainerCreateBody {
+        let l = &self.spec.limits;
+        let tmpfs: HashMap<String, String> = self
+            .scratch_areas()
+            .into_iter()
+            .map(|(path, area, _, _, mode)| (path.to_owned(), Self::tmpfs_options(area, mode)))
+            .collect();
+        ContainerCreateBody {
+            hostname: Some(paths::HOSTNAME.to_owned()),
+            user: Some(format!("{}:{}", paths::AGENT_UID, paths::AGENT_GID)),
+            attach_stdin: Some(false),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            tty: Some(false),
+            open_stdin: Some(false),
+            stdin_once: Some(false),
+            env: Some(self.env()),
+            image: Some(self.spec.image_id.clone()),
+            working_dir: Some(paths::WORK.to_owned()),
+            entrypoint: Some(vec![paths::INIT.to_owned()]),
+            labels: Some(self.labels()),
+            host_config: Some(HostConfig {
+                readonly_rootfs: Some(true),
+                cap_drop: Some(vec!["ALL".to_owned()]),
+                security_opt: Some(vec!["no-new-privileges".to_owned()]),
+                privileged: Some(false),
+                ipc_mode: Some("none".to_owned()),
+                network_mode: Some("none".to_owned()),
+                cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
+                pids_limit: Some(i64::from(l.pids)),
+                memory: Some(l.memory_bytes as i64),
+                memory_swap: Some(l.memory_bytes as i64),
+                nano_cpus: Some(l.nano_cpus as i64),
+                init: Some(false),
+                mounts: Some(self.mounts().into_iter().map(|(m, _)| m).collect()),
+                tmpfs: Some(tmpfs),
+                log_config: Some(HostConfigLogConfig {
+                    typ: Some("json-file".to_owned()),
+                    config: Some(HashMap::from([
+                        ("max-size".to_owned(), LOG_MAX_SIZE.to_owned()),
+                        ("max-file".to_owned(), "1".to_owned()),
+                    ])),
+                }),
+                restart_policy: Some(RestartPolicy {
+                    name: Some(RestartPolicyNameEnum::NO),
+                    maximum_retry_count: Some(0),
+                }),
+                auto_remove: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The policy cordon-init enforces.
+    pub fn policy(&self) -> Policy {
+        let s = &self.spec.storage;
+        let writable = self.spec.phase.work_writable();
+        let mut mounts = policy::engine_mount_rules();
+        let profile_rule = |path: &str, access: Access, protection: Id, bounded: Option<Bounded>, tmpfs: bool| MountRule {
+            path: path.to_owned(),
+            beneath: false,
+            access,
+            fstype: tmpfs.then(|| "tmpfs".to_owned()),
+            flags: if access == Access::Writable { MountFlags::ALL } else { MountFlags::NONE },
+            protection,
+            required: true,
+            bounded,
+        };
+        mounts.push(profile_rule(
+            paths::WORK,
+            if writable { Access::Writable } else { Access::ReadOnly },
+            if writable { Id::WritableNosuidNodevNoexec } else { Id::WorkReadonly },
+            Some(Bounded {
+                bytes: s.work.bytes,
+                inodes: s.work.inodes,
+                bytes_id: Id::WorkBytes,
+                inodes_id: Id::WorkInodes,
+            }),
+            true,
+        ));
+        mounts.push(profile_rule(paths::METADATA, Access::ReadOnly, Id::MetadataReadonly, None, true));
+        let mut write = Vec::new();
+        for (path, area, bytes_id, inodes_id, _) in self.scratch_areas() {
+            mounts.push(profile_rule(
+                path,
+                Access::Writable,
+                Id::WritableNosuidNodevNoexec,
+                Some(Bounded {
+                    bytes: area.bytes,
+                    inodes: area.inodes,
+                    bytes_id,
+                    inodes_id,
+                }),
+                true,
+            ));
+            write.push(path.to_owned());
+        }
+        if writable {
+            write.push(paths::WORK.to_owned());
+        }
+        mounts.push(profile_rule(paths::CONTROL_DIR, Access::ReadOnly, Id::ControlReadonly, None, false));
+        mounts.push(profile_rule(paths::INPUT_DIR, Access::ReadOnly, Id::InputReadonly, None, false));
+        mounts.push(profile_rule(paths::EGRESS_DIR, Access::ReadOnly, Id::EgressReadonly, None, true));
+        for pin in &self.spec.pins {
+            mounts.push(profile_rule(&format!("{}/{pin}", paths::WORK), Access::Writable, Id::PinnedDirs, None, true));
+        }
+        for gitlink in &self.spec.gitlinks {
+            mounts.push(profile_rule(&format!("{}/{gitlink}", paths::WORK), Access::ReadOnly, Id::GitlinkMasks, None, true));
+        }
+        let mut env = self.env();
+        env.push(format!("HOSTNAME={}", paths::HOSTNAME));
+        let l = &self.spec.limits;
+        Policy {
+            version: policy::POLICY_VERSION,
+            phase: self.spec.phase,
+            vendor: self.spec.vendor,
+            uid: paths::AGENT_UID,
+            gid: paths::AGENT_GID,
+            hostname: paths::HOSTNAME.to_owned(),
+            env,
+            cwd: paths::WORK.to_owned(),
+            mounts,
+            landlock: LandlockPolicy {
+                abi: self.spec.landlock_abi,
+                read: vec!["/".to_owned()],
+                write,
+                devices: vec!["/dev/null".to_owned()],
+                exec: self.spec.exec.clone(),
+            },
+            cgroup: CgroupLimits {
+                pids_max: u64::from(l.pids),
+                memory_bytes: l.memory_bytes,
+                cpu_quota_us: l.nano_cpus * CFS_PERIOD_US / 1_000_000_000,
+                cpu_period_us: CFS_PERIOD_US,
+            },
+            command: self.spec.command.clone(),
+            deadline_ms: l.deadline.as_millis() as u64,
+            grace_ms: l.grace.as_millis() as u64,
+        }
+    }
+}
+
+/// Local-driver options of a bounded tmpfs volume owned by the agent.
+pub fn tmpfs_volume_options(area: Area, mode: u32) -> HashMap<String, String> {
+    HashMap::from([
+        ("type".to_owned(), "tmpfs".to_owned()),
+        ("device".to_owned(), "tmpfs".to_owned()),
+        (
+            "o".to_owned(),
+            format!(
+                "size={},nr_inodes={},uid={},gid={},mode={mode:04o},nosuid,nodev,noexec",
+                area.bytes,
+                area.inodes,
+                paths::AGENT_UID,
+                paths::AGENT_GID
+            ),
+        ),
+    ])
+}
+
+/// The egress socket dir: a small tmpfs volume, read-only to the agent.
+pub const EGRESS_AREA: Area = Area {
+    bytes: 1024 * 1024,
+    inodes: 64,
+};
+
+/// Create requests for one invocation's control, input and egress volumes.
+pub fn invocation_volume_requests(allocation: &Allocation) -> BTreeMap<Kind, VolumeCreateRequest> {
+    let plain = |kind: Kind| VolumeCreateRequest {
+        name: Some(allocation.name(kind)),
+        driver: Some("local".to_owned()),
+        driver_opts: Some(HashMap::new()),
+        labels: Some(allocation.labels(kind)),
+        ..Default::default()
+    };
+    BTreeMap::from([
+        (Kind::Control, plain(Kind::Control)),
+        (Kind::Input, plain(Kind::Input)),
+        (
+            Kind::Egress,
+            VolumeCreateRequest {
+                driver_opts: Some(tmpfs_volume_options(EGRESS_AREA, 0o750)),
+                ..plain(Kind::Egress)
+            },
+        ),
+    ])
+}

@@ -1,0 +1,276 @@
+//! Storage an agent container mounts.
+//!
+//! - Task storage: the work and metadata volumes (bounded tmpfs, owned by the agent, nosuid, nodev,
+//!   noexec), held by a keeper container (cordon-init in keeper role) because a tmpfs volume lives
+//!   only while some container mounts it. The keeper mounts the metadata volume at /work/.git, so
+//!   the mountpoint exists when read-only agent containers mount it.
+//! - Invocation volumes: control (the policy), input, and the egress socket dir. Control and input
+//!   are written through a loader container that is created and never started.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, HostConfigLogConfig, Mount,
+    MountType, MountVolumeOptions, RestartPolicy, RestartPolicyNameEnum, VolumeCreateRequest,
+};
+use bollard::query_parameters::{CreateContainerOptions, UploadToContainerOptions};
+use cordon_contract::paths;
+
+use crate::cleanup::Created;
+use crate::engine::{bounded, Engine, CALL_TIMEOUT};
+use crate::error::{Error, Result};
+use crate::labels::{Allocation, Kind};
+use crate::profile::{tmpfs_volume_options, Area};
+
+/// Default work area (seeds: 512 MiB, 131,072 entries).
+pub const DEFAULT_WORK: Area = Area {
+    bytes: 512 * 1024 * 1024,
+    inodes: 131_072,
+};
+/// Default metadata area.
+pub const DEFAULT_METADATA: Area = Area {
+    bytes: 256 * 1024 * 1024,
+    inodes: 65_536,
+};
+
+fn volume_mount(source: &str, target: &str, read_only: bool) -> Mount {
+    Mount {
+        typ: Some(MountType::VOLUME),
+        source: Some(source.to_owned()),
+        target: Some(target.to_owned()),
+        read_only: Some(read_only),
+        volume_options: Some(MountVolumeOptions {
+            no_copy: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The create request of a trusted helper (keeper, loader): the agent's hardening, small limits.
+pub fn helper_body(image_id: &str, labels: HashMap<String, String>, entrypoint: Vec<String>, mounts: Vec<Mount>) -> ContainerCreateBody {
+    ContainerCreateBody {
+        hostname: Some(paths::HOSTNAME.to_owned()),
+        user: Some(format!("{}:{}", paths::AGENT_UID, paths::AGENT_GID)),
+        attach_stdin: Some(false),
+        attach_stdout: Some(false),
+        attach_stderr: Some(false),
+        tty: Some(false),
+        open_stdin: Some(false),
+        env: Some(vec!["PATH=/usr/bin:/bin".to_owned()]),
+        image: Some(image_id.to_owned()),
+        entrypoint: Some(entrypoint),
+        labels: Some(labels),
+        host_config: Some(HostConfig {
+            readonly_rootfs: Some(true),
+            cap_drop: Some(vec!["ALL".to_owned()]),
+            security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            privileged: Some(false),
+            ipc_mode: Some("none".to_owned()),
+            network_mode: Some("none".to_owned()),
+            cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
+            pids_limit: Some(16),
+            memory: Some(64 * 1024 * 1024),
+            memory_swap: Some(64 * 1024 * 1024),
+            nano_cpus: Some(100_000_000),
+            init: Some(false),
+            mounts: Some(mounts),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("json-file".to_owned()),
+                config: Some(HashMap::from([
+                    ("max-size".to_owned(), "64k".to_owned()),
+                    ("max-file".to_owned(), "1".to_owned()),
+                ])),
+            }),
+            restart_policy: Some(RestartPolicy {
+                name: Some(RestartPolicyNameEnum::NO),
+                maximum_retry_count: Some(0),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn create_volume(engine: &Engine, request: VolumeCreateRequest, created: &mut Created) -> Result<String> {
+    let name = request.name.clone().unwrap_or_default();
+    if name.is_empty() {
+        return Err(Error::Invalid("volume request without a name".into()));
+    }
+    let volume = bounded("create volume", CALL_TIMEOUT, engine.docker().create_volume(request)).await?;
+    created.volumes.push(volume.name.clone());
+    Ok(volume.name)
+}
+
+async fn create_container(engine: &Engine, name: &str, body: ContainerCreateBody, created: &mut Created) -> Result<String> {
+    let options = CreateContainerOptions {
+        name: Some(name.to_owned()),
+        ..Default::default()
+    };
+    let response = bounded("create container", CALL_TIMEOUT, engine.docker().create_container(Some(options), body)).await?;
+    created.containers.push(response.id.clone());
+    Ok(response.id)
+}
+
+/// A task's work and metadata volumes and the keeper that holds them.
+#[derive(Debug, Clone)]
+pub struct TaskStorage {
+    pub allocation: Allocation,
+    pub work_volume: String,
+    pub work: Area,
+    pub metadata_volume: String,
+    pub metadata: Area,
+    pub keeper: String,
+    created: Created,
+}
+
+/// Volume create requests for a task's storage (the gate mutates them to make breach cases).
+pub fn task_volume_requests(allocation: &Allocation, work: Area, metadata: Area) -> (VolumeCreateRequest, VolumeCreateRequest) {
+    let request = |kind: Kind, area: Area| VolumeCreateRequest {
+        name: Some(allocation.name(kind)),
+        driver: Some("local".to_owned()),
+        driver_opts: Some(tmpfs_volume_options(area, 0o755)),
+        labels: Some(allocation.labels(kind)),
+        ..Default::default()
+    };
+    (request(Kind::Work, work), request(Kind::Metadata, metadata))
+}
+
+impl TaskStorage {
+    /// Create both volumes and start the keeper. On any failure everything made is removed.
+    pub async fn create(engine: &Engine, allocation: &Allocation, image_id: &str, work: Area, metadata: Area) -> Result<TaskStorage> {
+        let (w, m) = task_volume_requests(allocation, work, metadata);
+        TaskStorage::create_from(engine, allocation, image_id, (w, work), (m, metadata)).await
+    }
+
+    /// Create from explicit volume requests (the areas are what the profile will expect).
+    pub async fn create_from(
+        engine: &Engine,
+        allocation: &Allocation,
+        image_id: &str,
+        work: (VolumeCreateRequest, Area),
+        metadata: (VolumeCreateRequest, Area),
+    ) -> Result<TaskStorage> {
+        let mut created = Created::default();
+        let result = async {
+            let work_volume = create_volume(engine, work.0, &mut created).await?;
+            let metadata_volume = create_volume(engine, metadata.0, &mut created).await?;
+            let body = helper_body(
+                image_id,
+                allocation.labels(Kind::Keeper),
+                vec![paths::INIT.to_owned(), "keeper".to_owned()],
+                vec![
+                    volume_mount(&work_volume, paths::WORK, false),
+                    volume_mount(&metadata_volume, paths::METADATA, false),
+                ],
+            );
+            let keeper = create_container(engine, &allocation.name(Kind::Keeper), body, &mut created).await?;
+            bounded("start keeper", CALL_TIMEOUT, engine.docker().start_container(&keeper, None)).await?;
+            Ok::<_, Error>((work_volume, metadata_volume, keeper))
+        }
+        .await;
+        match result {
+            Ok((work_volume, metadata_volume, keeper)) => Ok(TaskStorage {
+                allocation: allocation.clone(),
+                work_volume,
+                work: work.1,
+                metadata_volume,
+                metadata: metadata.1,
+                keeper,
+                created,
+            }),
+            Err(e) => {
+                created.remove_all(engine, Duration::from_secs(10)).await?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Stop the keeper and remove both volumes.
+    pub async fn remove(&self, engine: &Engine) -> Result<()> {
+        self.created.remove_all(engine, Duration::from_secs(60)).await
+    }
+}
+
+/// One invocation's control, input and egress volumes.
+#[derive(Debug, Clone)]
+pub struct InvocationVolumes {
+    pub names: BTreeMap<Kind, String>,
+}
+
+fn tar_of(files: &[(&str, &[u8])]) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, data) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o444);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        builder
+            .append_data(&mut header, name, *data)
+            .map_err(|e| Error::io(format!("tar entry {name}"), e))?;
+    }
+    builder.into_inner().map_err(|e| Error::io("tar", e))
+}
+
+impl InvocationVolumes {
+    /// Create the volumes from `requests` and write the policy and input files through a loader
+    /// that is never started. Objects go into `created` as they are made.
+    pub async fn create(
+        engine: &Engine,
+        allocation: &Allocation,
+        image_id: &str,
+        requests: BTreeMap<Kind, VolumeCreateRequest>,
+        policy_bytes: &[u8],
+        input_files: &[(&str, &[u8])],
+        created: &mut Created,
+    ) -> Result<InvocationVolumes> {
+        let mut names = BTreeMap::new();
+        for (kind, request) in requests {
+            names.insert(kind, create_volume(engine, request, created).await?);
+        }
+        let control = names.get(&Kind::Control).cloned().unwrap_or_default();
+        let input = names.get(&Kind::Input).cloned().unwrap_or_default();
+        let body = helper_body(
+            image_id,
+            allocation.labels(Kind::Loader),
+            vec![paths::INIT.to_owned(), "loader".to_owned()],
+            vec![
+                volume_mount(&control, paths::CONTROL_DIR, false),
+                volume_mount(&input, paths::INPUT_DIR, false),
+            ],
+        );
+        let loader = create_container(engine, &allocation.name(Kind::Loader), body, created).await?;
+        let upload = |dir: &str, tar: Vec<u8>| {
+            let options = UploadToContainerOptions {
+                path: dir.to_owned(),
+                ..Default::default()
+            };
+            let docker = engine.docker().clone();
+            let loader = loader.clone();
+            async move {
+                bounded(
+                    "upload to loader",
+                    CALL_TIMEOUT,
+                    docker.upload_to_container(&loader, Some(options), bollard::body_full(tar.into())),
+                )
+                .await
+            }
+        };
+        upload(paths::CONTROL_DIR, tar_of(&[("policy.json", policy_bytes)])?).await?;
+        if !input_files.is_empty() {
+            upload(paths::INPUT_DIR, tar_of(input_files)?).await?;
+        }
+        // The loader never runs. Remove it now; if that fails, the caller's cleanup retries it.
+        let _ = Created {
+            containers: vec![loader],
+            volumes: vec![],
+        }
+        .remove_all(engine, Duration::ZERO)
+        .await;
+        Ok(InvocationVolumes { names })
+    }
+}

@@ -1,0 +1,79 @@
+//! Act: the phase's Landlock ruleset, FullyEnforced at the policy's ABI or not at all.
+
+use cordon_contract::policy::LandlockPolicy;
+use landlock::{
+    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+
+/// The kernel's Landlock ABI, from `landlock_create_ruleset(NULL, 0, VERSION)`.
+pub fn kernel_abi() -> Result<u8, String> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1;
+    // SAFETY: the VERSION query takes no attribute pointer and returns an integer.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if rc < 0 {
+        return Err(format!(
+            "landlock_create_ruleset(VERSION): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    u8::try_from(rc).map_err(|_| format!("landlock ABI {rc} out of range"))
+}
+
+fn abi_of(version: u8) -> ABI {
+    ABI::from(i32::from(version))
+}
+
+/// Enforce the ruleset on this process (and so every later child). Returns the enforced ABI.
+pub fn enforce(policy: &LandlockPolicy) -> Result<u8, String> {
+    let kernel = kernel_abi()?;
+    if kernel < policy.abi {
+        return Err(format!("kernel Landlock ABI {kernel}, policy needs {}", policy.abi));
+    }
+    let abi = abi_of(policy.abi);
+    let all = AccessFs::from_all(abi);
+    let read: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::ReadDir;
+    let write = all & !BitFlags::from(AccessFs::Execute);
+    let exec: BitFlags<AccessFs> = AccessFs::Execute | AccessFs::ReadFile;
+    // A character device needs read, write, and (where handled) truncate and ioctl.
+    let device = all
+        & (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev);
+
+    let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(|e| err("handle_access", &e))?;
+    if policy.abi >= 6 {
+        ruleset = ruleset
+            .scope(Scope::from_all(abi))
+            .map_err(|e| err("scope", &e))?;
+    }
+    let mut created = ruleset.create().map_err(|e| err("create", &e))?;
+    let grants = [
+        (&policy.read, read),
+        (&policy.write, write),
+        (&policy.devices, device),
+        (&policy.exec, exec),
+    ];
+    for (paths, access) in grants {
+        for path in paths {
+            let fd = PathFd::new(path).map_err(|e| err(path, &e))?;
+            created = created
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(|e| err(path, &e))?;
+        }
+    }
+    let status = created.restrict_self().map_err(|e| err("restrict_self", &e))?;
+    if status.ruleset != RulesetStatus::FullyEnforced {
+        return Err(format!("ruleset {:?}, not FullyEnforced", status.ruleset));
+    }
+    Ok(policy.abi)
+}

@@ -1,0 +1,163 @@
+//! cordon-init: PID 1 of every cordon agent container.
+//!
+//! observe (read /proc, statfs, the environment) -> judge (a pure function from the policy and the
+//! observations to ordered verdicts) -> act (Landlock, seccomp, then supervise the workload). Every
+//! refusal is one JSON line on stderr and exit code 120; see `cordon_contract::report`.
+//!
+//! Roles (argv[1]): none is the agent role. `keeper` holds task storage mounted (a tmpfs volume
+//! lives only while some container mounts it) until it is told to stop. `self-test-panic` is the
+//! agent role with a panic once the workload runs, so tests can prove that a panicking init takes
+//! the container down.
+
+mod judge;
+mod landlock;
+mod observe;
+mod procfs;
+mod seccomp;
+mod supervise;
+
+use std::io::{Read, Write};
+use std::time::Instant;
+
+use cordon_contract::report::{EXIT_DEADLINE, EXIT_INIT_FAILURE, EXIT_REFUSED};
+use cordon_contract::{paths, policy, Id, InitLine, Policy};
+
+/// Write one line to stderr in a single write.
+pub fn emit(line: &InitLine) {
+    let mut text = line.to_line();
+    text.push('\n');
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+fn refuse(check: Id, expected: impl Into<String>, observed: impl Into<String>) -> ! {
+    emit(&InitLine::Refusal {
+        check,
+        expected: expected.into(),
+        observed: observed.into(),
+    });
+    std::process::exit(EXIT_REFUSED);
+}
+
+fn fail(reason: impl Into<String>) -> ! {
+    emit(&InitLine::Failure {
+        reason: reason.into(),
+    });
+    std::process::exit(EXIT_INIT_FAILURE);
+}
+
+/// Read the policy from the read-only control dir, bounded.
+fn read_policy() -> (Policy, String) {
+    let expected = format!("a valid policy at {}", paths::POLICY_FILE);
+    let file = std::fs::File::open(paths::POLICY_FILE)
+        .unwrap_or_else(|e| refuse(Id::Policy, expected.clone(), e.to_string()));
+    let mut bytes = Vec::new();
+    if let Err(e) = file
+        .take(policy::MAX_POLICY_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+    {
+        refuse(Id::Policy, expected, e.to_string());
+    }
+    match Policy::from_bytes(&bytes) {
+        Ok(p) => {
+            let digest = policy::digest(&bytes);
+            (p, digest)
+        }
+        Err(e) => refuse(Id::Policy, expected, e.to_string()),
+    }
+}
+
+fn close_inherited_fds() {
+    // SAFETY: close_range only closes descriptors; the preflight showed none but 0-2 are open.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if rc != 0 {
+        fail(format!("close_range: {}", std::io::Error::last_os_error()));
+    }
+}
+
+fn no_core_dumps() {
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+}
+
+fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
+    let (policy, digest) = read_policy();
+    let observations = observe::gather(&policy);
+    let mut checks = match judge::preflight(&policy, &observations) {
+        Ok(passed) => passed,
+        Err(r) => refuse(r.check, r.expected, r.observed),
+    };
+    close_inherited_fds();
+    no_core_dumps();
+
+    let abi = landlock::enforce(&policy.landlock)
+        .unwrap_or_else(|e| refuse(Id::Landlock, format!("Landlock ABI {} FullyEnforced", policy.landlock.abi), e));
+    checks.push(Id::Landlock);
+
+    let filters_before = observations.status.as_ref().map(|s| s.seccomp_filters).unwrap_or(0);
+    if let Err(e) = seccomp::install() {
+        refuse(Id::SeccompStacked, "cordon's seccomp filters installed", e);
+    }
+    let filters_after = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| procfs::parse_status(&t).ok())
+        .map(|s| s.seccomp_filters)
+        .unwrap_or(0);
+    if filters_after < filters_before + 2 {
+        refuse(
+            Id::SeccompStacked,
+            format!("Seccomp_filters {}", filters_before + 2),
+            format!("Seccomp_filters {filters_after}"),
+        );
+    }
+    checks.push(Id::SeccompStacked);
+
+    emit(&InitLine::Attestation {
+        policy_digest: digest,
+        checks,
+        landlock_abi: abi,
+        preflight_us: started.elapsed().as_micros() as u64,
+    });
+
+    let fault = || {
+        if panic_after_start {
+            panic!("self-test: init panic while supervising");
+        }
+    };
+    let outcome = supervise::run(&policy, mask, fault).unwrap_or_else(|e| fail(e));
+    let code = outcome.code.unwrap_or(EXIT_DEADLINE);
+    emit(&InitLine::Exit {
+        code,
+        terminated: outcome.terminated,
+        killed: outcome.killed,
+    });
+    std::process::exit(code);
+}
+
+/// Hold the mounts until TERM, INT or HUP; reap anything (nothing should run here).
+fn keeper(mask: &nix::sys::signal::SigSet) -> ! {
+    if std::process::id() != 1 {
+        refuse(Id::InitEntrypoint, "pid 1", format!("pid {}", std::process::id()));
+    }
+    close_inherited_fds();
+    emit(&InitLine::Ready { role: "keeper".into() });
+    let code = supervise::hold(mask).unwrap_or_else(|e| fail(e));
+    std::process::exit(code);
+}
+
+fn main() {
+    let started = Instant::now();
+    // A panic anywhere takes the container down: PID 1 exiting kills every process in it.
+    std::panic::set_hook(Box::new(|info| {
+        emit(&InitLine::Failure {
+            reason: format!("panic: {info}"),
+        });
+        // SAFETY: _exit ends the process at once, without running anything else.
+        unsafe { libc::_exit(EXIT_INIT_FAILURE) }
+    }));
+    let mask = supervise::block_signals().unwrap_or_else(|e| fail(e));
+    match std::env::args().nth(1).as_deref() {
+        None => agent(started, &mask, false),
+        Some("self-test-panic") => agent(started, &mask, true),
+        Some("keeper") => keeper(&mask),
+        Some(other) => fail(format!("unknown role {other:?}")),
+    }
+}

@@ -1,0 +1,299 @@
+//! Observe: read everything the preflight judges, changing nothing. Each fact is kept as the text
+//! or value seen, so a refusal can quote it. A fact that cannot be read is kept as an error string;
+//! the judge refuses on it rather than guessing.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+use cordon_contract::paths;
+use cordon_contract::policy::Policy;
+use nix::sys::statvfs::{statvfs, FsFlags};
+use nix::unistd::{faccessat, AccessFlags};
+
+use crate::procfs::{self, MountEntry, Status};
+
+/// Facts about one path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathFacts {
+    /// lstat file type: "file", "dir", "symlink", "char", "block", "fifo", "socket", or an error.
+    pub kind: String,
+    /// Device numbers when it is a character device.
+    pub rdev: Option<(u64, u64)>,
+    /// We (the effective ids) may write it.
+    pub writable: bool,
+    /// It lies on a read-only mount.
+    pub on_readonly_mount: bool,
+    /// statfs totals (bytes, inodes).
+    pub totals: Option<(u64, u64)>,
+}
+
+/// cgroup limit files as read (text, or why not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupObs {
+    pub version: u8,
+    pub pids_max: Result<String, String>,
+    pub memory: Result<String, String>,
+    /// v1 memory.memsw.limit_in_bytes, v2 memory.swap.max.
+    pub swap: Result<String, String>,
+    /// v1 "quota period", v2 cpu.max.
+    pub cpu: Result<String, String>,
+}
+
+/// Everything the pure judge needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observations {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pid1_cmdline: String,
+    /// Open fds other than 0-2, as "N -> target".
+    pub extra_fds: Vec<String>,
+    pub cwd: Result<String, String>,
+    pub cgroup: Result<Vec<String>, String>,
+    pub hostname: Result<String, String>,
+    pub status: Result<Status, String>,
+    pub cap_last_cap: Result<u32, String>,
+    /// fds among 0-2 that are terminals.
+    pub ttys: Vec<i32>,
+    /// What fd 0 is.
+    pub stdin: PathFacts,
+    pub interfaces: Result<Vec<String>, String>,
+    pub root_readonly: Result<bool, String>,
+    pub mounts: Result<Vec<MountEntry>, String>,
+    pub shm_present: bool,
+    pub daemon_sockets: Vec<String>,
+    /// Entries of /dev that a hardened container does not have.
+    pub dev_extra: Result<Vec<String>, String>,
+    /// Facts per mountpoint and per exec-allowlist file.
+    pub paths: BTreeMap<String, PathFacts>,
+    pub env: Vec<String>,
+    pub cgroup_limits: CgroupObs,
+}
+
+/// What /dev holds in a hardened runc container (no TTY, IpcMode none).
+pub const STANDARD_DEV: &[&str] = &[
+    "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "mqueue", "fd", "stdin",
+    "stdout", "stderr", "core",
+];
+
+fn read(path: &str) -> Result<String, String> {
+    fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
+}
+
+fn kind_of(ft: fs::FileType) -> &'static str {
+    if ft.is_symlink() {
+        "symlink"
+    } else if ft.is_dir() {
+        "dir"
+    } else if ft.is_file() {
+        "file"
+    } else if ft.is_char_device() {
+        "char"
+    } else if ft.is_block_device() {
+        "block"
+    } else if ft.is_fifo() {
+        "fifo"
+    } else if ft.is_socket() {
+        "socket"
+    } else {
+        "unknown"
+    }
+}
+
+fn major_minor(rdev: u64) -> (u64, u64) {
+    (libc::major(rdev) as u64, libc::minor(rdev) as u64)
+}
+
+/// Facts about a path, never following a final symlink for its type.
+pub fn path_facts(path: &str) -> PathFacts {
+    let mut facts = PathFacts::default();
+    match fs::symlink_metadata(path) {
+        Ok(meta) => {
+            facts.kind = kind_of(meta.file_type()).to_owned();
+            if meta.file_type().is_char_device() {
+                facts.rdev = Some(major_minor(meta.rdev()));
+            }
+        }
+        Err(e) => facts.kind = format!("error: {e}"),
+    }
+    facts.writable = faccessat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        AccessFlags::W_OK,
+        nix::fcntl::AtFlags::AT_EACCESS,
+    )
+    .is_ok();
+    if let Ok(vfs) = statvfs(path) {
+        facts.on_readonly_mount = vfs.flags().contains(FsFlags::ST_RDONLY);
+        let frsize = vfs.fragment_size() as u64;
+        facts.totals = Some((vfs.blocks() as u64 * frsize, vfs.files() as u64));
+    }
+    facts
+}
+
+fn fd_facts(fd: i32) -> PathFacts {
+    // SAFETY: fd 0 is open for the life of the process (the kernel gives every process 0-2, and
+    // nothing here closes it); the borrow ends within this function.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let mut facts = PathFacts::default();
+    match nix::sys::stat::fstat(borrowed) {
+        Ok(st) => {
+            let mode = st.st_mode & libc::S_IFMT;
+            facts.kind = match mode {
+                libc::S_IFCHR => "char",
+                libc::S_IFREG => "file",
+                libc::S_IFIFO => "fifo",
+                libc::S_IFSOCK => "socket",
+                libc::S_IFDIR => "dir",
+                _ => "unknown",
+            }
+            .to_owned();
+            if mode == libc::S_IFCHR {
+                facts.rdev = Some(major_minor(st.st_rdev));
+            }
+        }
+        Err(e) => facts.kind = format!("error: {e}"),
+    }
+    facts
+}
+
+/// Open fds other than 0-2, excluding the directory handle used to list them.
+fn extra_fds() -> Vec<String> {
+    use nix::dir::Dir;
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    use std::os::fd::AsRawFd;
+
+    let mut dir = match Dir::open(
+        "/proc/self/fd",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(dir) => dir,
+        Err(e) => return vec![format!("/proc/self/fd unreadable: {e}")],
+    };
+    let own = dir.as_raw_fd();
+    let mut extra: Vec<String> = dir
+        .iter()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().ok()?.parse::<i32>().ok())
+        .filter(|fd| *fd > 2 && *fd != own)
+        .map(|fd| {
+            let target = fs::read_link(format!("/proc/self/fd/{fd}"))
+                .map(|t| t.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "?".to_owned());
+            format!("{fd} -> {target}")
+        })
+        .collect();
+    extra.sort();
+    extra
+}
+
+fn cgroup_limits() -> CgroupObs {
+    let v2 = fs::metadata("/sys/fs/cgroup/cgroup.controllers").is_ok();
+    if v2 {
+        return CgroupObs {
+            version: 2,
+            pids_max: read("/sys/fs/cgroup/pids.max").map(|s| s.trim().to_owned()),
+            memory: read("/sys/fs/cgroup/memory.max").map(|s| s.trim().to_owned()),
+            swap: read("/sys/fs/cgroup/memory.swap.max").map(|s| s.trim().to_owned()),
+            cpu: read("/sys/fs/cgroup/cpu.max").map(|s| s.trim().to_owned()),
+        };
+    }
+    let cpu_dir = ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"]
+        .into_iter()
+        .find(|d| fs::metadata(format!("{d}/cpu.cfs_quota_us")).is_ok())
+        .unwrap_or("/sys/fs/cgroup/cpu");
+    let cpu = read(&format!("{cpu_dir}/cpu.cfs_quota_us")).and_then(|q| {
+        read(&format!("{cpu_dir}/cpu.cfs_period_us")).map(|p| format!("{} {}", q.trim(), p.trim()))
+    });
+    CgroupObs {
+        version: 1,
+        pids_max: read("/sys/fs/cgroup/pids/pids.max").map(|s| s.trim().to_owned()),
+        memory: read("/sys/fs/cgroup/memory/memory.limit_in_bytes").map(|s| s.trim().to_owned()),
+        swap: read("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").map(|s| s.trim().to_owned()),
+        cpu,
+    }
+}
+
+/// Read everything. Nothing here changes state.
+pub fn gather(policy: &Policy) -> Observations {
+    let pid = std::process::id() as i32;
+    let ppid = nix::unistd::getppid().as_raw();
+    let mounts = read("/proc/self/mountinfo").and_then(|t| procfs::parse_mountinfo(&t));
+    let mut paths_facts = BTreeMap::new();
+    if let Ok(mounts) = &mounts {
+        for m in mounts {
+            paths_facts
+                .entry(m.mount_point.clone())
+                .or_insert_with(|| path_facts(&m.mount_point));
+        }
+    }
+    for rule in &policy.mounts {
+        paths_facts
+            .entry(rule.path.clone())
+            .or_insert_with(|| path_facts(&rule.path));
+    }
+    for exec in &policy.landlock.exec {
+        paths_facts
+            .entry(exec.clone())
+            .or_insert_with(|| path_facts(exec));
+    }
+    let dev_extra = fs::read_dir("/dev")
+        .map_err(|e| format!("/dev: {e}"))
+        .map(|dir| {
+            let mut extra: Vec<String> = dir
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !STANDARD_DEV.contains(&n.as_str()) && n != "shm")
+                .collect();
+            extra.sort();
+            extra
+        });
+    Observations {
+        pid,
+        ppid,
+        pid1_cmdline: read("/proc/1/cmdline")
+            .map(|s| s.replace('\0', " ").trim().to_owned())
+            .unwrap_or_default(),
+        extra_fds: extra_fds(),
+        cwd: fs::read_link("/proc/self/cwd")
+            .map(|p| p.to_string_lossy().into_owned())
+            .map_err(|e| format!("/proc/self/cwd: {e}")),
+        cgroup: read("/proc/self/cgroup").map(|t| t.lines().map(str::to_owned).collect()),
+        hostname: nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .map_err(|e| format!("gethostname: {e}")),
+        status: read("/proc/self/status").and_then(|t| procfs::parse_status(&t)),
+        cap_last_cap: read("/proc/sys/kernel/cap_last_cap").and_then(|t| {
+            t.trim()
+                .parse()
+                .map_err(|_| format!("cap_last_cap {t:?} is not a number"))
+        }),
+        ttys: (0..3)
+            .filter(|fd| {
+                // SAFETY: isatty only inspects the descriptor number.
+                unsafe { libc::isatty(*fd) == 1 }
+            })
+            .collect(),
+        stdin: fd_facts(0),
+        interfaces: read("/proc/net/dev").map(|t| procfs::parse_net_dev(&t)),
+        root_readonly: statvfs("/")
+            .map(|v| v.flags().contains(FsFlags::ST_RDONLY))
+            .map_err(|e| format!("statvfs(/): {e}")),
+        mounts,
+        shm_present: fs::symlink_metadata("/dev/shm").is_ok(),
+        daemon_sockets: paths::DAEMON_SOCKETS
+            .iter()
+            .filter(|p| fs::symlink_metadata(p).is_ok())
+            .map(|p| (*p).to_owned())
+            .collect(),
+        dev_extra,
+        paths: paths_facts,
+        env: std::env::vars_os()
+            .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
+            .collect(),
+        cgroup_limits: cgroup_limits(),
+    }
+}
