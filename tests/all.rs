@@ -1,1 +1,4 @@
+//! The real-Docker suite: one test binary, so it builds and links once and shares the test image.
+//! Every requirement in docs/gate.md names tests here.
 
+mod suite;

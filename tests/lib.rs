@@ -1,1 +1,193 @@
+//! Shared set-up for the real-Docker suite (`tests/all.rs`).
+//!
+//! Nothing here skips: if the engine is unreachable, every test fails with the reason. Each test
+//! uses its own owner token and ends with [`assert_clean`], which fails if any container or volume
+//! with that owner's label survives.
 
+use std::time::Duration;
+
+use cordon::labels::{Allocation, Kind, Owner};
+use cordon::launch::{self, Launch, Output, Prepared};
+use cordon::profile::{Limits, Profile, ProfileSpec, StorageRef, DEFAULT_LANDLOCK_ABI};
+use cordon::storage::{self, TaskStorage};
+use cordon::{cleanup, image, Engine};
+use cordon_contract::{paths, Phase, Vendor};
+use tokio::sync::{Mutex, MutexGuard, OnceCell};
+
+static IMAGE: OnceCell<String> = OnceCell::const_new();
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+/// The serial group: tests that load the whole engine (the full gate, the 1,000-child burst)
+/// take this so they do not distort each other.
+pub async fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().await
+}
+
+/// A connected engine. Fails loudly when Docker is unreachable: these tests are never skipped.
+pub async fn engine() -> Engine {
+    match Engine::connect().await {
+        Ok(engine) => engine,
+        Err(e) => panic!("the real-Docker suite needs a reachable Docker engine: {e}"),
+    }
+}
+
+/// The test image id, built once per test process from this workspace.
+pub async fn image(engine: &Engine) -> String {
+    IMAGE
+        .get_or_init(|| async {
+            let built = image::build_test_image(engine, &image::default_workspace(), false)
+                .await
+                .unwrap_or_else(|e| panic!("building the test image: {e}"));
+            built.id
+        })
+        .await
+        .clone()
+}
+
+/// Fail if anything with this owner's label is left; remove it so one failure does not leak.
+pub async fn assert_clean(engine: &Engine, owner: &Owner) {
+    let (containers, volumes) = cleanup::list_owned(engine, owner)
+        .await
+        .expect("listing objects by owner");
+    if !containers.is_empty() || !volumes.is_empty() {
+        let _ = cleanup::remove_owned(engine, owner).await;
+        panic!("left behind for owner {}: containers {containers:?}, volumes {volumes:?}", owner.as_str());
+    }
+}
+
+/// Task storage for one test.
+pub async fn task_storage(engine: &Engine, owner: &Owner, image_id: &str) -> TaskStorage {
+    let allocation = Allocation::new(owner, "test").expect("allocation");
+    TaskStorage::create(engine, &allocation, image_id, storage::DEFAULT_WORK, storage::DEFAULT_METADATA)
+        .await
+        .expect("task storage")
+}
+
+/// What a test profile runs.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub phase: Phase,
+    pub vendor: Vendor,
+    pub command: Vec<String>,
+    pub exec: Vec<String>,
+    pub limits: Limits,
+}
+
+impl Run {
+    /// The fake vendor CLI with `args`.
+    pub fn vendor(phase: Phase, args: &[&str]) -> Run {
+        let cli = Vendor::Claude.cli_path().to_owned();
+        let mut command = vec![cli.clone()];
+        command.extend(args.iter().map(|a| (*a).to_owned()));
+        Run {
+            phase,
+            vendor: Vendor::Claude,
+            command,
+            exec: vec![cli],
+            limits: test_limits(),
+        }
+    }
+
+    /// A `cordon-probe workload ...` command.
+    pub fn workload(args: &[&str]) -> Run {
+        let mut command = vec![paths::PROBE.to_owned(), "workload".to_owned()];
+        command.extend(args.iter().map(|a| (*a).to_owned()));
+        Run {
+            phase: Phase::Execute,
+            vendor: Vendor::Claude,
+            command,
+            exec: vec![paths::PROBE.to_owned()],
+            limits: test_limits(),
+        }
+    }
+}
+
+/// Small, fast limits for tests.
+pub fn test_limits() -> Limits {
+    Limits {
+        pids: 128,
+        memory_bytes: 256 * 1024 * 1024,
+        deadline: Duration::from_secs(60),
+        grace: Duration::from_secs(1),
+        ..Limits::default()
+    }
+}
+
+/// A profile over `storage`.
+pub fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage, run: &Run) -> Profile {
+    let allocation = Allocation::new(owner, "test").expect("allocation");
+    Profile::new(ProfileSpec {
+        phase: run.phase,
+        vendor: run.vendor,
+        image_id: image_id.to_owned(),
+        storage: StorageRef {
+            work_volume: storage.work_volume.clone(),
+            work: storage.work,
+            metadata_volume: storage.metadata_volume.clone(),
+            metadata: storage.metadata,
+            control_volume: allocation.name(Kind::Control),
+            input_volume: allocation.name(Kind::Input),
+            egress_volume: allocation.name(Kind::Egress),
+        },
+        allocation,
+        limits: run.limits.clone(),
+        command: run.command.clone(),
+        exec: run.exec.clone(),
+        env: vec![],
+        gitlinks: vec![],
+        pins: vec![],
+        landlock_abi: DEFAULT_LANDLOCK_ABI,
+    })
+    .expect("profile")
+}
+
+/// A finished container: exit code, output, and the init's lines.
+#[derive(Debug)]
+pub struct Finished {
+    pub code: i64,
+    pub output: Output,
+    pub verdict: launch::InitVerdict,
+}
+
+impl Finished {
+    /// The init's `exit` line, if it wrote one.
+    pub fn exit_line(&self) -> Option<cordon_contract::InitLine> {
+        self.output
+            .stderr
+            .lines()
+            .filter_map(cordon_contract::InitLine::parse)
+            .find(|l| matches!(l, cordon_contract::InitLine::Exit { .. }))
+    }
+}
+
+/// Create, start (the validator's verdict is checked by the caller), optionally act on the running
+/// container, wait, collect, remove.
+pub async fn launch_with<F, Fut>(engine: &Engine, profile: &Profile, prepared: Prepared, while_running: F) -> (Vec<cordon::Refusal>, Finished)
+where
+    F: FnOnce(&Launch) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut launch = launch::create(engine, profile, prepared).await.expect("create");
+    let refusals = launch.refusals.clone();
+    let result = async {
+        launch.start(engine).await?;
+        while_running(&launch).await;
+        let code = launch.wait(engine, Duration::from_secs(90)).await?;
+        let output = launch.output(engine).await?;
+        Ok::<_, cordon::Error>((code, output))
+    }
+    .await;
+    let digest = launch.policy_digest.clone();
+    launch.finish(engine).await.expect("cleanup");
+    let (code, output) = result.expect("run");
+    let verdict = launch::verdict(&output, &digest);
+    (refusals, Finished { code, output, verdict })
+}
+
+/// Run a profile that must pass the validator; return how it ended.
+pub async fn launch_valid(engine: &Engine, profile: &Profile) -> Finished {
+    let prepared = Prepared::new(engine, profile).expect("plan");
+    let (refusals, finished) = launch_with(engine, profile, prepared, |_| async {}).await;
+    assert!(refusals.is_empty(), "validator refused a valid profile: {refusals:?}");
+    finished
+}

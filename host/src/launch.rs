@@ -348,7 +348,11 @@ pub struct RunReport {
 /// The production path: refuse on any validator difference, otherwise run to the end. Removes
 /// everything it made before returning.
 pub async fn run(engine: &Engine, profile: &Profile) -> Result<RunReport> {
-    let prepared = Prepared::new(engine, profile)?;
+    run_prepared(engine, profile, Prepared::new(engine, profile)?).await
+}
+
+/// [`run`] with a plan the caller may have changed (tests prove the validator stops such a plan).
+pub async fn run_prepared(engine: &Engine, profile: &Profile, prepared: Prepared) -> Result<RunReport> {
     let mut launch = create(engine, profile, prepared).await?;
     if !launch.refusals.is_empty() {
         let refusals = std::mem::take(&mut launch.refusals);

@@ -8,7 +8,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
 use cordon_contract::paths;
-use cordon_contract::policy::Policy;
+use cordon_contract::policy::{Access, Policy};
 use nix::sys::statvfs::{statvfs, FsFlags};
 use nix::unistd::{faccessat, AccessFlags};
 
@@ -65,7 +65,7 @@ pub struct Observations {
     pub daemon_sockets: Vec<String>,
     /// Entries of /dev that a hardened container does not have.
     pub dev_extra: Result<Vec<String>, String>,
-    /// Facts per mountpoint and per exec-allowlist file.
+    /// Facts per policy mount path and per exec-allowlist file (only those the judge reads).
     pub paths: BTreeMap<String, PathFacts>,
     pub env: Vec<String>,
     pub cgroup_limits: CgroupObs,
@@ -105,31 +105,77 @@ fn major_minor(rdev: u64) -> (u64, u64) {
     (libc::major(rdev) as u64, libc::minor(rdev) as u64)
 }
 
+/// Which facts a path needs: each costs syscalls, and the preflight has a 5 ms budget.
+#[derive(Debug, Clone, Copy, Default)]
+struct Need {
+    kind: bool,
+    writable: bool,
+    vfs: bool,
+}
+
 /// Facts about a path, never following a final symlink for its type.
-pub fn path_facts(path: &str) -> PathFacts {
+fn path_facts(path: &str, need: Need) -> PathFacts {
     let mut facts = PathFacts::default();
-    match fs::symlink_metadata(path) {
-        Ok(meta) => {
-            facts.kind = kind_of(meta.file_type()).to_owned();
-            if meta.file_type().is_char_device() {
-                facts.rdev = Some(major_minor(meta.rdev()));
+    if need.kind {
+        match fs::symlink_metadata(path) {
+            Ok(meta) => {
+                facts.kind = kind_of(meta.file_type()).to_owned();
+                if meta.file_type().is_char_device() {
+                    facts.rdev = Some(major_minor(meta.rdev()));
+                }
             }
+            Err(e) => facts.kind = format!("error: {e}"),
         }
-        Err(e) => facts.kind = format!("error: {e}"),
     }
-    facts.writable = faccessat(
-        nix::fcntl::AT_FDCWD,
-        path,
-        AccessFlags::W_OK,
-        nix::fcntl::AtFlags::AT_EACCESS,
-    )
-    .is_ok();
-    if let Ok(vfs) = statvfs(path) {
-        facts.on_readonly_mount = vfs.flags().contains(FsFlags::ST_RDONLY);
-        let frsize = vfs.fragment_size() as u64;
-        facts.totals = Some((vfs.blocks() as u64 * frsize, vfs.files() as u64));
+    if need.writable {
+        facts.writable = faccessat(
+            nix::fcntl::AT_FDCWD,
+            path,
+            AccessFlags::W_OK,
+            nix::fcntl::AtFlags::AT_EACCESS,
+        )
+        .is_ok();
+    }
+    if need.vfs {
+        if let Ok(vfs) = statvfs(path) {
+            facts.on_readonly_mount = vfs.flags().contains(FsFlags::ST_RDONLY);
+            let frsize = vfs.fragment_size() as u64;
+            facts.totals = Some((vfs.blocks() as u64 * frsize, vfs.files() as u64));
+        }
     }
     facts
+}
+
+/// Gather only what the judge will look at: write access of writable engine mounts, the device
+/// of writable masked paths, statfs of bounded areas, everything about exec-allowlist files.
+fn policy_path_facts(policy: &Policy, mounts: &[MountEntry]) -> BTreeMap<String, PathFacts> {
+    let mut needs: BTreeMap<&str, Need> = BTreeMap::new();
+    let mounted_rw = |path: &str| mounts.iter().any(|m| m.mount_point == path && !m.read_only());
+    for rule in policy.mounts.iter().filter(|r| !r.beneath) {
+        let need = needs.entry(rule.path.as_str()).or_default();
+        match rule.access {
+            Access::RootOwned if mounted_rw(&rule.path) => need.writable = true,
+            Access::Masked if mounted_rw(&rule.path) => need.kind = true,
+            _ => {}
+        }
+        if rule.bounded.is_some() {
+            need.vfs = true;
+        }
+    }
+    for exec in &policy.landlock.exec {
+        needs.insert(
+            exec.as_str(),
+            Need {
+                kind: true,
+                writable: true,
+                vfs: true,
+            },
+        );
+    }
+    needs
+        .into_iter()
+        .map(|(path, need)| (path.to_owned(), path_facts(path, need)))
+        .collect()
 }
 
 fn fd_facts(fd: i32) -> PathFacts {
@@ -222,24 +268,7 @@ pub fn gather(policy: &Policy) -> Observations {
     let pid = std::process::id() as i32;
     let ppid = nix::unistd::getppid().as_raw();
     let mounts = read("/proc/self/mountinfo").and_then(|t| procfs::parse_mountinfo(&t));
-    let mut paths_facts = BTreeMap::new();
-    if let Ok(mounts) = &mounts {
-        for m in mounts {
-            paths_facts
-                .entry(m.mount_point.clone())
-                .or_insert_with(|| path_facts(&m.mount_point));
-        }
-    }
-    for rule in &policy.mounts {
-        paths_facts
-            .entry(rule.path.clone())
-            .or_insert_with(|| path_facts(&rule.path));
-    }
-    for exec in &policy.landlock.exec {
-        paths_facts
-            .entry(exec.clone())
-            .or_insert_with(|| path_facts(exec));
-    }
+    let path_facts = policy_path_facts(policy, mounts.as_deref().unwrap_or_default());
     let dev_extra = fs::read_dir("/dev")
         .map_err(|e| format!("/dev: {e}"))
         .map(|dir| {
@@ -290,7 +319,7 @@ pub fn gather(policy: &Policy) -> Observations {
             .map(|p| (*p).to_owned())
             .collect(),
         dev_extra,
-        paths: paths_facts,
+        paths: path_facts,
         env: std::env::vars_os()
             .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
             .collect(),

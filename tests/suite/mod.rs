@@ -1,0 +1,5 @@
+mod engine;
+mod gate;
+mod image;
+mod init;
+mod launch;
