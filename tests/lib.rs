@@ -51,16 +51,25 @@ pub async fn assert_clean(engine: &Engine, owner: &Owner) {
         .expect("listing objects by owner");
     if !containers.is_empty() || !volumes.is_empty() {
         let _ = cleanup::remove_owned(engine, owner).await;
-        panic!("left behind for owner {}: containers {containers:?}, volumes {volumes:?}", owner.as_str());
+        panic!(
+            "left behind for owner {}: containers {containers:?}, volumes {volumes:?}",
+            owner.as_str()
+        );
     }
 }
 
 /// Task storage for one test.
 pub async fn task_storage(engine: &Engine, owner: &Owner, image_id: &str) -> TaskStorage {
     let allocation = Allocation::new(owner, "test").expect("allocation");
-    TaskStorage::create(engine, &allocation, image_id, storage::DEFAULT_WORK, storage::DEFAULT_METADATA)
-        .await
-        .expect("task storage")
+    TaskStorage::create(
+        engine,
+        &allocation,
+        image_id,
+        storage::DEFAULT_WORK,
+        storage::DEFAULT_METADATA,
+    )
+    .await
+    .expect("task storage")
 }
 
 /// What a test profile runs.
@@ -162,12 +171,19 @@ impl Finished {
 
 /// Create, start (the validator's verdict is checked by the caller), optionally act on the running
 /// container, wait, collect, remove.
-pub async fn launch_with<F, Fut>(engine: &Engine, profile: &Profile, prepared: Prepared, while_running: F) -> (Vec<cordon::Refusal>, Finished)
+pub async fn launch_with<F, Fut>(
+    engine: &Engine,
+    profile: &Profile,
+    prepared: Prepared,
+    while_running: F,
+) -> (Vec<cordon::Refusal>, Finished)
 where
     F: FnOnce(&Launch) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let mut launch = launch::create(engine, profile, prepared).await.expect("create");
+    let mut launch = launch::create(engine, profile, prepared)
+        .await
+        .expect("create");
     let refusals = launch.refusals.clone();
     let result = async {
         launch.start(engine).await?;
@@ -181,13 +197,23 @@ where
     launch.finish(engine).await.expect("cleanup");
     let (code, output) = result.expect("run");
     let verdict = launch::verdict(&output, &digest);
-    (refusals, Finished { code, output, verdict })
+    (
+        refusals,
+        Finished {
+            code,
+            output,
+            verdict,
+        },
+    )
 }
 
 /// Run a profile that must pass the validator; return how it ended.
 pub async fn launch_valid(engine: &Engine, profile: &Profile) -> Finished {
     let prepared = Prepared::new(engine, profile).expect("plan");
     let (refusals, finished) = launch_with(engine, profile, prepared, |_| async {}).await;
-    assert!(refusals.is_empty(), "validator refused a valid profile: {refusals:?}");
+    assert!(
+        refusals.is_empty(),
+        "validator refused a valid profile: {refusals:?}"
+    );
     finished
 }

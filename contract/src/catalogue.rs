@@ -146,7 +146,8 @@ impl Serialize for Id {
 impl<'de> Deserialize<'de> for Id {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        Id::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("unknown protection id {s:?}")))
+        Id::parse(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown protection id {s:?}")))
     }
 }
 

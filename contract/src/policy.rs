@@ -210,8 +210,16 @@ impl Policy {
         if self.uid == 0 || self.gid == 0 {
             return Err(bad("policy names uid or gid 0"));
         }
-        if self.hostname.is_empty() || !self.hostname.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-            return Err(bad(format!("hostname {:?} is not a plain name", self.hostname)));
+        if self.hostname.is_empty()
+            || !self
+                .hostname
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Err(bad(format!(
+                "hostname {:?} is not a plain name",
+                self.hostname
+            )));
         }
         let mut keys = std::collections::BTreeSet::new();
         for entry in &self.env {
@@ -219,30 +227,55 @@ impl Policy {
                 return Err(bad(format!("env entry {entry:?} has no '='")));
             };
             if key.is_empty() || entry.contains('\0') || !keys.insert(key) {
-                return Err(bad(format!("env entry {entry:?} is empty, has NUL or repeats a key")));
+                return Err(bad(format!(
+                    "env entry {entry:?} is empty, has NUL or repeats a key"
+                )));
             }
         }
         if !is_clean_absolute(&self.cwd) {
-            return Err(bad(format!("cwd {:?} is not a clean absolute path", self.cwd)));
+            return Err(bad(format!(
+                "cwd {:?} is not a clean absolute path",
+                self.cwd
+            )));
         }
         let mut paths = std::collections::BTreeSet::new();
         for rule in &self.mounts {
             if !is_clean_absolute(&rule.path) || !paths.insert((rule.path.as_str(), rule.beneath)) {
-                return Err(bad(format!("mount path {:?} is unclean or repeated", rule.path)));
+                return Err(bad(format!(
+                    "mount path {:?} is unclean or repeated",
+                    rule.path
+                )));
             }
             if let Some(b) = rule.bounded {
-                if b.bytes == 0 || b.inodes == 0 || rule.access != Access::Writable && rule.path != crate::paths::WORK {
-                    return Err(bad(format!("bounded area {:?} is empty or not an agent area", rule.path)));
+                if b.bytes == 0
+                    || b.inodes == 0
+                    || rule.access != Access::Writable && rule.path != crate::paths::WORK
+                {
+                    return Err(bad(format!(
+                        "bounded area {:?} is empty or not an agent area",
+                        rule.path
+                    )));
                 }
             }
         }
         let ll = &self.landlock;
         if !LANDLOCK_ABI_RANGE.contains(&ll.abi) {
-            return Err(bad(format!("Landlock ABI {} is outside {LANDLOCK_ABI_RANGE:?}", ll.abi)));
+            return Err(bad(format!(
+                "Landlock ABI {} is outside {LANDLOCK_ABI_RANGE:?}",
+                ll.abi
+            )));
         }
-        for path in ll.read.iter().chain(&ll.write).chain(&ll.devices).chain(&ll.exec) {
+        for path in ll
+            .read
+            .iter()
+            .chain(&ll.write)
+            .chain(&ll.devices)
+            .chain(&ll.exec)
+        {
             if !is_clean_absolute(path) {
-                return Err(bad(format!("Landlock path {path:?} is not a clean absolute path")));
+                return Err(bad(format!(
+                    "Landlock path {path:?} is not a clean absolute path"
+                )));
             }
         }
         for path in &ll.write {
@@ -251,14 +284,18 @@ impl Policy {
                 .iter()
                 .any(|m| m.path == *path && m.access == Access::Writable);
             if !backed {
-                return Err(bad(format!("Landlock write grant {path:?} is not a writable mount of the policy")));
+                return Err(bad(format!(
+                    "Landlock write grant {path:?} is not a writable mount of the policy"
+                )));
             }
         }
         let Some(argv0) = self.command.first() else {
             return Err(bad("command is empty"));
         };
         if !ll.exec.contains(argv0) {
-            return Err(bad(format!("command {argv0:?} is not on the exec allowlist")));
+            return Err(bad(format!(
+                "command {argv0:?} is not on the exec allowlist"
+            )));
         }
         if self.command.iter().any(|a| a.contains('\0')) {
             return Err(bad("command has a NUL byte"));
@@ -305,7 +342,12 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         MountRule {
             required: true,
             fstype: Some("proc".into()),
-            ..rule("/proc", Access::RootOwned, MountFlags::ALL, Id::NotPrivileged)
+            ..rule(
+                "/proc",
+                Access::RootOwned,
+                MountFlags::ALL,
+                Id::NotPrivileged,
+            )
         },
         MountRule {
             fstype: Some("tmpfs".into()),
@@ -328,26 +370,62 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         // private IPC namespace, bounded by RLIMIT_MSGQUEUE.
         MountRule {
             fstype: Some("mqueue".into()),
-            ..rule("/dev/mqueue", Access::Writable, MountFlags::ALL, Id::NoHostMounts)
+            ..rule(
+                "/dev/mqueue",
+                Access::Writable,
+                MountFlags::ALL,
+                Id::NoHostMounts,
+            )
         },
         MountRule {
             fstype: Some("sysfs".into()),
-            ..rule("/sys", Access::ReadOnly, MountFlags::NONE, Id::NotPrivileged)
+            ..rule(
+                "/sys",
+                Access::ReadOnly,
+                MountFlags::NONE,
+                Id::NotPrivileged,
+            )
         },
         // cgroup v1: a root-owned tmpfs with one read-only hierarchy per controller beneath;
         // cgroup v2: one read-only cgroup2 mount.
-        rule("/sys/fs/cgroup", Access::RootOwned, MountFlags::ALL, Id::NotPrivileged),
+        rule(
+            "/sys/fs/cgroup",
+            Access::RootOwned,
+            MountFlags::ALL,
+            Id::NotPrivileged,
+        ),
         MountRule {
             beneath: true,
             fstype: Some("cgroup".into()),
-            ..rule("/sys/fs/cgroup", Access::ReadOnly, MountFlags::NONE, Id::NotPrivileged)
+            ..rule(
+                "/sys/fs/cgroup",
+                Access::ReadOnly,
+                MountFlags::NONE,
+                Id::NotPrivileged,
+            )
         },
     ];
     for path in ["/etc/resolv.conf", "/etc/hostname", "/etc/hosts"] {
-        rules.push(rule(path, Access::ReadOnly, MountFlags::NONE, Id::RootfsReadonly));
+        rules.push(rule(
+            path,
+            Access::ReadOnly,
+            MountFlags::NONE,
+            Id::RootfsReadonly,
+        ));
     }
-    for path in ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"] {
-        rules.push(rule(path, Access::ReadOnly, MountFlags::NONE, Id::NotPrivileged));
+    for path in [
+        "/proc/bus",
+        "/proc/fs",
+        "/proc/irq",
+        "/proc/sys",
+        "/proc/sysrq-trigger",
+    ] {
+        rules.push(rule(
+            path,
+            Access::ReadOnly,
+            MountFlags::NONE,
+            Id::NotPrivileged,
+        ));
     }
     for path in [
         "/proc/asound",
@@ -361,7 +439,12 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         "/proc/scsi",
         "/sys/firmware",
     ] {
-        rules.push(rule(path, Access::Masked, MountFlags::NONE, Id::NotPrivileged));
+        rules.push(rule(
+            path,
+            Access::Masked,
+            MountFlags::NONE,
+            Id::NotPrivileged,
+        ));
     }
     rules
 }
@@ -375,7 +458,17 @@ mod tests {
         for ok in ["/", "/work", "/work/.git", "/run/cordon/control"] {
             assert!(is_clean_absolute(ok), "{ok}");
         }
-        for bad in ["", "work", "/work/", "//work", "/work/../etc", "/./x", "/a,b", "/a\nb", "/a\0b"] {
+        for bad in [
+            "",
+            "work",
+            "/work/",
+            "//work",
+            "/work/../etc",
+            "/./x",
+            "/a,b",
+            "/a\nb",
+            "/a\0b",
+        ] {
             assert!(!is_clean_absolute(bad), "{bad:?}");
         }
     }

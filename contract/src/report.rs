@@ -52,7 +52,8 @@ pub enum InitLine {
 impl InitLine {
     /// The line as written (no trailing newline).
     pub fn to_line(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|_| String::from("{\"cordon\":\"failure\",\"reason\":\"unprintable\"}"))
+        serde_json::to_string(self)
+            .unwrap_or_else(|_| String::from("{\"cordon\":\"failure\",\"reason\":\"unprintable\"}"))
     }
 
     /// Parse one line; anything that is not exactly an init line is `None`.

@@ -76,7 +76,12 @@ fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<Profi
 }
 
 /// One cordon launch: returns (timed ms, validate ms, prepare ms, preflight us).
-async fn cordon_once(engine: &Engine, owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<(f64, f64, f64, u64)> {
+async fn cordon_once(
+    engine: &Engine,
+    owner: &Owner,
+    image_id: &str,
+    storage: &TaskStorage,
+) -> Result<(f64, f64, f64, u64)> {
     let profile = profile(owner, image_id, storage)?;
     let prepared = Prepared::new(engine, &profile)?;
     let mut launch = launch::create(engine, &profile, prepared).await?;
@@ -88,19 +93,35 @@ async fn cordon_once(engine: &Engine, owner: &Owner, image_id: &str, storage: &T
         let code = launch.wait(engine, Duration::from_secs(60)).await?;
         let output = launch.output(engine).await?;
         match launch::verdict(&output, &launch.policy_digest) {
-            InitVerdict::Attested { preflight_us, digest_matches: true, .. } if code == 0 => Ok(preflight_us),
-            other => Err(Error::Invalid(format!("bench launch did not attest and exit 0: exit {code}, {other:?}"))),
+            InitVerdict::Attested {
+                preflight_us,
+                digest_matches: true,
+                ..
+            } if code == 0 => Ok(preflight_us),
+            other => Err(Error::Invalid(format!(
+                "bench launch did not attest and exit 0: exit {code}, {other:?}"
+            ))),
         }
     }
     .await;
     let t = launch.timings;
     launch.finish(engine).await?;
     let preflight = run?;
-    Ok((t.create_ms + t.validate_ms + t.start_ms + t.wait_ms, t.validate_ms, t.volumes_ms, preflight))
+    Ok((
+        t.create_ms + t.validate_ms + t.start_ms + t.wait_ms,
+        t.validate_ms,
+        t.volumes_ms,
+        preflight,
+    ))
 }
 
 /// One bare launch of the same create request against its own freshly written volumes.
-async fn bare_once(engine: &Engine, owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<f64> {
+async fn bare_once(
+    engine: &Engine,
+    owner: &Owner,
+    image_id: &str,
+    storage: &TaskStorage,
+) -> Result<f64> {
     let profile = profile(owner, image_id, storage)?;
     let prepared = Prepared::new(engine, &profile)?;
     let mut created = Created::default();
@@ -120,7 +141,15 @@ async fn bare_once(engine: &Engine, owner: &Owner, image_id: &str, storage: &Tas
             name: Some(prepared.plan.name.clone()),
             ..Default::default()
         };
-        let id = bounded("create container", CALL_TIMEOUT, engine.docker().create_container(Some(options), prepared.plan.create)).await?.id;
+        let id = bounded(
+            "create container",
+            CALL_TIMEOUT,
+            engine
+                .docker()
+                .create_container(Some(options), prepared.plan.create),
+        )
+        .await?
+        .id;
         created.containers.push(id.clone());
         let mut launch = Launch::adopt(id);
         launch.start(engine).await?;
@@ -140,12 +169,20 @@ async fn bare_once(engine: &Engine, owner: &Owner, image_id: &str, storage: &Tas
 pub async fn launch(engine: &Engine, image_id: &str, runs: usize) -> Result<BenchReport> {
     let owner = Owner::random("bench");
     let allocation = Allocation::new(&owner, "bench")?;
-    let storage = TaskStorage::create(engine, &allocation, image_id, storage::DEFAULT_WORK, storage::DEFAULT_METADATA).await?;
+    let storage = TaskStorage::create(
+        engine,
+        &allocation,
+        image_id,
+        storage::DEFAULT_WORK,
+        storage::DEFAULT_METADATA,
+    )
+    .await?;
     let result = async {
         // One unmeasured pair warms the image and the engine's caches.
         cordon_once(engine, &owner, image_id, &storage).await?;
         bare_once(engine, &owner, image_id, &storage).await?;
-        let (mut cordon, mut bare, mut validate, mut prepare, mut preflight) = (vec![], vec![], vec![], vec![], vec![]);
+        let (mut cordon, mut bare, mut validate, mut prepare, mut preflight) =
+            (vec![], vec![], vec![], vec![], vec![]);
         for i in 0..runs {
             let mut pair = |c: (f64, f64, f64, u64)| {
                 cordon.push(c.0);

@@ -23,7 +23,10 @@ fn not_found(e: &Error) -> bool {
     matches!(
         e,
         Error::Docker {
-            source: bollard::errors::Error::DockerResponseServerError { status_code: 404, .. },
+            source: bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            },
             ..
         }
     )
@@ -35,7 +38,13 @@ async fn remove_container(engine: &Engine, id: &str) -> Result<()> {
         v: false,
         link: false,
     };
-    match bounded("remove container", CALL_TIMEOUT, engine.docker().remove_container(id, Some(options))).await {
+    match bounded(
+        "remove container",
+        CALL_TIMEOUT,
+        engine.docker().remove_container(id, Some(options)),
+    )
+    .await
+    {
         Err(e) if !not_found(&e) => Err(e),
         _ => Ok(()),
     }
@@ -43,7 +52,13 @@ async fn remove_container(engine: &Engine, id: &str) -> Result<()> {
 
 async fn remove_volume(engine: &Engine, name: &str) -> Result<()> {
     let options = RemoveVolumeOptions { force: true };
-    match bounded("remove volume", CALL_TIMEOUT, engine.docker().remove_volume(name, Some(options))).await {
+    match bounded(
+        "remove volume",
+        CALL_TIMEOUT,
+        engine.docker().remove_volume(name, Some(options)),
+    )
+    .await
+    {
         Err(e) if !not_found(&e) => Err(e),
         _ => Ok(()),
     }
@@ -75,7 +90,10 @@ impl Created {
                 return Ok(());
             }
             if start.elapsed() >= budget {
-                let mut unreleased: Vec<String> = containers.iter().map(|c| format!("container {c}")).collect();
+                let mut unreleased: Vec<String> = containers
+                    .iter()
+                    .map(|c| format!("container {c}"))
+                    .collect();
                 unreleased.extend(volumes.iter().map(|v| format!("volume {v}")));
                 return Err(Error::Unreleased(unreleased));
             }
@@ -91,7 +109,10 @@ impl Created {
 }
 
 fn owner_filter(owner: &Owner) -> HashMap<String, Vec<String>> {
-    HashMap::from([("label".to_owned(), vec![format!("{OWNER}={}", owner.as_str())])])
+    HashMap::from([(
+        "label".to_owned(),
+        vec![format!("{OWNER}={}", owner.as_str())],
+    )])
 }
 
 /// Every container and volume carrying this owner's label: `(containers, volumes)`.
@@ -129,7 +150,10 @@ pub async fn list_owned(engine: &Engine, owner: &Owner) -> Result<(Vec<String>, 
 /// reports what it removed).
 pub async fn remove_owned(engine: &Engine, owner: &Owner) -> Result<()> {
     let (containers, volumes) = list_owned(engine, owner).await?;
-    Created { containers, volumes }
-        .remove_all(engine, Duration::from_secs(10))
-        .await
+    Created {
+        containers,
+        volumes,
+    }
+    .remove_all(engine, Duration::from_secs(10))
+    .await
 }

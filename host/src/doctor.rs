@@ -7,7 +7,7 @@ use bollard::query_parameters::CreateContainerOptions;
 use cordon_contract::paths;
 
 use crate::cleanup::Created;
-use crate::engine::{bounded, Engine, EngineInfo, MIN_API, SUBPATH_API, CALL_TIMEOUT};
+use crate::engine::{bounded, Engine, EngineInfo, CALL_TIMEOUT, MIN_API, SUBPATH_API};
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind, Owner};
 use crate::launch::MAX_OUTPUT_BYTES;
@@ -58,14 +58,23 @@ async fn in_container_report(engine: &Engine, image_id: &str) -> Result<serde_js
             name: Some(allocation.name(Kind::Probe)),
             ..Default::default()
         };
-        let id = bounded("create doctor probe", CALL_TIMEOUT, engine.docker().create_container(Some(options), body)).await?.id;
+        let id = bounded(
+            "create doctor probe",
+            CALL_TIMEOUT,
+            engine.docker().create_container(Some(options), body),
+        )
+        .await?
+        .id;
         created.containers.push(id.clone());
         let mut launch = crate::launch::Launch::adopt(id);
         launch.start(engine).await?;
         let code = launch.wait(engine, Duration::from_secs(60)).await?;
         let output = launch.output(engine).await?;
         if code != 0 {
-            return Err(Error::Invalid(format!("env-report exited {code}: {}", output.stderr)));
+            return Err(Error::Invalid(format!(
+                "env-report exited {code}: {}",
+                output.stderr
+            )));
         }
         let line = output.stdout.lines().next().unwrap_or("");
         serde_json::from_str(&line[..line.len().min(MAX_OUTPUT_BYTES)])
@@ -80,7 +89,12 @@ async fn in_container_report(engine: &Engine, image_id: &str) -> Result<serde_js
 pub async fn run(engine: &Engine, image_id: &str) -> Result<DoctorReport> {
     let info = engine.info().clone();
     let mut facts = vec![
-        fact("engine version", &info.version, !info.version.is_empty(), "any Docker Engine"),
+        fact(
+            "engine version",
+            &info.version,
+            !info.version.is_empty(),
+            "any Docker Engine",
+        ),
         fact(
             "engine API",
             format!("{} (requests pinned to {})", info.api, engine.api()),
@@ -89,11 +103,20 @@ pub async fn run(engine: &Engine, image_id: &str) -> Result<DoctorReport> {
         ),
         fact(
             "volume subpath",
-            if engine.api() >= SUBPATH_API { "supported" } else { "not supported: profiles that pin directories are refused" },
+            if engine.api() >= SUBPATH_API {
+                "supported"
+            } else {
+                "not supported: profiles that pin directories are refused"
+            },
             true,
             &format!("API {SUBPATH_API} for pinned directories (optional)"),
         ),
-        fact("storage driver", &info.storage_driver, !info.storage_driver.is_empty() && info.storage_driver != "vfs", "a copy-on-write driver"),
+        fact(
+            "storage driver",
+            &info.storage_driver,
+            !info.storage_driver.is_empty() && info.storage_driver != "vfs",
+            "a copy-on-write driver",
+        ),
         fact(
             "cgroup version",
             format!("{} ({})", info.cgroup_version, info.cgroup_driver),
@@ -103,7 +126,9 @@ pub async fn run(engine: &Engine, image_id: &str) -> Result<DoctorReport> {
         fact(
             "daemon seccomp",
             info.security_options.join(" "),
-            info.security_options.iter().any(|o| o.contains("name=seccomp")),
+            info.security_options
+                .iter()
+                .any(|o| o.contains("name=seccomp")),
             "seccomp enabled with a profile",
         ),
         fact("kernel", &info.kernel, true, "Linux with Landlock"),
@@ -117,11 +142,21 @@ pub async fn run(engine: &Engine, image_id: &str) -> Result<DoctorReport> {
         &format!(">= {DEFAULT_LANDLOCK_ABI}"),
     ));
     let seccomp = inside["seccomp"].as_str().unwrap_or("").to_owned();
-    facts.push(fact("seccomp mode in a container", &seccomp, seccomp == "2", "2 (filter)"));
+    facts.push(fact(
+        "seccomp mode in a container",
+        &seccomp,
+        seccomp == "2",
+        "2 (filter)",
+    ));
     let nnp = inside["no_new_privs"].as_str().unwrap_or("").to_owned();
     facts.push(fact("NoNewPrivs in a container", &nnp, nnp == "1", "1"));
     let caps = inside["cap_eff"].as_str().unwrap_or("").to_owned();
-    facts.push(fact("CapEff in a container", &caps, caps.trim_start_matches('0').is_empty() && !caps.is_empty(), "0"));
+    facts.push(fact(
+        "CapEff in a container",
+        &caps,
+        caps.trim_start_matches('0').is_empty() && !caps.is_empty(),
+        "0",
+    ));
     let ok = facts.iter().all(|f| f.good);
     Ok(DoctorReport {
         engine: info,
@@ -136,9 +171,19 @@ impl DoctorReport {
     pub fn text(&self) -> String {
         let mut out = String::new();
         for f in &self.facts {
-            out.push_str(&format!("{:<4} {:<30} {}  (need {})\n", if f.good { "ok" } else { "BAD" }, f.name, f.value, f.need));
+            out.push_str(&format!(
+                "{:<4} {:<30} {}  (need {})\n",
+                if f.good { "ok" } else { "BAD" },
+                f.name,
+                f.value,
+                f.need
+            ));
         }
-        out.push_str(if self.ok { "good enough for cordon\n" } else { "NOT good enough for cordon\n" });
+        out.push_str(if self.ok {
+            "good enough for cordon\n"
+        } else {
+            "NOT good enough for cordon\n"
+        });
         out
     }
 }

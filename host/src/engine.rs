@@ -13,9 +13,15 @@ use bollard::{ClientVersion, Docker};
 use crate::error::{Error, Result};
 
 /// The oldest engine API cordon supports (Docker 20.10).
-pub const MIN_API: ApiVersion = ApiVersion { major: 1, minor: 41 };
+pub const MIN_API: ApiVersion = ApiVersion {
+    major: 1,
+    minor: 41,
+};
 /// The API that brought `VolumeOptions.Subpath` (Docker 26).
-pub const SUBPATH_API: ApiVersion = ApiVersion { major: 1, minor: 45 };
+pub const SUBPATH_API: ApiVersion = ApiVersion {
+    major: 1,
+    minor: 45,
+};
 /// Default bound on one engine call.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -71,13 +77,14 @@ pub struct Engine {
 /// cordon's storage and bind checks assume the daemon runs on this machine.
 pub fn socket_path() -> Result<String> {
     match std::env::var("DOCKER_HOST") {
-        Ok(host) if !host.is_empty() => host
-            .strip_prefix("unix://")
-            .map(str::to_owned)
-            .ok_or_else(|| Error::Unreachable {
-                socket: host.clone(),
-                reason: "cordon only talks to a local engine over a unix socket".into(),
-            }),
+        Ok(host) if !host.is_empty() => {
+            host.strip_prefix("unix://")
+                .map(str::to_owned)
+                .ok_or_else(|| Error::Unreachable {
+                    socket: host.clone(),
+                    reason: "cordon only talks to a local engine over a unix socket".into(),
+                })
+        }
         _ => Ok("/var/run/docker.sock".to_owned()),
     }
 }
@@ -223,8 +230,14 @@ mod tests {
 
     #[test]
     fn paths_get_the_pinned_version() {
-        let api = ApiVersion { major: 1, minor: 41 };
-        assert_eq!(pin_path("/containers/json?all=1", api), "/v1.41/containers/json?all=1");
+        let api = ApiVersion {
+            major: 1,
+            minor: 41,
+        };
+        assert_eq!(
+            pin_path("/containers/json?all=1", api),
+            "/v1.41/containers/json?all=1"
+        );
         assert_eq!(pin_path("/v1.41/info", api), "/v1.41/info");
         assert_eq!(pin_path("/version", api), "/v1.41/version");
         assert_eq!(pin_path("/volumes/v1", api), "/v1.41/volumes/v1");

@@ -56,8 +56,22 @@ pub async fn build_static_binaries(workspace: &Path, quiet: bool) -> Result<Path
     let mut command = tokio::process::Command::new(cargo);
     command
         .current_dir(workspace)
-        .args(["build", "--locked", "--profile", PROFILE, "--target", TARGET])
-        .args(["-p", "cordon-init", "-p", "cordon-probe", "-p", "cordon-fake-claude"])
+        .args([
+            "build",
+            "--locked",
+            "--profile",
+            PROFILE,
+            "--target",
+            TARGET,
+        ])
+        .args([
+            "-p",
+            "cordon-init",
+            "-p",
+            "cordon-probe",
+            "-p",
+            "cordon-fake-claude",
+        ])
         .env("CARGO_TARGET_DIR", &target_dir)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
@@ -113,7 +127,12 @@ fn append_dir(builder: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32) -> Res
         .map_err(|e| Error::io(format!("context dir {path}"), e))
 }
 
-fn append_file(builder: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32, data: &[u8]) -> Result<()> {
+fn append_file(
+    builder: &mut tar::Builder<Vec<u8>>,
+    path: &str,
+    mode: u32,
+    data: &[u8],
+) -> Result<()> {
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(tar::EntryType::Regular);
     header.set_mode(mode);
@@ -168,11 +187,18 @@ pub fn context(binaries: &[(&str, Vec<u8>)]) -> Result<Vec<u8>> {
 
 /// The tag for a context.
 pub fn tag_for(context: &[u8]) -> String {
-    format!("{REPOSITORY}:{}", &hex::encode(Sha256::digest(context))[..16])
+    format!(
+        "{REPOSITORY}:{}",
+        &hex::encode(Sha256::digest(context))[..16]
+    )
 }
 
 /// Build the static binaries and the test image (or reuse it), and report its size.
-pub async fn build_test_image(engine: &Engine, workspace: &Path, progress: bool) -> Result<BuiltImage> {
+pub async fn build_test_image(
+    engine: &Engine,
+    workspace: &Path,
+    progress: bool,
+) -> Result<BuiltImage> {
     let started = Instant::now();
     let bar = progress.then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
@@ -192,7 +218,10 @@ pub async fn build_test_image(engine: &Engine, workspace: &Path, progress: bool)
     }
     let ctx = context(&binaries)?;
     let tag = tag_for(&ctx);
-    let sizes = binaries.iter().map(|(n, d)| ((*n).to_owned(), d.len() as u64)).collect();
+    let sizes = binaries
+        .iter()
+        .map(|(n, d)| ((*n).to_owned(), d.len() as u64))
+        .collect();
     let existing = engine.docker().inspect_image(&tag).await.ok();
     let reused = existing.is_some();
     if !reused {
@@ -210,9 +239,10 @@ pub async fn build_test_image(engine: &Engine, workspace: &Path, progress: bool)
             version: BuilderVersion::BuilderV1,
             ..Default::default()
         };
-        let mut stream = engine
-            .docker()
-            .build_image(options, None, Some(bollard::body_full(ctx.into())));
+        let mut stream =
+            engine
+                .docker()
+                .build_image(options, None, Some(bollard::body_full(ctx.into())));
         while let Some(item) = tokio::time::timeout(CALL_TIMEOUT, stream.next())
             .await
             .map_err(|_| Error::Timeout {
@@ -235,7 +265,12 @@ pub async fn build_test_image(engine: &Engine, workspace: &Path, progress: bool)
             }
         }
     }
-    let inspect = bounded("inspect image", CALL_TIMEOUT, engine.docker().inspect_image(&tag)).await?;
+    let inspect = bounded(
+        "inspect image",
+        CALL_TIMEOUT,
+        engine.docker().inspect_image(&tag),
+    )
+    .await?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
@@ -255,12 +290,20 @@ mod tests {
 
     #[test]
     fn context_is_deterministic() {
-        let bins = vec![("cordon-init", vec![1u8; 10]), ("cordon-probe", vec![2u8; 10]), ("claude", vec![3u8; 10])];
+        let bins = vec![
+            ("cordon-init", vec![1u8; 10]),
+            ("cordon-probe", vec![2u8; 10]),
+            ("claude", vec![3u8; 10]),
+        ];
         let a = context(&bins).unwrap();
         let b = context(&bins).unwrap();
         assert_eq!(a, b);
         assert_eq!(tag_for(&a), tag_for(&b));
-        let other = vec![("cordon-init", vec![9u8; 10]), ("cordon-probe", vec![2u8; 10]), ("claude", vec![3u8; 10])];
+        let other = vec![
+            ("cordon-init", vec![9u8; 10]),
+            ("cordon-probe", vec![2u8; 10]),
+            ("claude", vec![3u8; 10]),
+        ];
         assert_ne!(tag_for(&a), tag_for(&context(&other).unwrap()));
     }
 

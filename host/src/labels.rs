@@ -89,7 +89,9 @@ impl Allocation {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
         {
-            return Err(Error::Invalid(format!("attempt id {attempt:?} is not a plain token")));
+            return Err(Error::Invalid(format!(
+                "attempt id {attempt:?} is not a plain token"
+            )));
         }
         Ok(Allocation {
             owner: owner.clone(),

@@ -111,14 +111,19 @@ async fn inspect_all(engine: &Engine, container: &str, profile: &Profile) -> Res
         s.input_volume.clone(),
         s.egress_volume.clone(),
     ];
-    let container_fut = bounded("inspect container", CALL_TIMEOUT, docker.inspect_container(container, None));
+    let container_fut = bounded(
+        "inspect container",
+        CALL_TIMEOUT,
+        docker.inspect_container(container, None),
+    );
     let volume_futs = names.iter().map(|name| async move {
         let result = bounded("inspect volume", CALL_TIMEOUT, docker.inspect_volume(name))
             .await
             .map_err(|e| e.to_string());
         (name.clone(), result)
     });
-    let (container, volumes) = tokio::join!(container_fut, futures_util::future::join_all(volume_futs));
+    let (container, volumes) =
+        tokio::join!(container_fut, futures_util::future::join_all(volume_futs));
     Ok(Observed {
         container: container?,
         volumes: volumes.into_iter().collect(),
@@ -158,7 +163,9 @@ pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> R
         let response = bounded(
             "create container",
             CALL_TIMEOUT,
-            engine.docker().create_container(Some(options), prepared.plan.create),
+            engine
+                .docker()
+                .create_container(Some(options), prepared.plan.create),
         )
         .await?;
         created.containers.push(response.id.clone());
@@ -240,7 +247,12 @@ impl Launch {
     /// Start the container (whatever the validator said: callers decide).
     pub async fn start(&mut self, engine: &Engine) -> Result<()> {
         let t = Instant::now();
-        bounded("start container", CALL_TIMEOUT, engine.docker().start_container(&self.container, None)).await?;
+        bounded(
+            "start container",
+            CALL_TIMEOUT,
+            engine.docker().start_container(&self.container, None),
+        )
+        .await?;
         self.timings.start_ms = ms(t);
         Ok(())
     }
@@ -250,7 +262,14 @@ impl Launch {
         let options = KillContainerOptions {
             signal: signal.to_owned(),
         };
-        bounded("kill container", CALL_TIMEOUT, engine.docker().kill_container(&self.container, Some(options))).await
+        bounded(
+            "kill container",
+            CALL_TIMEOUT,
+            engine
+                .docker()
+                .kill_container(&self.container, Some(options)),
+        )
+        .await
     }
 
     /// Wait for the container to exit; returns its exit code. Past `limit` it is killed.
@@ -332,7 +351,9 @@ impl Launch {
 
     /// Remove the container and the invocation volumes.
     pub async fn finish(self, engine: &Engine) -> Result<()> {
-        self.created.remove_all(engine, Duration::from_secs(60)).await
+        self.created
+            .remove_all(engine, Duration::from_secs(60))
+            .await
     }
 }
 
@@ -352,7 +373,11 @@ pub async fn run(engine: &Engine, profile: &Profile) -> Result<RunReport> {
 }
 
 /// [`run`] with a plan the caller may have changed (tests prove the validator stops such a plan).
-pub async fn run_prepared(engine: &Engine, profile: &Profile, prepared: Prepared) -> Result<RunReport> {
+pub async fn run_prepared(
+    engine: &Engine,
+    profile: &Profile,
+    prepared: Prepared,
+) -> Result<RunReport> {
     let mut launch = create(engine, profile, prepared).await?;
     if !launch.refusals.is_empty() {
         let refusals = std::mem::take(&mut launch.refusals);

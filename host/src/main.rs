@@ -10,7 +10,11 @@ use cordon::gate::GateOptions;
 use cordon::{bench, doctor, gate, image, Engine};
 
 #[derive(Debug, Parser)]
-#[command(name = "cordon", version, about = "An isolation boundary for AI coding agents")]
+#[command(
+    name = "cordon",
+    version,
+    about = "An isolation boundary for AI coding agents"
+)]
 struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
@@ -62,7 +66,11 @@ enum BenchAction {
     },
 }
 
-fn print<T: serde::Serialize>(json: bool, value: &T, text: impl FnOnce() -> String) -> anyhow::Result<()> {
+fn print<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    text: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(value)?);
     } else {
@@ -72,16 +80,23 @@ fn print<T: serde::Serialize>(json: bool, value: &T, text: impl FnOnce() -> Stri
 }
 
 async fn build(engine: &Engine, cli: &Cli) -> anyhow::Result<image::BuiltImage> {
-    let workspace = cli.workspace.clone().unwrap_or_else(image::default_workspace);
+    let workspace = cli
+        .workspace
+        .clone()
+        .unwrap_or_else(image::default_workspace);
     image::build_test_image(engine, &workspace, !cli.json)
         .await
         .context("building the test image")
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let engine = Engine::connect().await.context("connecting to the Docker engine")?;
+    let engine = Engine::connect()
+        .await
+        .context("connecting to the Docker engine")?;
     match &cli.command {
-        Command::Image { action: ImageAction::Build } => {
+        Command::Image {
+            action: ImageAction::Build,
+        } => {
             let built = build(&engine, &cli).await?;
             print(cli.json, &built, || {
                 format!(
@@ -101,19 +116,35 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 parallel: *parallel,
                 filter: filter.clone(),
             };
-            let report = gate::run(&engine, &built.id, &options).await.context("running the gate")?;
+            let report = gate::run(&engine, &built.id, &options)
+                .await
+                .context("running the gate")?;
             print(cli.json, &report, || report.table())?;
-            Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if report.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Doctor => {
             let built = build(&engine, &cli).await?;
-            let report = doctor::run(&engine, &built.id).await.context("running doctor")?;
+            let report = doctor::run(&engine, &built.id)
+                .await
+                .context("running doctor")?;
             print(cli.json, &report, || report.text())?;
-            Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
-        Command::Bench { action: BenchAction::Launch { runs } } => {
+        Command::Bench {
+            action: BenchAction::Launch { runs },
+        } => {
             let built = build(&engine, &cli).await?;
-            let report = bench::launch(&engine, &built.id, *runs).await.context("benchmarking launch")?;
+            let report = bench::launch(&engine, &built.id, *runs)
+                .await
+                .context("benchmarking launch")?;
             print(cli.json, &report, || report.text())?;
             Ok(ExitCode::SUCCESS)
         }
@@ -123,7 +154,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

@@ -173,46 +173,66 @@ impl Profile {
         spec.storage.work.check("work")?;
         spec.storage.metadata.check("metadata")?;
         if l.pids == 0 || l.memory_bytes < 16 * 1024 * 1024 || l.nano_cpus < 10_000_000 {
-            return Err(Error::Invalid("pids, memory (>= 16 MiB) and CPU (>= 0.01) must be set".into()));
+            return Err(Error::Invalid(
+                "pids, memory (>= 16 MiB) and CPU (>= 0.01) must be set".into(),
+            ));
         }
         if l.deadline.is_zero() || l.grace.is_zero() {
             return Err(Error::Invalid("deadline and grace must be positive".into()));
         }
         if !spec.image_id.starts_with("sha256:") {
-            return Err(Error::Invalid(format!("image {:?} is not an image id", spec.image_id)));
+            return Err(Error::Invalid(format!(
+                "image {:?} is not an image id",
+                spec.image_id
+            )));
         }
         let Some(argv0) = spec.command.first() else {
             return Err(Error::Invalid("empty command".into()));
         };
         if !spec.exec.contains(argv0) {
-            return Err(Error::Invalid(format!("command {argv0:?} is not on the exec allowlist")));
+            return Err(Error::Invalid(format!(
+                "command {argv0:?} is not on the exec allowlist"
+            )));
         }
         if spec.command.iter().any(|a| a.contains('\0')) {
             return Err(Error::Invalid("command has a NUL byte".into()));
         }
         for path in &spec.exec {
             if !policy::is_clean_absolute(path) || path == "/" {
-                return Err(Error::Invalid(format!("exec path {path:?} is not a clean absolute file path")));
+                return Err(Error::Invalid(format!(
+                    "exec path {path:?} is not a clean absolute file path"
+                )));
             }
         }
         for (key, value) in &spec.env {
             if !ENV_ALLOWED_EXTRA.contains(&key.as_str()) || value.contains(['\0', '\n']) {
-                return Err(Error::Invalid(format!("environment variable {key:?} is not allowed")));
+                return Err(Error::Invalid(format!(
+                    "environment variable {key:?} is not allowed"
+                )));
             }
         }
         if (!spec.gitlinks.is_empty() || !spec.pins.is_empty()) && !spec.phase.work_writable() {
-            return Err(Error::Invalid("gitlink masks and pins exist only in execute and fix".into()));
+            return Err(Error::Invalid(
+                "gitlink masks and pins exist only in execute and fix".into(),
+            ));
         }
         if spec.gitlinks.len() > MAX_GITLINKS || spec.pins.len() > MAX_GITLINKS {
-            return Err(Error::Invalid(format!("more than {MAX_GITLINKS} gitlinks or pins")));
+            return Err(Error::Invalid(format!(
+                "more than {MAX_GITLINKS} gitlinks or pins"
+            )));
         }
         for path in spec.gitlinks.iter().chain(&spec.pins) {
             if !relative_clean(path) || path == ".git" || path.starts_with(".git/") {
-                return Err(Error::Invalid(format!("gitlink or pin {path:?} is not a mountable path under /work")));
+                return Err(Error::Invalid(format!(
+                    "gitlink or pin {path:?} is not a mountable path under /work"
+                )));
             }
         }
         if !policy::LANDLOCK_ABI_RANGE.contains(&spec.landlock_abi) {
-            return Err(Error::Invalid(format!("Landlock ABI {} unsupported", spec.landlock_abi)));
+            return Err(Error::Invalid(format!(
+                "Landlock ABI {} unsupported",
+                spec.landlock_abi
+            )));
         }
         Ok(Profile { spec })
     }
@@ -260,10 +280,22 @@ impl Profile {
         let mut areas = vec![
             (paths::TMP, l.tmp, Id::TmpBytes, Id::TmpInodes, 0o1777),
             (paths::HOME, l.home, Id::HomeBytes, Id::HomeInodes, 0o700),
-            (paths::OUTPUT_DIR, l.output, Id::OutputBytes, Id::OutputInodes, 0o700),
+            (
+                paths::OUTPUT_DIR,
+                l.output,
+                Id::OutputBytes,
+                Id::OutputInodes,
+                0o700,
+            ),
         ];
         if self.spec.vendor == Vendor::Codex {
-            areas.push((paths::CODEX_HOME, l.codex_home, Id::CodexHomeBytes, Id::CodexHomeInodes, 0o700));
+            areas.push((
+                paths::CODEX_HOME,
+                l.codex_home,
+                Id::CodexHomeBytes,
+                Id::CodexHomeInodes,
+                0o700,
+            ));
         }
         areas
     }
@@ -298,15 +330,40 @@ impl Profile {
     pub fn mounts(&self) -> Vec<(Mount, Id)> {
         let s = &self.spec.storage;
         let mut mounts = vec![
-            (Self::volume_mount(&s.work_volume, paths::WORK, !self.spec.phase.work_writable(), None), Id::WorkReadonly),
-            (Self::volume_mount(&s.metadata_volume, paths::METADATA, true, None), Id::MetadataReadonly),
-            (Self::volume_mount(&s.control_volume, paths::CONTROL_DIR, true, None), Id::ControlReadonly),
-            (Self::volume_mount(&s.input_volume, paths::INPUT_DIR, true, None), Id::InputReadonly),
-            (Self::volume_mount(&s.egress_volume, paths::EGRESS_DIR, true, None), Id::EgressReadonly),
+            (
+                Self::volume_mount(
+                    &s.work_volume,
+                    paths::WORK,
+                    !self.spec.phase.work_writable(),
+                    None,
+                ),
+                Id::WorkReadonly,
+            ),
+            (
+                Self::volume_mount(&s.metadata_volume, paths::METADATA, true, None),
+                Id::MetadataReadonly,
+            ),
+            (
+                Self::volume_mount(&s.control_volume, paths::CONTROL_DIR, true, None),
+                Id::ControlReadonly,
+            ),
+            (
+                Self::volume_mount(&s.input_volume, paths::INPUT_DIR, true, None),
+                Id::InputReadonly,
+            ),
+            (
+                Self::volume_mount(&s.egress_volume, paths::EGRESS_DIR, true, None),
+                Id::EgressReadonly,
+            ),
         ];
         for pin in &self.spec.pins {
             mounts.push((
-                Self::volume_mount(&s.work_volume, &format!("{}/{pin}", paths::WORK), false, Some(pin.clone())),
+                Self::volume_mount(
+                    &s.work_volume,
+                    &format!("{}/{pin}", paths::WORK),
+                    false,
+                    Some(pin.clone()),
+                ),
                 Id::PinnedDirs,
             ));
         }
@@ -413,20 +470,35 @@ impl Profile {
         let s = &self.spec.storage;
         let writable = self.spec.phase.work_writable();
         let mut mounts = policy::engine_mount_rules();
-        let profile_rule = |path: &str, access: Access, protection: Id, bounded: Option<Bounded>, tmpfs: bool| MountRule {
-            path: path.to_owned(),
-            beneath: false,
-            access,
-            fstype: tmpfs.then(|| "tmpfs".to_owned()),
-            flags: if access == Access::Writable { MountFlags::ALL } else { MountFlags::NONE },
-            protection,
-            required: true,
-            bounded,
-        };
+        let profile_rule =
+            |path: &str, access: Access, protection: Id, bounded: Option<Bounded>, tmpfs: bool| {
+                MountRule {
+                    path: path.to_owned(),
+                    beneath: false,
+                    access,
+                    fstype: tmpfs.then(|| "tmpfs".to_owned()),
+                    flags: if access == Access::Writable {
+                        MountFlags::ALL
+                    } else {
+                        MountFlags::NONE
+                    },
+                    protection,
+                    required: true,
+                    bounded,
+                }
+            };
         mounts.push(profile_rule(
             paths::WORK,
-            if writable { Access::Writable } else { Access::ReadOnly },
-            if writable { Id::WritableNosuidNodevNoexec } else { Id::WorkReadonly },
+            if writable {
+                Access::Writable
+            } else {
+                Access::ReadOnly
+            },
+            if writable {
+                Id::WritableNosuidNodevNoexec
+            } else {
+                Id::WorkReadonly
+            },
             Some(Bounded {
                 bytes: s.work.bytes,
                 inodes: s.work.inodes,
@@ -435,7 +507,13 @@ impl Profile {
             }),
             true,
         ));
-        mounts.push(profile_rule(paths::METADATA, Access::ReadOnly, Id::MetadataReadonly, None, true));
+        mounts.push(profile_rule(
+            paths::METADATA,
+            Access::ReadOnly,
+            Id::MetadataReadonly,
+            None,
+            true,
+        ));
         let mut write = Vec::new();
         for (path, area, bytes_id, inodes_id, _) in self.scratch_areas() {
             mounts.push(profile_rule(
@@ -455,14 +533,44 @@ impl Profile {
         if writable {
             write.push(paths::WORK.to_owned());
         }
-        mounts.push(profile_rule(paths::CONTROL_DIR, Access::ReadOnly, Id::ControlReadonly, None, false));
-        mounts.push(profile_rule(paths::INPUT_DIR, Access::ReadOnly, Id::InputReadonly, None, false));
-        mounts.push(profile_rule(paths::EGRESS_DIR, Access::ReadOnly, Id::EgressReadonly, None, true));
+        mounts.push(profile_rule(
+            paths::CONTROL_DIR,
+            Access::ReadOnly,
+            Id::ControlReadonly,
+            None,
+            false,
+        ));
+        mounts.push(profile_rule(
+            paths::INPUT_DIR,
+            Access::ReadOnly,
+            Id::InputReadonly,
+            None,
+            false,
+        ));
+        mounts.push(profile_rule(
+            paths::EGRESS_DIR,
+            Access::ReadOnly,
+            Id::EgressReadonly,
+            None,
+            true,
+        ));
         for pin in &self.spec.pins {
-            mounts.push(profile_rule(&format!("{}/{pin}", paths::WORK), Access::Writable, Id::PinnedDirs, None, true));
+            mounts.push(profile_rule(
+                &format!("{}/{pin}", paths::WORK),
+                Access::Writable,
+                Id::PinnedDirs,
+                None,
+                true,
+            ));
         }
         for gitlink in &self.spec.gitlinks {
-            mounts.push(profile_rule(&format!("{}/{gitlink}", paths::WORK), Access::ReadOnly, Id::GitlinkMasks, None, true));
+            mounts.push(profile_rule(
+                &format!("{}/{gitlink}", paths::WORK),
+                Access::ReadOnly,
+                Id::GitlinkMasks,
+                None,
+                true,
+            ));
         }
         let mut env = self.env();
         env.push(format!("HOSTNAME={}", paths::HOSTNAME));

@@ -49,7 +49,12 @@ fn volume_mount(source: &str, target: &str, read_only: bool) -> Mount {
 }
 
 /// The create request of a trusted helper (keeper, loader): the agent's hardening, small limits.
-pub fn helper_body(image_id: &str, labels: HashMap<String, String>, entrypoint: Vec<String>, mounts: Vec<Mount>) -> ContainerCreateBody {
+pub fn helper_body(
+    image_id: &str,
+    labels: HashMap<String, String>,
+    entrypoint: Vec<String>,
+    mounts: Vec<Mount>,
+) -> ContainerCreateBody {
     ContainerCreateBody {
         hostname: Some(paths::HOSTNAME.to_owned()),
         user: Some(format!("{}:{}", paths::AGENT_UID, paths::AGENT_GID)),
@@ -93,22 +98,41 @@ pub fn helper_body(image_id: &str, labels: HashMap<String, String>, entrypoint: 
     }
 }
 
-async fn create_volume(engine: &Engine, request: VolumeCreateRequest, created: &mut Created) -> Result<String> {
+async fn create_volume(
+    engine: &Engine,
+    request: VolumeCreateRequest,
+    created: &mut Created,
+) -> Result<String> {
     let name = request.name.clone().unwrap_or_default();
     if name.is_empty() {
         return Err(Error::Invalid("volume request without a name".into()));
     }
-    let volume = bounded("create volume", CALL_TIMEOUT, engine.docker().create_volume(request)).await?;
+    let volume = bounded(
+        "create volume",
+        CALL_TIMEOUT,
+        engine.docker().create_volume(request),
+    )
+    .await?;
     created.volumes.push(volume.name.clone());
     Ok(volume.name)
 }
 
-async fn create_container(engine: &Engine, name: &str, body: ContainerCreateBody, created: &mut Created) -> Result<String> {
+async fn create_container(
+    engine: &Engine,
+    name: &str,
+    body: ContainerCreateBody,
+    created: &mut Created,
+) -> Result<String> {
     let options = CreateContainerOptions {
         name: Some(name.to_owned()),
         ..Default::default()
     };
-    let response = bounded("create container", CALL_TIMEOUT, engine.docker().create_container(Some(options), body)).await?;
+    let response = bounded(
+        "create container",
+        CALL_TIMEOUT,
+        engine.docker().create_container(Some(options), body),
+    )
+    .await?;
     created.containers.push(response.id.clone());
     Ok(response.id)
 }
@@ -126,7 +150,11 @@ pub struct TaskStorage {
 }
 
 /// Volume create requests for a task's storage (the gate mutates them to make breach cases).
-pub fn task_volume_requests(allocation: &Allocation, work: Area, metadata: Area) -> (VolumeCreateRequest, VolumeCreateRequest) {
+pub fn task_volume_requests(
+    allocation: &Allocation,
+    work: Area,
+    metadata: Area,
+) -> (VolumeCreateRequest, VolumeCreateRequest) {
     let request = |kind: Kind, area: Area| VolumeCreateRequest {
         name: Some(allocation.name(kind)),
         driver: Some("local".to_owned()),
@@ -139,7 +167,13 @@ pub fn task_volume_requests(allocation: &Allocation, work: Area, metadata: Area)
 
 impl TaskStorage {
     /// Create both volumes and start the keeper. On any failure everything made is removed.
-    pub async fn create(engine: &Engine, allocation: &Allocation, image_id: &str, work: Area, metadata: Area) -> Result<TaskStorage> {
+    pub async fn create(
+        engine: &Engine,
+        allocation: &Allocation,
+        image_id: &str,
+        work: Area,
+        metadata: Area,
+    ) -> Result<TaskStorage> {
         let (w, m) = task_volume_requests(allocation, work, metadata);
         TaskStorage::create_from(engine, allocation, image_id, (w, work), (m, metadata)).await
     }
@@ -165,8 +199,15 @@ impl TaskStorage {
                     volume_mount(&metadata_volume, paths::METADATA, false),
                 ],
             );
-            let keeper = create_container(engine, &allocation.name(Kind::Keeper), body, &mut created).await?;
-            bounded("start keeper", CALL_TIMEOUT, engine.docker().start_container(&keeper, None)).await?;
+            let keeper =
+                create_container(engine, &allocation.name(Kind::Keeper), body, &mut created)
+                    .await?;
+            bounded(
+                "start keeper",
+                CALL_TIMEOUT,
+                engine.docker().start_container(&keeper, None),
+            )
+            .await?;
             Ok::<_, Error>((work_volume, metadata_volume, keeper))
         }
         .await;
@@ -189,7 +230,9 @@ impl TaskStorage {
 
     /// Stop the keeper and remove both volumes.
     pub async fn remove(&self, engine: &Engine) -> Result<()> {
-        self.created.remove_all(engine, Duration::from_secs(60)).await
+        self.created
+            .remove_all(engine, Duration::from_secs(60))
+            .await
     }
 }
 
@@ -243,7 +286,8 @@ impl InvocationVolumes {
                 volume_mount(&input, paths::INPUT_DIR, false),
             ],
         );
-        let loader = create_container(engine, &allocation.name(Kind::Loader), body, created).await?;
+        let loader =
+            create_container(engine, &allocation.name(Kind::Loader), body, created).await?;
         let upload = |dir: &str, tar: Vec<u8>| {
             let options = UploadToContainerOptions {
                 path: dir.to_owned(),
@@ -255,12 +299,20 @@ impl InvocationVolumes {
                 bounded(
                     "upload to loader",
                     CALL_TIMEOUT,
-                    docker.upload_to_container(&loader, Some(options), bollard::body_full(tar.into())),
+                    docker.upload_to_container(
+                        &loader,
+                        Some(options),
+                        bollard::body_full(tar.into()),
+                    ),
                 )
                 .await
             }
         };
-        upload(paths::CONTROL_DIR, tar_of(&[("policy.json", policy_bytes)])?).await?;
+        upload(
+            paths::CONTROL_DIR,
+            tar_of(&[("policy.json", policy_bytes)])?,
+        )
+        .await?;
         if !input_files.is_empty() {
             upload(paths::INPUT_DIR, tar_of(input_files)?).await?;
         }

@@ -2,8 +2,8 @@
 
 use cordon_contract::policy::LandlockPolicy;
 use landlock::{
-    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 /// The kernel's Landlock ABI, from `landlock_create_ruleset(NULL, 0, VERSION)`.
@@ -35,7 +35,10 @@ fn abi_of(version: u8) -> ABI {
 pub fn enforce(policy: &LandlockPolicy) -> Result<u8, String> {
     let kernel = kernel_abi()?;
     if kernel < policy.abi {
-        return Err(format!("kernel Landlock ABI {kernel}, policy needs {}", policy.abi));
+        return Err(format!(
+            "kernel Landlock ABI {kernel}, policy needs {}",
+            policy.abi
+        ));
     }
     let abi = abi_of(policy.abi);
     let all = AccessFs::from_all(abi);
@@ -43,8 +46,8 @@ pub fn enforce(policy: &LandlockPolicy) -> Result<u8, String> {
     let write = all & !BitFlags::from(AccessFs::Execute);
     let exec: BitFlags<AccessFs> = AccessFs::Execute | AccessFs::ReadFile;
     // A character device needs read, write, and (where handled) truncate and ioctl.
-    let device = all
-        & (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev);
+    let device =
+        all & (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev);
 
     let err = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
     let mut ruleset = Ruleset::default()
@@ -71,7 +74,9 @@ pub fn enforce(policy: &LandlockPolicy) -> Result<u8, String> {
                 .map_err(|e| err(path, &e))?;
         }
     }
-    let status = created.restrict_self().map_err(|e| err("restrict_self", &e))?;
+    let status = created
+        .restrict_self()
+        .map_err(|e| err("restrict_self", &e))?;
     if status.ruleset != RulesetStatus::FullyEnforced {
         return Err(format!("ruleset {:?}, not FullyEnforced", status.ruleset));
     }

@@ -88,11 +88,20 @@ fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: b
     close_inherited_fds();
     no_core_dumps();
 
-    let abi = landlock::enforce(&policy.landlock)
-        .unwrap_or_else(|e| refuse(Id::Landlock, format!("Landlock ABI {} FullyEnforced", policy.landlock.abi), e));
+    let abi = landlock::enforce(&policy.landlock).unwrap_or_else(|e| {
+        refuse(
+            Id::Landlock,
+            format!("Landlock ABI {} FullyEnforced", policy.landlock.abi),
+            e,
+        )
+    });
     checks.push(Id::Landlock);
 
-    let filters_before = observations.status.as_ref().map(|s| s.seccomp_filters).unwrap_or(0);
+    let filters_before = observations
+        .status
+        .as_ref()
+        .map(|s| s.seccomp_filters)
+        .unwrap_or(0);
     if let Err(e) = seccomp::install() {
         refuse(Id::SeccompStacked, "cordon's seccomp filters installed", e);
     }
@@ -135,10 +144,16 @@ fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: b
 /// Hold the mounts until TERM, INT or HUP; reap anything (nothing should run here).
 fn keeper(mask: &nix::sys::signal::SigSet) -> ! {
     if std::process::id() != 1 {
-        refuse(Id::InitEntrypoint, "pid 1", format!("pid {}", std::process::id()));
+        refuse(
+            Id::InitEntrypoint,
+            "pid 1",
+            format!("pid {}", std::process::id()),
+        );
     }
     close_inherited_fds();
-    emit(&InitLine::Ready { role: "keeper".into() });
+    emit(&InitLine::Ready {
+        role: "keeper".into(),
+    });
     let code = supervise::hold(mask).unwrap_or_else(|e| fail(e));
     std::process::exit(code);
 }

@@ -139,8 +139,8 @@ fn path_facts(path: &str, need: Need) -> PathFacts {
     if need.vfs {
         if let Ok(vfs) = statvfs(path) {
             facts.on_readonly_mount = vfs.flags().contains(FsFlags::ST_RDONLY);
-            let frsize = vfs.fragment_size() as u64;
-            facts.totals = Some((vfs.blocks() as u64 * frsize, vfs.files() as u64));
+            let frsize = vfs.fragment_size();
+            facts.totals = Some((vfs.blocks() * frsize, vfs.files()));
         }
     }
     facts
@@ -150,7 +150,11 @@ fn path_facts(path: &str, need: Need) -> PathFacts {
 /// of writable masked paths, statfs of bounded areas, everything about exec-allowlist files.
 fn policy_path_facts(policy: &Policy, mounts: &[MountEntry]) -> BTreeMap<String, PathFacts> {
     let mut needs: BTreeMap<&str, Need> = BTreeMap::new();
-    let mounted_rw = |path: &str| mounts.iter().any(|m| m.mount_point == path && !m.read_only());
+    let mounted_rw = |path: &str| {
+        mounts
+            .iter()
+            .any(|m| m.mount_point == path && !m.read_only())
+    };
     for rule in policy.mounts.iter().filter(|r| !r.beneath) {
         let need = needs.entry(rule.path.as_str()).or_default();
         match rule.access {
@@ -258,7 +262,8 @@ fn cgroup_limits() -> CgroupObs {
         version: 1,
         pids_max: read("/sys/fs/cgroup/pids/pids.max").map(|s| s.trim().to_owned()),
         memory: read("/sys/fs/cgroup/memory/memory.limit_in_bytes").map(|s| s.trim().to_owned()),
-        swap: read("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").map(|s| s.trim().to_owned()),
+        swap: read("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+            .map(|s| s.trim().to_owned()),
         cpu,
     }
 }

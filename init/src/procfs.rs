@@ -103,7 +103,10 @@ pub fn parse_status(text: &str) -> Result<Status, String> {
     let numbers = |name: &str| -> Result<Vec<u32>, String> {
         field(name)?
             .split_whitespace()
-            .map(|n| n.parse().map_err(|_| format!("{name}: {n:?} is not a number")))
+            .map(|n| {
+                n.parse()
+                    .map_err(|_| format!("{name}: {n:?} is not a number"))
+            })
             .collect()
     };
     let hex = |name: &str| -> Result<u64, String> {
@@ -112,7 +115,8 @@ pub fn parse_status(text: &str) -> Result<Status, String> {
     };
     let number = |name: &str| -> Result<u32, String> {
         let v = field(name)?;
-        v.parse().map_err(|_| format!("{name}: {v:?} is not a number"))
+        v.parse()
+            .map_err(|_| format!("{name}: {v:?} is not a number"))
     };
     Ok(Status {
         uid: numbers("Uid")?,

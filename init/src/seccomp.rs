@@ -70,7 +70,12 @@ const CLONE_NAMESPACE_FLAGS: &[u64] = &[
     0x0000_0080, // CLONE_NEWTIME
 ];
 
-fn condition(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
+fn condition(
+    arg: u8,
+    len: SeccompCmpArgLen,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompCondition, String> {
     SeccompCondition::new(arg, len, op, value).map_err(|e| format!("condition: {e}"))
 }
 
@@ -80,7 +85,8 @@ fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
 
 /// The EPERM filter.
 pub fn deny_filter() -> Result<BpfProgram, String> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|(_, nr)| (*nr, vec![])).collect();
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|(_, nr)| (*nr, vec![])).collect();
     // memfd_create(name, flags): refused unless flags carry MFD_NOEXEC_SEAL.
     rules.insert(
         libc::SYS_memfd_create,
@@ -148,8 +154,18 @@ mod tests {
     #[test]
     fn denied_list_covers_the_issue() {
         for name in [
-            "io_uring_setup", "ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "bpf",
-            "userfaultfd", "mount", "umount2", "unshare", "setns", "execveat",
+            "io_uring_setup",
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+            "keyctl",
+            "bpf",
+            "userfaultfd",
+            "mount",
+            "umount2",
+            "unshare",
+            "setns",
+            "execveat",
         ] {
             assert!(DENIED.iter().any(|(n, _)| *n == name), "{name}");
         }

@@ -113,7 +113,12 @@ fn drain_until(sfd: &SignalFd, until: Instant, main: Pid, main_status: &mut Opti
 }
 
 /// TERM everything, give it `grace`, KILL what is left, reap all.
-fn shutdown(sfd: &SignalFd, grace: Duration, main: Pid, main_status: &mut Option<i32>) -> (u32, u32) {
+fn shutdown(
+    sfd: &SignalFd,
+    grace: Duration,
+    main: Pid,
+    main_status: &mut Option<i32>,
+) -> (u32, u32) {
     let terminated = others();
     if terminated > 0 {
         let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
@@ -221,7 +226,8 @@ pub fn run(policy: &Policy, mask: &SigSet, fault: impl FnOnce()) -> Result<Outco
 
 /// Wait for a stop signal (TERM, INT or HUP), reaping any child; returns the exit code (0).
 pub fn hold(mask: &SigSet) -> Result<i32, String> {
-    let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC).map_err(|e| format!("signalfd: {e}"))?;
+    let sfd =
+        SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC).map_err(|e| format!("signalfd: {e}"))?;
     loop {
         match sfd.read_signal() {
             Ok(Some(info)) => {

@@ -12,14 +12,18 @@ mod workload;
 use std::ffi::CString;
 
 fn usage() -> ! {
-    eprintln!("usage: cordon-probe env-report | exec-with-fd PROGRAM [ARGS..] | workload KIND [ARGS..]");
+    eprintln!(
+        "usage: cordon-probe env-report | exec-with-fd PROGRAM [ARGS..] | workload KIND [ARGS..]"
+    );
     std::process::exit(2);
 }
 
 fn status_field(status: &str, name: &str) -> Option<String> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_owned()))
+    status.lines().find_map(|l| {
+        l.strip_prefix(name)?
+            .strip_prefix(':')
+            .map(|v| v.trim().to_owned())
+    })
 }
 
 fn env_report() -> i32 {
@@ -68,7 +72,9 @@ fn exec_with_fd(argv: &[String]) -> i32 {
         Ok(args) => args,
         Err(_) => return 2,
     };
-    let Ok(path) = CString::new(program.as_str()) else { return 2 };
+    let Ok(path) = CString::new(program.as_str()) else {
+        return 2;
+    };
     let e = nix::unistd::execv(&path, &args);
     eprintln!("exec {program}: {e:?}");
     1

@@ -32,7 +32,11 @@ extern "C" fn log_and_exit(_: libc::c_int) {
 }
 
 fn on_term(handler: extern "C" fn(libc::c_int)) {
-    let action = SigAction::new(SigHandler::Handler(handler), SaFlags::empty(), SigSet::empty());
+    let action = SigAction::new(
+        SigHandler::Handler(handler),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
     // SAFETY: the handlers only call async-signal-safe functions.
     let _ = unsafe { sigaction(Signal::SIGTERM, &action) };
 }
@@ -75,7 +79,7 @@ fn burst(n: u64) -> i32 {
                 if let Ok(ForkResult::Child) = unsafe { fork() } {
                     let mut b = [0u8; 1];
                     let _ = read(&r, &mut b); // returns at EOF, when the parent closes w
-                    // SAFETY: leave without running destructors of the forked copy.
+                                              // SAFETY: leave without running destructors of the forked copy.
                     unsafe { libc::_exit(0) };
                 }
             }

@@ -7,8 +7,15 @@ use cordon_tests::engine;
 #[tokio::test]
 async fn requests_carry_the_pinned_api_version() {
     let engine = engine().await;
-    assert_eq!(engine.api().to_string(), engine.info().api, "pinned to what the daemon reports");
-    let too_new = ApiVersion { major: 1, minor: 99 };
+    assert_eq!(
+        engine.api().to_string(),
+        engine.info().api,
+        "pinned to what the daemon reports"
+    );
+    let too_new = ApiVersion {
+        major: 1,
+        minor: 99,
+    };
     let err = Engine::connect_at(&socket_path().unwrap(), Some(too_new))
         .await
         .expect_err("a daemon below 1.99 must refuse /v1.99 requests");
@@ -18,6 +25,8 @@ async fn requests_carry_the_pinned_api_version() {
 /// A non-unix DOCKER_HOST is refused with a reason, not tried.
 #[tokio::test]
 async fn tcp_docker_host_is_refused() {
-    let err = Engine::connect_at("tcp://127.0.0.1:2375", None).await.expect_err("refused");
+    let err = Engine::connect_at("tcp://127.0.0.1:2375", None)
+        .await
+        .expect_err("refused");
     assert!(err.to_string().contains("unreachable"), "{err}");
 }

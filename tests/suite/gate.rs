@@ -12,17 +12,29 @@ async fn gate_truth_table_passes_and_covers_every_protection() {
     let _serial = serial().await;
     let engine = engine().await;
     let image = image(&engine).await;
-    let report = gate::run(&engine, &image, &GateOptions::default()).await.expect("gate ran");
+    let report = gate::run(&engine, &image, &GateOptions::default())
+        .await
+        .expect("gate ran");
     let failures: Vec<_> = report.cases.iter().filter(|c| !c.pass).collect();
     assert!(failures.is_empty(), "failing cases: {failures:#?}");
-    assert!(report.leftovers.is_empty(), "left behind: {:?}", report.leftovers);
+    assert!(
+        report.leftovers.is_empty(),
+        "left behind: {:?}",
+        report.leftovers
+    );
     assert_eq!(report.cases.len(), report.passed);
     for id in Id::ALL {
         let layers = id.layers();
-        for (needed, layer) in [(layers.validator, Layer::Validator), (layers.init, Layer::Init)] {
+        for (needed, layer) in [
+            (layers.validator, Layer::Validator),
+            (layers.init, Layer::Init),
+        ] {
             if needed {
                 assert!(
-                    report.cases.iter().any(|c| c.removed == Some(*id) && c.layer == layer && c.pass && c.observed == [id.as_str()]),
+                    report.cases.iter().any(|c| c.removed == Some(*id)
+                        && c.layer == layer
+                        && c.pass
+                        && c.observed == [id.as_str()]),
                     "{id} has no passing {layer:?} case"
                 );
             }
@@ -31,9 +43,23 @@ async fn gate_truth_table_passes_and_covers_every_protection() {
     // C0 in every phase, both layers.
     for phase in cordon_contract::Phase::ALL {
         let name = format!("C0/{phase}/claude");
-        assert_eq!(report.cases.iter().filter(|c| c.case == name && c.pass && c.observed.is_empty()).count(), 2, "{name}");
+        assert_eq!(
+            report
+                .cases
+                .iter()
+                .filter(|c| c.case == name && c.pass && c.observed.is_empty())
+                .count(),
+            2,
+            "{name}"
+        );
     }
-    assert_eq!(report.cases.len(), cases::all().iter().map(|c| usize::from(c.validator) + usize::from(c.init)).sum::<usize>());
+    assert_eq!(
+        report.cases.len(),
+        cases::all()
+            .iter()
+            .map(|c| usize::from(c.validator) + usize::from(c.init))
+            .sum::<usize>()
+    );
 }
 
 /// The gate's JSON has the documented shape.
@@ -45,7 +71,9 @@ async fn gate_json_shape() {
         parallel: 2,
         filter: Some("rootfs-readonly".into()),
     };
-    let report = gate::run(&engine, &image, &options).await.expect("gate ran");
+    let report = gate::run(&engine, &image, &options)
+        .await
+        .expect("gate ran");
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["passed"], 2);
     assert_eq!(json["failed"], 0);

@@ -7,13 +7,28 @@ use cordon_tests::engine;
 #[tokio::test]
 async fn image_builds_from_static_binaries_and_is_reused() {
     let engine = engine().await;
-    let first = image::build_test_image(&engine, &image::default_workspace(), false).await.expect("build");
-    let second = image::build_test_image(&engine, &image::default_workspace(), false).await.expect("rebuild");
-    assert!(second.reused, "an unchanged workspace must reuse {}", first.tag);
+    let first = image::build_test_image(&engine, &image::default_workspace(), false)
+        .await
+        .expect("build");
+    let second = image::build_test_image(&engine, &image::default_workspace(), false)
+        .await
+        .expect("rebuild");
+    assert!(
+        second.reused,
+        "an unchanged workspace must reuse {}",
+        first.tag
+    );
     assert_eq!(first.id, second.id);
     assert!(first.tag.starts_with("cordon-test:"));
-    assert!(first.size_bytes > 0 && first.size_bytes < 16 * 1024 * 1024, "size {}", first.size_bytes);
-    let dir = image::default_workspace().join("target/static").join(image::TARGET).join(image::PROFILE);
+    assert!(
+        first.size_bytes > 0 && first.size_bytes < 16 * 1024 * 1024,
+        "size {}",
+        first.size_bytes
+    );
+    let dir = image::default_workspace()
+        .join("target/static")
+        .join(image::TARGET)
+        .join(image::PROFILE);
     for name in ["cordon-init", "cordon-probe", "claude"] {
         let path = dir.join(name);
         let data = std::fs::read(&path).unwrap();
@@ -31,7 +46,13 @@ async fn doctor_reports_real_facts() {
     let json = serde_json::to_value(&report).unwrap();
     assert!(json["in_container"]["landlock_abi"].as_u64().unwrap() >= 1);
     assert_eq!(json["in_container"]["seccomp"], "2");
-    for name in ["engine API", "storage driver", "cgroup version", "Landlock ABI in a container", "seccomp mode in a container"] {
+    for name in [
+        "engine API",
+        "storage driver",
+        "cgroup version",
+        "Landlock ABI in a container",
+        "seccomp mode in a container",
+    ] {
         assert!(report.facts.iter().any(|f| f.name == name), "{name}");
     }
 }

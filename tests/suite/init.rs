@@ -7,7 +7,10 @@ use cordon::labels::Owner;
 use cordon::launch::{InitVerdict, Prepared};
 use cordon_contract::report::{EXIT_DEADLINE, EXIT_INIT_FAILURE};
 use cordon_contract::{paths, InitLine};
-use cordon_tests::{assert_clean, engine, image, launch_valid, launch_with, profile, serial, task_storage, Finished, Run};
+use cordon_tests::{
+    assert_clean, engine, image, launch_valid, launch_with, profile, serial, task_storage,
+    Finished, Run,
+};
 
 async fn run_workload(run: Run) -> Finished {
     let engine = engine().await;
@@ -18,7 +21,17 @@ async fn run_workload(run: Run) -> Finished {
     let finished = launch_valid(&engine, &profile).await;
     storage.remove(&engine).await.unwrap();
     assert_clean(&engine, &owner).await;
-    assert!(matches!(finished.verdict, InitVerdict::Attested { digest_matches: true, .. }), "{:?}", finished.verdict);
+    assert!(
+        matches!(
+            finished.verdict,
+            InitVerdict::Attested {
+                digest_matches: true,
+                ..
+            }
+        ),
+        "{:?}",
+        finished.verdict
+    );
     finished
 }
 
@@ -37,14 +50,20 @@ async fn run_and_signal(run: Run, signal: &str) -> Finished {
         async move {
             // The init prints its attestation before it starts the workload: wait for it.
             for _ in 0..100 {
-                let logs = cordon::launch::Launch::adopt(container.clone()).output(&engine).await.unwrap();
+                let logs = cordon::launch::Launch::adopt(container.clone())
+                    .output(&engine)
+                    .await
+                    .unwrap();
                 if logs.stderr.contains("\"attestation\"") {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
-            cordon::launch::Launch::adopt(container).kill(&engine, &signal).await.unwrap();
+            cordon::launch::Launch::adopt(container)
+                .kill(&engine, &signal)
+                .await
+                .unwrap();
         }
     })
     .await;
@@ -66,7 +85,10 @@ async fn exit_code_1() {
 
 #[tokio::test]
 async fn exit_code_255() {
-    assert_eq!(run_workload(Run::workload(&["exit", "255"])).await.code, 255);
+    assert_eq!(
+        run_workload(Run::workload(&["exit", "255"])).await.code,
+        255
+    );
 }
 
 /// A workload killed by signal n gives 128+n.
@@ -74,20 +96,35 @@ async fn exit_code_255() {
 async fn self_signal_gives_128_plus_n() {
     for (signal, n) in [("15", 15), ("2", 2), ("1", 1), ("9", 9), ("10", 10)] {
         let finished = run_workload(Run::workload(&["signal-self", signal])).await;
-        assert_eq!(finished.code, 128 + n, "signal {signal}: {:?}", finished.output);
+        assert_eq!(
+            finished.code,
+            128 + n,
+            "signal {signal}: {:?}",
+            finished.output
+        );
     }
 }
 
 /// Signals sent to the container reach the workload through the init; SIGKILL ends PID 1 itself.
 #[tokio::test]
 async fn forwarded_signals_give_128_plus_n() {
-    for (signal, n) in [("TERM", 15), ("INT", 2), ("HUP", 1), ("USR1", 10), ("KILL", 9)] {
+    for (signal, n) in [
+        ("TERM", 15),
+        ("INT", 2),
+        ("HUP", 1),
+        ("USR1", 10),
+        ("KILL", 9),
+    ] {
         let finished = run_and_signal(Run::workload(&["sleep", "60000"]), signal).await;
         assert_eq!(finished.code, 128 + n, "{signal}: {:?}", finished.output);
         if signal != "KILL" {
             assert_eq!(
                 finished.exit_line(),
-                Some(InitLine::Exit { code: 128 + n as i32, terminated: 0, killed: 0 }),
+                Some(InitLine::Exit {
+                    code: 128 + n as i32,
+                    terminated: 0,
+                    killed: 0
+                }),
                 "{signal}"
             );
         }
@@ -101,7 +138,14 @@ async fn burst_of_1000_children_all_reaped() {
     let mut run = Run::workload(&["burst", "1000"]);
     run.limits.pids = 2048;
     let finished = run_workload(run).await;
-    assert!(finished.output.stdout.contains("{\"orphans\":1000,\"zombies\":0}"), "{:?}", finished.output);
+    assert!(
+        finished
+            .output
+            .stdout
+            .contains("{\"orphans\":1000,\"zombies\":0}"),
+        "{:?}",
+        finished.output
+    );
     assert_eq!(finished.code, 0);
 }
 
@@ -110,9 +154,20 @@ async fn burst_of_1000_children_all_reaped() {
 async fn grandchild_ignoring_term_is_killed_after_grace() {
     let finished = run_workload(Run::workload(&["ignore-term-grandchild"])).await;
     assert_eq!(finished.code, 0, "the main child's code");
-    assert!(finished.output.stdout.contains("grandchild ignored SIGTERM"), "{:?}", finished.output);
+    assert!(
+        finished
+            .output
+            .stdout
+            .contains("grandchild ignored SIGTERM"),
+        "{:?}",
+        finished.output
+    );
     match finished.exit_line() {
-        Some(InitLine::Exit { code: 0, terminated, killed }) => assert!(terminated >= 1 && killed >= 1),
+        Some(InitLine::Exit {
+            code: 0,
+            terminated,
+            killed,
+        }) => assert!(terminated >= 1 && killed >= 1),
         other => panic!("exit line {other:?}"),
     }
 }
@@ -122,8 +177,23 @@ async fn grandchild_ignoring_term_is_killed_after_grace() {
 async fn setsid_child_is_still_terminated() {
     let finished = run_workload(Run::workload(&["setsid-child"])).await;
     assert_eq!(finished.code, 0);
-    assert!(finished.output.stdout.contains("setsid child got SIGTERM"), "{:?}", finished.output);
-    assert!(matches!(finished.exit_line(), Some(InitLine::Exit { code: 0, terminated: 1.., killed: 0 })), "{:?}", finished.exit_line());
+    assert!(
+        finished.output.stdout.contains("setsid child got SIGTERM"),
+        "{:?}",
+        finished.output
+    );
+    assert!(
+        matches!(
+            finished.exit_line(),
+            Some(InitLine::Exit {
+                code: 0,
+                terminated: 1..,
+                killed: 0
+            })
+        ),
+        "{:?}",
+        finished.exit_line()
+    );
 }
 
 /// The policy's deadline ends the workload with the reserved code.
@@ -133,7 +203,14 @@ async fn deadline_is_enforced() {
     run.limits.deadline = Duration::from_millis(1500);
     let finished = run_workload(run).await;
     assert_eq!(finished.code, i64::from(EXIT_DEADLINE));
-    assert!(finished.output.stderr.contains("{\"cordon\":\"deadline\",\"deadline_ms\":1500}"), "{:?}", finished.output);
+    assert!(
+        finished
+            .output
+            .stderr
+            .contains("{\"cordon\":\"deadline\",\"deadline_ms\":1500}"),
+        "{:?}",
+        finished.output
+    );
 }
 
 /// A panic in the init takes the container down with a non-zero code (PID 1 exiting kills the
@@ -144,14 +221,28 @@ async fn init_panic_exits_nonzero() {
     let image = image(&engine).await;
     let owner = Owner::random("t-panic");
     let storage = task_storage(&engine, &owner, &image).await;
-    let profile = profile(&owner, &image, &storage, &Run::workload(&["sleep", "60000"]));
+    let profile = profile(
+        &owner,
+        &image,
+        &storage,
+        &Run::workload(&["sleep", "60000"]),
+    );
     let mut prepared = Prepared::new(&engine, &profile).unwrap();
     prepared.plan.create.entrypoint = Some(vec![paths::INIT.into(), "self-test-panic".into()]);
     let (refusals, finished) = launch_with(&engine, &profile, prepared, |_| async {}).await;
     // The validator sees the changed entrypoint; this test starts it anyway.
-    assert!(refusals.iter().any(|r| r.id == cordon_contract::Id::InitEntrypoint), "{refusals:?}");
+    assert!(
+        refusals
+            .iter()
+            .any(|r| r.id == cordon_contract::Id::InitEntrypoint),
+        "{refusals:?}"
+    );
     assert_eq!(finished.code, i64::from(EXIT_INIT_FAILURE));
-    assert!(finished.output.stderr.contains("panic: ") && finished.output.stderr.contains("self-test"), "{:?}", finished.output);
+    assert!(
+        finished.output.stderr.contains("panic: ") && finished.output.stderr.contains("self-test"),
+        "{:?}",
+        finished.output
+    );
     storage.remove(&engine).await.unwrap();
     assert_clean(&engine, &owner).await;
 }

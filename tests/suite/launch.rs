@@ -16,20 +16,39 @@ async fn full_profile_runs_and_attests_in_every_phase() {
     let owner = Owner::random("t-run");
     let storage = task_storage(&engine, &owner, &image).await;
     for phase in Phase::ALL {
-        let profile = profile(&owner, &image, &storage, &Run::vendor(phase, &["--version"]));
+        let profile = profile(
+            &owner,
+            &image,
+            &storage,
+            &Run::vendor(phase, &["--version"]),
+        );
         let report = launch::run(&engine, &profile).await.expect("run");
         assert_eq!(report.exit_code, 0, "{phase}: {:?}", report.output);
         match &report.verdict {
-            InitVerdict::Attested { digest_matches, checks, landlock_abi, .. } => {
+            InitVerdict::Attested {
+                digest_matches,
+                checks,
+                landlock_abi,
+                ..
+            } => {
                 assert!(digest_matches, "{phase}");
                 assert!(*landlock_abi >= 1);
-                for id in [Id::Landlock, Id::SeccompStacked, Id::ExecAllowlist, Id::RootfsReadonly] {
+                for id in [
+                    Id::Landlock,
+                    Id::SeccompStacked,
+                    Id::ExecAllowlist,
+                    Id::RootfsReadonly,
+                ] {
                     assert!(checks.contains(&id), "{phase}: {id} not attested");
                 }
             }
             other => panic!("{phase}: {other:?}"),
         }
-        assert!(report.output.stdout.contains("Claude Code"), "{phase}: {:?}", report.output);
+        assert!(
+            report.output.stdout.contains("Claude Code"),
+            "{phase}: {:?}",
+            report.output
+        );
     }
     storage.remove(&engine).await.unwrap();
     assert_clean(&engine, &owner).await;
@@ -42,10 +61,23 @@ async fn validator_refusal_stops_before_start_and_cleans_up() {
     let image = image(&engine).await;
     let owner = Owner::random("t-refuse");
     let storage = task_storage(&engine, &owner, &image).await;
-    let profile = profile(&owner, &image, &storage, &Run::vendor(Phase::Review, &["--version"]));
+    let profile = profile(
+        &owner,
+        &image,
+        &storage,
+        &Run::vendor(Phase::Review, &["--version"]),
+    );
     let mut prepared = Prepared::new(&engine, &profile).unwrap();
-    prepared.plan.create.host_config.as_mut().unwrap().readonly_rootfs = Some(false);
-    let err = launch::run_prepared(&engine, &profile, prepared).await.expect_err("refused");
+    prepared
+        .plan
+        .create
+        .host_config
+        .as_mut()
+        .unwrap()
+        .readonly_rootfs = Some(false);
+    let err = launch::run_prepared(&engine, &profile, prepared)
+        .await
+        .expect_err("refused");
     match err {
         Error::Refused(refusals) => {
             assert_eq!(refusals.len(), 1, "{refusals:?}");
@@ -63,32 +95,48 @@ async fn validator_refusal_stops_before_start_and_cleans_up() {
 /// engines too: they serve 1.41 requests the way 20.10 does, dropping the field.)
 #[tokio::test]
 async fn subpath_profile_is_refused_on_api_1_41() {
-    let engine = cordon::Engine::connect_at(&cordon::engine::socket_path().unwrap(), Some(cordon::engine::MIN_API))
-        .await
-        .expect("engine at 1.41");
+    let engine = cordon::Engine::connect_at(
+        &cordon::engine::socket_path().unwrap(),
+        Some(cordon::engine::MIN_API),
+    )
+    .await
+    .expect("engine at 1.41");
     let image = image(&engine).await;
     let owner = Owner::random("t-subpath");
     let storage = task_storage(&engine, &owner, &image).await;
-    let base = profile(&owner, &image, &storage, &Run::vendor(Phase::Execute, &["--version"]));
+    let base = profile(
+        &owner,
+        &image,
+        &storage,
+        &Run::vendor(Phase::Execute, &["--version"]),
+    );
     let mut spec: ProfileSpec = base.spec().clone();
     spec.allocation = Allocation::new(&owner, "test").unwrap();
     spec.pins = vec!["src".into()];
     let pinned = Profile::new(spec).unwrap();
     match Prepared::new(&engine, &pinned) {
-        Err(Error::Profile { id: Id::PinnedDirs, reason }) => assert!(reason.contains("1.45"), "{reason}"),
+        Err(Error::Profile {
+            id: Id::PinnedDirs,
+            reason,
+        }) => assert!(reason.contains("1.45"), "{reason}"),
         other => panic!("expected a pinned-dirs refusal, got {other:?}"),
     }
     // Forced past the plan, the engine drops the Subpath silently; the read-back catches it.
     let mut prepared = Prepared::new(&engine, &base).unwrap();
     prepared.plan.create = pinned.create_body();
     prepared.plan.policy = pinned.policy();
-    let launch = launch::create(&engine, &pinned, prepared).await.expect("create");
+    let launch = launch::create(&engine, &pinned, prepared)
+        .await
+        .expect("create");
     let dropped = launch
         .refusals
         .iter()
         .find(|r| r.id == Id::PinnedDirs)
         .unwrap_or_else(|| panic!("the dropped Subpath was not caught: {:?}", launch.refusals));
-    assert_eq!(dropped.field, "HostConfig.Mounts[/work/src].VolumeOptions.Subpath");
+    assert_eq!(
+        dropped.field,
+        "HostConfig.Mounts[/work/src].VolumeOptions.Subpath"
+    );
     launch.finish(&engine).await.unwrap();
     storage.remove(&engine).await.unwrap();
     assert_clean(&engine, &owner).await;
@@ -102,10 +150,23 @@ async fn failed_create_leaves_nothing_behind() {
     let image = image(&engine).await;
     let owner = Owner::random("t-fail");
     let storage = task_storage(&engine, &owner, &image).await;
-    let profile = profile(&owner, &image, &storage, &Run::vendor(Phase::Planning, &["--version"]));
+    let profile = profile(
+        &owner,
+        &image,
+        &storage,
+        &Run::vendor(Phase::Planning, &["--version"]),
+    );
     let mut prepared = Prepared::new(&engine, &profile).unwrap();
-    prepared.plan.create.host_config.as_mut().unwrap().network_mode = Some("container:no-such-container".into());
-    let err = launch::create(&engine, &profile, prepared).await.expect_err("engine refuses");
+    prepared
+        .plan
+        .create
+        .host_config
+        .as_mut()
+        .unwrap()
+        .network_mode = Some("container:no-such-container".into());
+    let err = launch::create(&engine, &profile, prepared)
+        .await
+        .expect_err("engine refuses");
     assert!(err.to_string().contains("create container"), "{err}");
     storage.remove(&engine).await.unwrap();
     assert_clean(&engine, &owner).await;
@@ -118,13 +179,32 @@ async fn invalid_policy_is_refused_by_the_init() {
     let image = image(&engine).await;
     let owner = Owner::random("t-nopolicy");
     let storage = task_storage(&engine, &owner, &image).await;
-    let profile = profile(&owner, &image, &storage, &Run::vendor(Phase::Planning, &["--version"]));
+    let profile = profile(
+        &owner,
+        &image,
+        &storage,
+        &Run::vendor(Phase::Planning, &["--version"]),
+    );
     let mut prepared = Prepared::new(&engine, &profile).unwrap();
     prepared.plan.policy.version = 99;
-    let (refusals, finished) = cordon_tests::launch_with(&engine, &profile, prepared, |_| async {}).await;
+    let (refusals, finished) =
+        cordon_tests::launch_with(&engine, &profile, prepared, |_| async {}).await;
     assert!(refusals.is_empty());
-    assert_eq!(finished.code, i64::from(cordon_contract::report::EXIT_REFUSED));
-    assert!(matches!(&finished.verdict, InitVerdict::Refused { check: Id::Policy, .. }), "{:?}", finished.verdict);
+    assert_eq!(
+        finished.code,
+        i64::from(cordon_contract::report::EXIT_REFUSED)
+    );
+    assert!(
+        matches!(
+            &finished.verdict,
+            InitVerdict::Refused {
+                check: Id::Policy,
+                ..
+            }
+        ),
+        "{:?}",
+        finished.verdict
+    );
     storage.remove(&engine).await.unwrap();
     assert_clean(&engine, &owner).await;
 }

@@ -92,11 +92,16 @@ impl Mutable<'_> {
     }
 
     fn drop_tmpfs_option(&mut self, path: &str, key: &'static str) {
-        self.tmpfs(path, |o| (!o.starts_with(&format!("{key}="))).then(|| o.to_owned()));
+        self.tmpfs(path, |o| {
+            (!o.starts_with(&format!("{key}="))).then(|| o.to_owned())
+        });
     }
 
     fn add_security_opt(&mut self, opt: String) {
-        self.host().security_opt.get_or_insert_with(Vec::new).push(opt);
+        self.host()
+            .security_opt
+            .get_or_insert_with(Vec::new)
+            .push(opt);
     }
 }
 
@@ -153,7 +158,10 @@ fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
 
 /// Every case of the gate.
 pub fn all() -> Vec<Case> {
-    let mut cases: Vec<Case> = Phase::ALL.iter().map(|p| full(*p, Vendor::Claude, false)).collect();
+    let mut cases: Vec<Case> = Phase::ALL
+        .iter()
+        .map(|p| full(*p, Vendor::Claude, false))
+        .collect();
     cases.push(full(Phase::Execute, Vendor::Codex, false));
     cases.push(full(Phase::Execute, Vendor::Claude, true));
 
@@ -175,34 +183,64 @@ pub fn all() -> Vec<Case> {
     };
 
     cases.extend([
-        case("rootfs-readonly", Id::RootfsReadonly, |m, _| m.host().readonly_rootfs = Some(false)),
-        case("caps-dropped", Id::CapsDropped, |m, _| m.host().cap_drop = None),
-        case("cap-added", Id::CapAdded, |m, _| m.host().cap_add = Some(vec!["CHOWN".into()])),
-        case("no-new-privileges", Id::NoNewPrivileges, |m, _| m.host().security_opt = None),
-        case("non-root-user", Id::NonRootUser, |m, _| m.create.user = Some("0:0".into())),
-        case("not-privileged", Id::NotPrivileged, |m, _| m.host().privileged = Some(true)),
-        case("ipc-none", Id::IpcNone, |m, _| m.host().ipc_mode = Some("private".into())),
-        case("network-none", Id::NetworkNone, |m, _| m.host().network_mode = Some("bridge".into())),
-        case("stdin-closed", Id::StdinClosed, |m, _| m.create.open_stdin = Some(true)),
+        case("rootfs-readonly", Id::RootfsReadonly, |m, _| {
+            m.host().readonly_rootfs = Some(false)
+        }),
+        case("caps-dropped", Id::CapsDropped, |m, _| {
+            m.host().cap_drop = None
+        }),
+        case("cap-added", Id::CapAdded, |m, _| {
+            m.host().cap_add = Some(vec!["CHOWN".into()])
+        }),
+        case("no-new-privileges", Id::NoNewPrivileges, |m, _| {
+            m.host().security_opt = None
+        }),
+        case("non-root-user", Id::NonRootUser, |m, _| {
+            m.create.user = Some("0:0".into())
+        }),
+        case("not-privileged", Id::NotPrivileged, |m, _| {
+            m.host().privileged = Some(true)
+        }),
+        case("ipc-none", Id::IpcNone, |m, _| {
+            m.host().ipc_mode = Some("private".into())
+        }),
+        case("network-none", Id::NetworkNone, |m, _| {
+            m.host().network_mode = Some("bridge".into())
+        }),
+        case("stdin-closed", Id::StdinClosed, |m, _| {
+            m.create.open_stdin = Some(true)
+        }),
         case("no-tty", Id::NoTty, |m, _| m.create.tty = Some(true)),
-        case("pids-limit", Id::PidsLimit, |m, _| m.host().pids_limit = None),
+        case("pids-limit", Id::PidsLimit, |m, _| {
+            m.host().pids_limit = None
+        }),
         case("memory-limit", Id::MemoryLimit, |m, _| {
             m.host().memory = None;
             m.host().memory_swap = None;
         }),
         case("cpu-limit", Id::CpuLimit, |m, _| m.host().nano_cpus = None),
-        case("seccomp-default", Id::SeccompDefault, |m, _| m.add_security_opt("seccomp=unconfined".into())),
+        case("seccomp-default", Id::SeccompDefault, |m, _| {
+            m.add_security_opt("seccomp=unconfined".into())
+        }),
         case("seccomp-stacked", Id::SeccompStacked, |m, _| {
             m.add_security_opt(format!("seccomp={}", seccomp_denying(&["seccomp"])))
         }),
         case("landlock", Id::Landlock, |m, _| {
             m.add_security_opt(format!(
                 "seccomp={}",
-                seccomp_denying(&["landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"])
+                seccomp_denying(&[
+                    "landlock_create_ruleset",
+                    "landlock_add_rule",
+                    "landlock_restrict_self"
+                ])
             ))
         }),
-        case("exec-allowlist", Id::ExecAllowlist, |m, _| m.policy.landlock.exec.push("/usr/bin".into())),
-        case("host-namespaces/pid", Id::HostNamespaces, |m, _| m.host().pid_mode = Some("host".into())),
+        case("exec-allowlist", Id::ExecAllowlist, |m, _| {
+            m.policy.landlock.exec.push("/usr/bin".into())
+        }),
+        case("host-namespaces/pid", Id::HostNamespaces, |m, _| {
+            m.host().pid_mode = Some("host".into())
+        }),
         case("host-namespaces/cgroup", Id::HostNamespaces, |m, _| {
             m.host().cgroupns_mode = Some(bollard::models::HostConfigCgroupnsModeEnum::HOST)
         }),
@@ -210,7 +248,9 @@ pub fn all() -> Vec<Case> {
             m.create.hostname = None;
             m.host().uts_mode = Some("host".into());
         }),
-        case("no-host-mounts/bind", Id::NoHostMounts, |m, env| m.add_mount(bind(&env.host_dir, "/mnt/host"))),
+        case("no-host-mounts/bind", Id::NoHostMounts, |m, env| {
+            m.add_mount(bind(&env.host_dir, "/mnt/host"))
+        }),
         case("no-host-mounts/device", Id::NoHostMounts, |m, _| {
             m.host().devices = Some(vec![DeviceMapping {
                 path_on_host: Some("/dev/null".into()),
@@ -218,36 +258,91 @@ pub fn all() -> Vec<Case> {
                 cgroup_permissions: Some("r".into()),
             }])
         }),
-        case("no-docker-socket", Id::NoDockerSocket, |m, env| m.add_mount(bind(&env.socket, "/var/run/docker.sock"))),
-        planning(case("work-readonly", Id::WorkReadonly, |m, _| m.make_writable(paths::WORK))),
-        case("metadata-readonly", Id::MetadataReadonly, |m, _| m.make_writable(paths::METADATA)),
-        case("writable-nosuid-nodev-noexec", Id::WritableNosuidNodevNoexec, |m, _| {
-            m.tmpfs(paths::TMP, |o| Some(if o == "noexec" { "exec".to_owned() } else { o.to_owned() }))
+        case("no-docker-socket", Id::NoDockerSocket, |m, env| {
+            m.add_mount(bind(&env.socket, "/var/run/docker.sock"))
         }),
-        case("tmp-bytes", Id::TmpBytes, |m, _| m.drop_tmpfs_option(paths::TMP, "size")),
-        case("tmp-inodes", Id::TmpInodes, |m, _| m.drop_tmpfs_option(paths::TMP, "nr_inodes")),
-        case("home-bytes", Id::HomeBytes, |m, _| m.drop_tmpfs_option(paths::HOME, "size")),
-        case("home-inodes", Id::HomeInodes, |m, _| m.drop_tmpfs_option(paths::HOME, "nr_inodes")),
-        case("output-bytes", Id::OutputBytes, |m, _| m.drop_tmpfs_option(paths::OUTPUT_DIR, "size")),
-        case("output-inodes", Id::OutputInodes, |m, _| m.drop_tmpfs_option(paths::OUTPUT_DIR, "nr_inodes")),
-        codex(case("codex-home-bytes", Id::CodexHomeBytes, |m, _| m.drop_tmpfs_option(paths::CODEX_HOME, "size"))),
-        codex(case("codex-home-inodes", Id::CodexHomeInodes, |m, _| m.drop_tmpfs_option(paths::CODEX_HOME, "nr_inodes"))),
-        storage(case("work-bytes", Id::WorkBytes, |_, _| {}), StorageVariant::WorkNoSize),
-        storage(case("work-inodes", Id::WorkInodes, |_, _| {}), StorageVariant::WorkNoInodes),
-        case("control-readonly", Id::ControlReadonly, |m, _| m.make_writable(paths::CONTROL_DIR)),
-        case("input-readonly", Id::InputReadonly, |m, _| m.make_writable(paths::INPUT_DIR)),
-        case("egress-readonly", Id::EgressReadonly, |m, _| m.make_writable(paths::EGRESS_DIR)),
+        planning(case("work-readonly", Id::WorkReadonly, |m, _| {
+            m.make_writable(paths::WORK)
+        })),
+        case("metadata-readonly", Id::MetadataReadonly, |m, _| {
+            m.make_writable(paths::METADATA)
+        }),
+        case(
+            "writable-nosuid-nodev-noexec",
+            Id::WritableNosuidNodevNoexec,
+            |m, _| {
+                m.tmpfs(paths::TMP, |o| {
+                    Some(if o == "noexec" {
+                        "exec".to_owned()
+                    } else {
+                        o.to_owned()
+                    })
+                })
+            },
+        ),
+        case("tmp-bytes", Id::TmpBytes, |m, _| {
+            m.drop_tmpfs_option(paths::TMP, "size")
+        }),
+        case("tmp-inodes", Id::TmpInodes, |m, _| {
+            m.drop_tmpfs_option(paths::TMP, "nr_inodes")
+        }),
+        case("home-bytes", Id::HomeBytes, |m, _| {
+            m.drop_tmpfs_option(paths::HOME, "size")
+        }),
+        case("home-inodes", Id::HomeInodes, |m, _| {
+            m.drop_tmpfs_option(paths::HOME, "nr_inodes")
+        }),
+        case("output-bytes", Id::OutputBytes, |m, _| {
+            m.drop_tmpfs_option(paths::OUTPUT_DIR, "size")
+        }),
+        case("output-inodes", Id::OutputInodes, |m, _| {
+            m.drop_tmpfs_option(paths::OUTPUT_DIR, "nr_inodes")
+        }),
+        codex(case("codex-home-bytes", Id::CodexHomeBytes, |m, _| {
+            m.drop_tmpfs_option(paths::CODEX_HOME, "size")
+        })),
+        codex(case("codex-home-inodes", Id::CodexHomeInodes, |m, _| {
+            m.drop_tmpfs_option(paths::CODEX_HOME, "nr_inodes")
+        })),
+        storage(
+            case("work-bytes", Id::WorkBytes, |_, _| {}),
+            StorageVariant::WorkNoSize,
+        ),
+        storage(
+            case("work-inodes", Id::WorkInodes, |_, _| {}),
+            StorageVariant::WorkNoInodes,
+        ),
+        case("control-readonly", Id::ControlReadonly, |m, _| {
+            m.make_writable(paths::CONTROL_DIR)
+        }),
+        case("input-readonly", Id::InputReadonly, |m, _| {
+            m.make_writable(paths::INPUT_DIR)
+        }),
+        case("egress-readonly", Id::EgressReadonly, |m, _| {
+            m.make_writable(paths::EGRESS_DIR)
+        }),
         case("fd-hygiene", Id::FdHygiene, |m, _| {
-            m.create.entrypoint = Some(vec![paths::PROBE.into(), "exec-with-fd".into(), paths::INIT.into()])
+            m.create.entrypoint = Some(vec![
+                paths::PROBE.into(),
+                "exec-with-fd".into(),
+                paths::INIT.into(),
+            ])
         }),
         case("env-allowlist", Id::EnvAllowlist, |m, _| {
-            m.create.env.get_or_insert_with(Vec::new).push("CORDON_GATE_LEAK=1".into())
+            m.create
+                .env
+                .get_or_insert_with(Vec::new)
+                .push("CORDON_GATE_LEAK=1".into())
         }),
-        case("init-entrypoint", Id::InitEntrypoint, |m, _| m.host().init = Some(true)),
+        case("init-entrypoint", Id::InitEntrypoint, |m, _| {
+            m.host().init = Some(true)
+        }),
         with_gitlink(case("gitlink-masks", Id::GitlinkMasks, |m, _| {
             m.make_writable(&format!("{}/{GATE_GITLINK}", paths::WORK))
         })),
-        case("profile-drift", Id::ProfileDrift, |m, _| m.create.working_dir = Some("/".into())),
+        case("profile-drift", Id::ProfileDrift, |m, _| {
+            m.create.working_dir = Some("/".into())
+        }),
     ]);
     cases
 }

@@ -65,14 +65,29 @@ impl GateReport {
 
     /// A plain-text truth table.
     pub fn table(&self) -> String {
-        let width = self.cases.iter().map(|c| c.case.len()).max().unwrap_or(4).max(4);
-        let mut out = format!("{:<width$}  {:<9}  {:<28}  {:<28}  result\n", "case", "layer", "expected", "observed");
+        let width = self
+            .cases
+            .iter()
+            .map(|c| c.case.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let mut out = format!(
+            "{:<width$}  {:<9}  {:<28}  {:<28}  result\n",
+            "case", "layer", "expected", "observed"
+        );
         for c in &self.cases {
             let layer = match c.layer {
                 Layer::Validator => "validator",
                 Layer::Init => "init",
             };
-            let show = |v: &[String]| if v.is_empty() { "-".to_owned() } else { v.join(",") };
+            let show = |v: &[String]| {
+                if v.is_empty() {
+                    "-".to_owned()
+                } else {
+                    v.join(",")
+                }
+            };
             out.push_str(&format!(
                 "{:<width$}  {:<9}  {:<28}  {:<28}  {}\n",
                 c.case,
@@ -118,9 +133,18 @@ fn gate_limits() -> Limits {
     }
 }
 
-async fn make_storage(engine: &Engine, owner: &Owner, image_id: &str, variant: StorageVariant) -> Result<TaskStorage> {
+async fn make_storage(
+    engine: &Engine,
+    owner: &Owner,
+    image_id: &str,
+    variant: StorageVariant,
+) -> Result<TaskStorage> {
     let allocation = Allocation::new(owner, "gate")?;
-    let (mut work, metadata) = storage::task_volume_requests(&allocation, storage::DEFAULT_WORK, storage::DEFAULT_METADATA);
+    let (mut work, metadata) = storage::task_volume_requests(
+        &allocation,
+        storage::DEFAULT_WORK,
+        storage::DEFAULT_METADATA,
+    );
     let drop_key = match variant {
         StorageVariant::Normal => None,
         StorageVariant::WorkNoSize => Some("size"),
@@ -150,8 +174,18 @@ fn ids(list: &[Id]) -> Vec<String> {
 }
 
 /// Run one case in its layers.
-async fn run_case(engine: &Engine, owner: &Owner, image_id: &str, storage: &TaskStorage, env: &GateEnv, case: &Case) -> Vec<CaseResult> {
-    let expected: Vec<String> = case.removed.map(|id| vec![id.as_str().to_owned()]).unwrap_or_default();
+async fn run_case(
+    engine: &Engine,
+    owner: &Owner,
+    image_id: &str,
+    storage: &TaskStorage,
+    env: &GateEnv,
+    case: &Case,
+) -> Vec<CaseResult> {
+    let expected: Vec<String> = case
+        .removed
+        .map(|id| vec![id.as_str().to_owned()])
+        .unwrap_or_default();
     let result = |layer: Layer, observed: Vec<String>, detail: String| {
         let pass = observed == expected;
         CaseResult {
@@ -167,7 +201,11 @@ async fn run_case(engine: &Engine, owner: &Owner, image_id: &str, storage: &Task
     let failed_all = |e: String| {
         let mut out = Vec::new();
         if case.validator {
-            out.push(result(Layer::Validator, vec![format!("error: {e}")], e.clone()));
+            out.push(result(
+                Layer::Validator,
+                vec![format!("error: {e}")],
+                e.clone(),
+            ));
         }
         if case.init {
             out.push(result(Layer::Init, vec![format!("error: {e}")], e.clone()));
@@ -197,7 +235,11 @@ async fn run_case(engine: &Engine, owner: &Owner, image_id: &str, storage: &Task
         command: vec![cli.clone(), "--version".to_owned()],
         exec: vec![cli],
         env: vec![],
-        gitlinks: if case.gitlinks { vec![GATE_GITLINK.to_owned()] } else { vec![] },
+        gitlinks: if case.gitlinks {
+            vec![GATE_GITLINK.to_owned()]
+        } else {
+            vec![]
+        },
         pins: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
     };
@@ -223,8 +265,17 @@ async fn run_case(engine: &Engine, owner: &Owner, image_id: &str, storage: &Task
     };
     let mut results = Vec::new();
     if case.validator {
-        let detail = launch.refusals.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-        results.push(result(Layer::Validator, ids(&crate::validate::ids(&launch.refusals)), detail));
+        let detail = launch
+            .refusals
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        results.push(result(
+            Layer::Validator,
+            ids(&crate::validate::ids(&launch.refusals)),
+            detail,
+        ));
     }
     if case.init {
         let run = async {
@@ -237,7 +288,11 @@ async fn run_case(engine: &Engine, owner: &Owner, image_id: &str, storage: &Task
         let cell = match run {
             Err(e) => result(Layer::Init, vec![format!("error: {e}")], e.to_string()),
             Ok((code, output)) => match launch::verdict(&output, &launch.policy_digest) {
-                InitVerdict::Refused { check, expected, observed } => result(
+                InitVerdict::Refused {
+                    check,
+                    expected,
+                    observed,
+                } => result(
                     Layer::Init,
                     vec![check.as_str().to_owned()],
                     format!("exit {code}; expected {expected}; observed {observed}"),
@@ -245,16 +300,26 @@ async fn run_case(engine: &Engine, owner: &Owner, image_id: &str, storage: &Task
                 InitVerdict::Attested { digest_matches, .. } => {
                     let ran = output.stdout.contains("Claude Code");
                     if code == 0 && digest_matches && ran {
-                        result(Layer::Init, vec![], format!("attested, workload exit {code}"))
+                        result(
+                            Layer::Init,
+                            vec![],
+                            format!("attested, workload exit {code}"),
+                        )
                     } else {
                         result(
                             Layer::Init,
-                            vec![format!("attested-but-exit-{code}-digest-{digest_matches}-ran-{ran}")],
+                            vec![format!(
+                                "attested-but-exit-{code}-digest-{digest_matches}-ran-{ran}"
+                            )],
                             format!("stdout {:?} stderr {:?}", output.stdout, output.stderr),
                         )
                     }
                 }
-                other => result(Layer::Init, vec![format!("no-verdict (exit {code})")], format!("{other:?}")),
+                other => result(
+                    Layer::Init,
+                    vec![format!("no-verdict (exit {code})")],
+                    format!("{other:?}"),
+                ),
             },
         };
         results.push(cell);
@@ -272,7 +337,8 @@ async fn run_case(engine: &Engine, owner: &Owner, image_id: &str, storage: &Task
 pub async fn run(engine: &Engine, image_id: &str, options: &GateOptions) -> Result<GateReport> {
     let owner = Owner::random("gate");
     let host_dir = std::env::temp_dir().join(format!("cordon-gate-{}", owner.as_str()));
-    std::fs::create_dir(&host_dir).map_err(|e| Error::io(format!("creating {}", host_dir.display()), e))?;
+    std::fs::create_dir(&host_dir)
+        .map_err(|e| Error::io(format!("creating {}", host_dir.display()), e))?;
     let env = GateEnv {
         socket: engine.info().socket.clone(),
         host_dir: host_dir.to_string_lossy().into_owned(),
@@ -295,7 +361,13 @@ pub async fn run(engine: &Engine, image_id: &str, options: &GateOptions) -> Resu
     Ok(report)
 }
 
-async fn run_owned(engine: &Engine, image_id: &str, options: &GateOptions, owner: &Owner, env: &GateEnv) -> Result<GateReport> {
+async fn run_owned(
+    engine: &Engine,
+    image_id: &str,
+    options: &GateOptions,
+    owner: &Owner,
+    env: &GateEnv,
+) -> Result<GateReport> {
     let selected: Vec<Case> = cases::all()
         .into_iter()
         .filter(|c| options.filter.as_deref().is_none_or(|f| c.name.contains(f)))
