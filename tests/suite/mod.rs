@@ -1,3 +1,4 @@
+mod docs;
 mod engine;
 mod gate;
 mod image;
