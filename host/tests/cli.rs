@@ -20,7 +20,7 @@ fn json(output: &std::process::Output) -> serde_json::Value {
 #[test]
 fn gate_json_exits_zero_when_every_case_passes() {
     let output = cordon()
-        .args(["gate", "--json", "--filter", "caps"])
+        .args(["gate", "--json", "--filter", "cap"])
         .output()
         .expect("run cordon");
     let report = json(&output);
