@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use cordon::labels::{Allocation, Kind, Owner};
+use cordon::labels::{Allocation, Owner};
 use cordon::launch::{self, Launch, Output, Prepared};
-use cordon::profile::{Limits, Profile, ProfileSpec, StorageRef, DEFAULT_LANDLOCK_ABI};
+use cordon::profile::{Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
 use cordon::storage::{self, TaskStorage};
 use cordon::{cleanup, image, Engine};
 use cordon_contract::{paths, Phase, Vendor};
@@ -72,6 +72,45 @@ pub async fn task_storage(engine: &Engine, owner: &Owner, image_id: &str) -> Tas
     .expect("task storage")
 }
 
+/// One test's engine, image, owner and task storage.
+#[derive(Debug)]
+pub struct Fixture {
+    pub engine: Engine,
+    pub image: String,
+    pub owner: Owner,
+    pub storage: TaskStorage,
+}
+
+/// Set up a fixture whose owner token starts with `prefix`.
+pub async fn fixture(prefix: &str) -> Fixture {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random(prefix);
+    let storage = task_storage(&engine, &owner, &image).await;
+    Fixture {
+        engine,
+        image,
+        owner,
+        storage,
+    }
+}
+
+impl Fixture {
+    /// A profile over this fixture's storage.
+    pub fn profile(&self, run: &Run) -> Profile {
+        profile(&self.owner, &self.image, &self.storage, run)
+    }
+
+    /// Remove the storage and fail if anything with the owner's label is left.
+    pub async fn finish(self) {
+        self.storage
+            .remove(&self.engine)
+            .await
+            .expect("removing task storage");
+        assert_clean(&self.engine, &self.owner).await;
+    }
+}
+
 /// What a test profile runs.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -129,15 +168,7 @@ pub fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage, run: &Run) 
         phase: run.phase,
         vendor: run.vendor,
         image_id: image_id.to_owned(),
-        storage: StorageRef {
-            work_volume: storage.work_volume.clone(),
-            work: storage.work,
-            metadata_volume: storage.metadata_volume.clone(),
-            metadata: storage.metadata,
-            control_volume: allocation.name(Kind::Control),
-            input_volume: allocation.name(Kind::Input),
-            egress_volume: allocation.name(Kind::Egress),
-        },
+        storage: storage.mounts_for(&allocation),
         allocation,
         limits: run.limits.clone(),
         command: run.command.clone(),

@@ -82,6 +82,56 @@ pub struct MountRule {
     pub bounded: Option<Bounded>,
 }
 
+impl MountRule {
+    /// A mount the profile makes: it must exist; a writable one needs nosuid, nodev and noexec.
+    pub fn required(
+        path: &str,
+        access: Access,
+        protection: Id,
+        fstype: Option<&str>,
+        bounded: Option<Bounded>,
+    ) -> MountRule {
+        MountRule {
+            path: path.to_owned(),
+            beneath: false,
+            access,
+            fstype: fstype.map(str::to_owned),
+            flags: if access == Access::Writable {
+                MountFlags::ALL
+            } else {
+                MountFlags::NONE
+            },
+            protection,
+            required: true,
+            bounded,
+        }
+    }
+}
+
+/// Paths the engine masks in every unprivileged container (`HostConfig.MaskedPaths` and the
+/// masking mounts the init expects).
+pub const ENGINE_MASKED_PATHS: &[&str] = &[
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+];
+
+/// Paths the engine makes read-only in every unprivileged container (`HostConfig.ReadonlyPaths`).
+pub const ENGINE_READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
 /// Mount flags that matter for writable areas.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -427,18 +477,7 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
             Id::NotPrivileged,
         ));
     }
-    for path in [
-        "/proc/asound",
-        "/proc/acpi",
-        "/proc/kcore",
-        "/proc/keys",
-        "/proc/latency_stats",
-        "/proc/timer_list",
-        "/proc/timer_stats",
-        "/proc/sched_debug",
-        "/proc/scsi",
-        "/sys/firmware",
-    ] {
+    for path in ENGINE_MASKED_PATHS {
         rules.push(rule(
             path,
             Access::Masked,

@@ -4,15 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use bollard::query_parameters::CreateContainerOptions;
 use cordon_contract::{Phase, Vendor};
 
 use crate::cleanup::Created;
-use crate::engine::{bounded, Engine, CALL_TIMEOUT};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::labels::{Allocation, Kind, Owner};
+use crate::labels::{Allocation, Owner};
 use crate::launch::{self, InitVerdict, Launch, Prepared};
-use crate::profile::{Limits, Profile, ProfileSpec, StorageRef, DEFAULT_LANDLOCK_ABI};
+use crate::profile::{Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
 use crate::storage::{self, InvocationVolumes, TaskStorage};
 
 /// Medians and ratios of one benchmark.
@@ -55,15 +54,7 @@ fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<Profi
         phase: Phase::Planning,
         vendor: Vendor::Claude,
         image_id: image_id.to_owned(),
-        storage: StorageRef {
-            work_volume: storage.work_volume.clone(),
-            work: storage.work,
-            metadata_volume: storage.metadata_volume.clone(),
-            metadata: storage.metadata,
-            control_volume: allocation.name(Kind::Control),
-            input_volume: allocation.name(Kind::Input),
-            egress_volume: allocation.name(Kind::Egress),
-        },
+        storage: storage.mounts_for(&allocation),
         allocation,
         limits: Limits::default(),
         command: vec![cli.clone(), "--version".to_owned()],
@@ -137,20 +128,13 @@ async fn bare_once(
         )
         .await?;
         let t = Instant::now();
-        let options = CreateContainerOptions {
-            name: Some(prepared.plan.name.clone()),
-            ..Default::default()
-        };
-        let id = bounded(
-            "create container",
-            CALL_TIMEOUT,
-            engine
-                .docker()
-                .create_container(Some(options), prepared.plan.create),
+        let id = crate::storage::create_container(
+            engine,
+            &prepared.plan.name,
+            prepared.plan.create,
+            &mut created,
         )
-        .await?
-        .id;
-        created.containers.push(id.clone());
+        .await?;
         let mut launch = Launch::adopt(id);
         launch.start(engine).await?;
         let code = launch.wait(engine, Duration::from_secs(60)).await?;

@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use bollard::query_parameters::CreateContainerOptions;
 use cordon_contract::paths;
 
 use crate::cleanup::Created;
-use crate::engine::{bounded, Engine, EngineInfo, CALL_TIMEOUT, MIN_API, SUBPATH_API};
+use crate::engine::{Engine, EngineInfo, MIN_API, SUBPATH_API};
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind, Owner};
 use crate::launch::MAX_OUTPUT_BYTES;
@@ -54,18 +53,13 @@ async fn in_container_report(engine: &Engine, image_id: &str) -> Result<serde_js
     );
     let mut created = Created::default();
     let result = async {
-        let options = CreateContainerOptions {
-            name: Some(allocation.name(Kind::Probe)),
-            ..Default::default()
-        };
-        let id = bounded(
-            "create doctor probe",
-            CALL_TIMEOUT,
-            engine.docker().create_container(Some(options), body),
+        let id = crate::storage::create_container(
+            engine,
+            &allocation.name(Kind::Probe),
+            body,
+            &mut created,
         )
-        .await?
-        .id;
-        created.containers.push(id.clone());
+        .await?;
         let mut launch = crate::launch::Launch::adopt(id);
         launch.start(engine).await?;
         let code = launch.wait(engine, Duration::from_secs(60)).await?;

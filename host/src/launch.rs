@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bollard::models::VolumeCreateRequest;
-use bollard::query_parameters::{CreateContainerOptions, KillContainerOptions, LogsOptions};
+use bollard::query_parameters::{KillContainerOptions, LogsOptions};
 use cordon_contract::{policy, Id, InitLine};
 use futures_util::StreamExt;
 
@@ -156,25 +156,19 @@ pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> R
         .await?;
         timings.volumes_ms = ms(t);
         let t = Instant::now();
-        let options = CreateContainerOptions {
-            name: Some(prepared.plan.name.clone()),
-            ..Default::default()
-        };
-        let response = bounded(
-            "create container",
-            CALL_TIMEOUT,
-            engine
-                .docker()
-                .create_container(Some(options), prepared.plan.create),
+        let id = crate::storage::create_container(
+            engine,
+            &prepared.plan.name,
+            prepared.plan.create,
+            &mut created,
         )
         .await?;
-        created.containers.push(response.id.clone());
         timings.create_ms = ms(t);
         let t = Instant::now();
-        let observed = inspect_all(engine, &response.id, profile).await?;
+        let observed = inspect_all(engine, &id, profile).await?;
         let refusals = validate::validate(profile, &observed);
         timings.validate_ms = ms(t);
-        Ok::<_, Error>((response.id, refusals))
+        Ok::<_, Error>((id, refusals))
     }
     .await;
     match result {

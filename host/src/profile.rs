@@ -13,7 +13,7 @@ use bollard::models::{
 };
 use cordon_contract::paths;
 use cordon_contract::policy::{
-    self, Access, Bounded, CgroupLimits, LandlockPolicy, MountFlags, MountRule, Policy,
+    self, Access, Bounded, CgroupLimits, LandlockPolicy, MountRule, Policy,
 };
 use cordon_contract::{Id, Phase, Vendor};
 
@@ -311,27 +311,12 @@ impl Profile {
         )
     }
 
-    fn volume_mount(source: &str, target: &str, read_only: bool, subpath: Option<String>) -> Mount {
-        Mount {
-            typ: Some(MountType::VOLUME),
-            source: Some(source.to_owned()),
-            target: Some(target.to_owned()),
-            read_only: Some(read_only),
-            volume_options: Some(MountVolumeOptions {
-                no_copy: Some(true),
-                subpath,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
     /// Every mount of `HostConfig.Mounts`, in order, with the protection each one carries.
     pub fn mounts(&self) -> Vec<(Mount, Id)> {
         let s = &self.spec.storage;
         let mut mounts = vec![
             (
-                Self::volume_mount(
+                volume_mount(
                     &s.work_volume,
                     paths::WORK,
                     !self.spec.phase.work_writable(),
@@ -340,25 +325,25 @@ impl Profile {
                 Id::WorkReadonly,
             ),
             (
-                Self::volume_mount(&s.metadata_volume, paths::METADATA, true, None),
+                volume_mount(&s.metadata_volume, paths::METADATA, true, None),
                 Id::MetadataReadonly,
             ),
             (
-                Self::volume_mount(&s.control_volume, paths::CONTROL_DIR, true, None),
+                volume_mount(&s.control_volume, paths::CONTROL_DIR, true, None),
                 Id::ControlReadonly,
             ),
             (
-                Self::volume_mount(&s.input_volume, paths::INPUT_DIR, true, None),
+                volume_mount(&s.input_volume, paths::INPUT_DIR, true, None),
                 Id::InputReadonly,
             ),
             (
-                Self::volume_mount(&s.egress_volume, paths::EGRESS_DIR, true, None),
+                volume_mount(&s.egress_volume, paths::EGRESS_DIR, true, None),
                 Id::EgressReadonly,
             ),
         ];
         for pin in &self.spec.pins {
             mounts.push((
-                Self::volume_mount(
+                volume_mount(
                     &s.work_volume,
                     &format!("{}/{pin}", paths::WORK),
                     false,
@@ -418,51 +403,22 @@ impl Profile {
             .into_iter()
             .map(|(path, area, _, _, mode)| (path.to_owned(), Self::tmpfs_options(area, mode)))
             .collect();
-        ContainerCreateBody {
-            hostname: Some(paths::HOSTNAME.to_owned()),
-            user: Some(format!("{}:{}", paths::AGENT_UID, paths::AGENT_GID)),
-            attach_stdin: Some(false),
-            attach_stdout: Some(false),
-            attach_stderr: Some(false),
-            tty: Some(false),
-            open_stdin: Some(false),
-            stdin_once: Some(false),
-            env: Some(self.env()),
-            image: Some(self.spec.image_id.clone()),
-            working_dir: Some(paths::WORK.to_owned()),
-            entrypoint: Some(vec![paths::INIT.to_owned()]),
-            labels: Some(self.labels()),
-            host_config: Some(HostConfig {
-                readonly_rootfs: Some(true),
-                cap_drop: Some(vec!["ALL".to_owned()]),
-                security_opt: Some(vec!["no-new-privileges".to_owned()]),
-                privileged: Some(false),
-                ipc_mode: Some("none".to_owned()),
-                network_mode: Some("none".to_owned()),
-                cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
-                pids_limit: Some(i64::from(l.pids)),
-                memory: Some(l.memory_bytes as i64),
-                memory_swap: Some(l.memory_bytes as i64),
-                nano_cpus: Some(l.nano_cpus as i64),
-                init: Some(false),
-                mounts: Some(self.mounts().into_iter().map(|(m, _)| m).collect()),
-                tmpfs: Some(tmpfs),
-                log_config: Some(HostConfigLogConfig {
-                    typ: Some("json-file".to_owned()),
-                    config: Some(HashMap::from([
-                        ("max-size".to_owned(), LOG_MAX_SIZE.to_owned()),
-                        ("max-file".to_owned(), "1".to_owned()),
-                    ])),
-                }),
-                restart_policy: Some(RestartPolicy {
-                    name: Some(RestartPolicyNameEnum::NO),
-                    maximum_retry_count: Some(0),
-                }),
-                auto_remove: Some(false),
-                ..Default::default()
-            }),
-            ..Default::default()
+        let mut body = hardened_body(Hardened {
+            image_id: &self.spec.image_id,
+            labels: self.labels(),
+            entrypoint: vec![paths::INIT.to_owned()],
+            env: self.env(),
+            mounts: self.mounts().into_iter().map(|(m, _)| m).collect(),
+            pids: l.pids,
+            memory_bytes: l.memory_bytes,
+            nano_cpus: l.nano_cpus,
+            log_max_size: LOG_MAX_SIZE,
+        });
+        body.working_dir = Some(paths::WORK.to_owned());
+        if let Some(host) = body.host_config.as_mut() {
+            host.tmpfs = Some(tmpfs);
         }
+        body
     }
 
     /// The policy cordon-init enforces.
@@ -470,24 +426,7 @@ impl Profile {
         let s = &self.spec.storage;
         let writable = self.spec.phase.work_writable();
         let mut mounts = policy::engine_mount_rules();
-        let profile_rule =
-            |path: &str, access: Access, protection: Id, bounded: Option<Bounded>, tmpfs: bool| {
-                MountRule {
-                    path: path.to_owned(),
-                    beneath: false,
-                    access,
-                    fstype: tmpfs.then(|| "tmpfs".to_owned()),
-                    flags: if access == Access::Writable {
-                        MountFlags::ALL
-                    } else {
-                        MountFlags::NONE
-                    },
-                    protection,
-                    required: true,
-                    bounded,
-                }
-            };
-        mounts.push(profile_rule(
+        mounts.push(MountRule::required(
             paths::WORK,
             if writable {
                 Access::Writable
@@ -499,77 +438,77 @@ impl Profile {
             } else {
                 Id::WorkReadonly
             },
+            Some("tmpfs"),
             Some(Bounded {
                 bytes: s.work.bytes,
                 inodes: s.work.inodes,
                 bytes_id: Id::WorkBytes,
                 inodes_id: Id::WorkInodes,
             }),
-            true,
         ));
-        mounts.push(profile_rule(
+        mounts.push(MountRule::required(
             paths::METADATA,
             Access::ReadOnly,
             Id::MetadataReadonly,
+            Some("tmpfs"),
             None,
-            true,
         ));
         let mut write = Vec::new();
         for (path, area, bytes_id, inodes_id, _) in self.scratch_areas() {
-            mounts.push(profile_rule(
+            mounts.push(MountRule::required(
                 path,
                 Access::Writable,
                 Id::WritableNosuidNodevNoexec,
+                Some("tmpfs"),
                 Some(Bounded {
                     bytes: area.bytes,
                     inodes: area.inodes,
                     bytes_id,
                     inodes_id,
                 }),
-                true,
             ));
             write.push(path.to_owned());
         }
         if writable {
             write.push(paths::WORK.to_owned());
         }
-        mounts.push(profile_rule(
+        mounts.push(MountRule::required(
             paths::CONTROL_DIR,
             Access::ReadOnly,
             Id::ControlReadonly,
             None,
-            false,
+            None,
         ));
-        mounts.push(profile_rule(
+        mounts.push(MountRule::required(
             paths::INPUT_DIR,
             Access::ReadOnly,
             Id::InputReadonly,
             None,
-            false,
+            None,
         ));
-        mounts.push(profile_rule(
+        mounts.push(MountRule::required(
             paths::EGRESS_DIR,
             Access::ReadOnly,
             Id::EgressReadonly,
+            Some("tmpfs"),
             None,
-            true,
         ));
         for pin in &self.spec.pins {
-            mounts.push(profile_rule(
+            mounts.push(MountRule::required(
                 &format!("{}/{pin}", paths::WORK),
                 Access::Writable,
                 Id::PinnedDirs,
+                Some("tmpfs"),
                 None,
-                true,
             ));
         }
         for gitlink in &self.spec.gitlinks {
-            mounts.push(profile_rule(
+            mounts.push(MountRule::required(
                 &format!("{}/{gitlink}", paths::WORK),
                 Access::ReadOnly,
                 Id::GitlinkMasks,
+                Some("tmpfs"),
                 None,
-                true,
             ));
         }
         let mut env = self.env();
@@ -602,6 +541,86 @@ impl Profile {
             deadline_ms: l.deadline.as_millis() as u64,
             grace_ms: l.grace.as_millis() as u64,
         }
+    }
+}
+
+/// What differs between hardened containers (the agent, the keeper, the loader).
+#[derive(Debug, Clone)]
+pub struct Hardened<'a> {
+    pub image_id: &'a str,
+    pub labels: HashMap<String, String>,
+    pub entrypoint: Vec<String>,
+    pub env: Vec<String>,
+    pub mounts: Vec<Mount>,
+    pub pids: u32,
+    pub memory_bytes: u64,
+    pub nano_cpus: u64,
+    pub log_max_size: &'a str,
+}
+
+/// Every cordon container's hardening: numeric non-root user, read-only root, no capabilities,
+/// no-new-privileges, no network, no IPC, private cgroup namespace, no TTY or stdin, cordon-init
+/// as PID 1 (Docker's init off), memory without swap, bounded logs, no restart.
+pub fn hardened_body(h: Hardened<'_>) -> ContainerCreateBody {
+    ContainerCreateBody {
+        hostname: Some(paths::HOSTNAME.to_owned()),
+        user: Some(format!("{}:{}", paths::AGENT_UID, paths::AGENT_GID)),
+        attach_stdin: Some(false),
+        attach_stdout: Some(false),
+        attach_stderr: Some(false),
+        tty: Some(false),
+        open_stdin: Some(false),
+        stdin_once: Some(false),
+        env: Some(h.env),
+        image: Some(h.image_id.to_owned()),
+        entrypoint: Some(h.entrypoint),
+        labels: Some(h.labels),
+        host_config: Some(HostConfig {
+            readonly_rootfs: Some(true),
+            cap_drop: Some(vec!["ALL".to_owned()]),
+            security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            privileged: Some(false),
+            ipc_mode: Some("none".to_owned()),
+            network_mode: Some("none".to_owned()),
+            cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
+            pids_limit: Some(i64::from(h.pids)),
+            memory: Some(h.memory_bytes as i64),
+            memory_swap: Some(h.memory_bytes as i64),
+            nano_cpus: Some(h.nano_cpus as i64),
+            init: Some(false),
+            mounts: Some(h.mounts),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("json-file".to_owned()),
+                config: Some(HashMap::from([
+                    ("max-size".to_owned(), h.log_max_size.to_owned()),
+                    ("max-file".to_owned(), "1".to_owned()),
+                ])),
+            }),
+            restart_policy: Some(RestartPolicy {
+                name: Some(RestartPolicyNameEnum::NO),
+                maximum_retry_count: Some(0),
+            }),
+            auto_remove: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A volume mount, always `nocopy` (a copy-up from the image would replace the volume root's
+/// owner and mode).
+pub fn volume_mount(source: &str, target: &str, read_only: bool, subpath: Option<String>) -> Mount {
+    Mount {
+        typ: Some(MountType::VOLUME),
+        source: Some(source.to_owned()),
+        target: Some(target.to_owned()),
+        read_only: Some(read_only),
+        volume_options: Some(MountVolumeOptions {
+            no_copy: Some(true),
+            subpath,
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }
 

@@ -10,10 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, HostConfigLogConfig, Mount,
-    MountType, MountVolumeOptions, RestartPolicy, RestartPolicyNameEnum, VolumeCreateRequest,
-};
+use bollard::models::{ContainerCreateBody, Mount, VolumeCreateRequest};
 use bollard::query_parameters::{CreateContainerOptions, UploadToContainerOptions};
 use cordon_contract::paths;
 
@@ -21,7 +18,7 @@ use crate::cleanup::Created;
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind};
-use crate::profile::{tmpfs_volume_options, Area};
+use crate::profile::{hardened_body, tmpfs_volume_options, Area, Hardened, StorageRef};
 
 /// Default work area (seeds: 512 MiB, 131,072 entries).
 pub const DEFAULT_WORK: Area = Area {
@@ -35,17 +32,7 @@ pub const DEFAULT_METADATA: Area = Area {
 };
 
 fn volume_mount(source: &str, target: &str, read_only: bool) -> Mount {
-    Mount {
-        typ: Some(MountType::VOLUME),
-        source: Some(source.to_owned()),
-        target: Some(target.to_owned()),
-        read_only: Some(read_only),
-        volume_options: Some(MountVolumeOptions {
-            no_copy: Some(true),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    crate::profile::volume_mount(source, target, read_only, None)
 }
 
 /// The create request of a trusted helper (keeper, loader): the agent's hardening, small limits.
@@ -55,47 +42,17 @@ pub fn helper_body(
     entrypoint: Vec<String>,
     mounts: Vec<Mount>,
 ) -> ContainerCreateBody {
-    ContainerCreateBody {
-        hostname: Some(paths::HOSTNAME.to_owned()),
-        user: Some(format!("{}:{}", paths::AGENT_UID, paths::AGENT_GID)),
-        attach_stdin: Some(false),
-        attach_stdout: Some(false),
-        attach_stderr: Some(false),
-        tty: Some(false),
-        open_stdin: Some(false),
-        env: Some(vec!["PATH=/usr/bin:/bin".to_owned()]),
-        image: Some(image_id.to_owned()),
-        entrypoint: Some(entrypoint),
-        labels: Some(labels),
-        host_config: Some(HostConfig {
-            readonly_rootfs: Some(true),
-            cap_drop: Some(vec!["ALL".to_owned()]),
-            security_opt: Some(vec!["no-new-privileges".to_owned()]),
-            privileged: Some(false),
-            ipc_mode: Some("none".to_owned()),
-            network_mode: Some("none".to_owned()),
-            cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
-            pids_limit: Some(16),
-            memory: Some(64 * 1024 * 1024),
-            memory_swap: Some(64 * 1024 * 1024),
-            nano_cpus: Some(100_000_000),
-            init: Some(false),
-            mounts: Some(mounts),
-            log_config: Some(HostConfigLogConfig {
-                typ: Some("json-file".to_owned()),
-                config: Some(HashMap::from([
-                    ("max-size".to_owned(), "64k".to_owned()),
-                    ("max-file".to_owned(), "1".to_owned()),
-                ])),
-            }),
-            restart_policy: Some(RestartPolicy {
-                name: Some(RestartPolicyNameEnum::NO),
-                maximum_retry_count: Some(0),
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    hardened_body(Hardened {
+        image_id,
+        labels,
+        entrypoint,
+        env: vec!["PATH=/usr/bin:/bin".to_owned()],
+        mounts,
+        pids: 16,
+        memory_bytes: 64 * 1024 * 1024,
+        nano_cpus: 100_000_000,
+        log_max_size: "64k",
+    })
 }
 
 async fn create_volume(
@@ -117,7 +74,7 @@ async fn create_volume(
     Ok(volume.name)
 }
 
-async fn create_container(
+pub(crate) async fn create_container(
     engine: &Engine,
     name: &str,
     body: ContainerCreateBody,
@@ -166,6 +123,20 @@ pub fn task_volume_requests(
 }
 
 impl TaskStorage {
+    /// What an agent container of `invocation` mounts: this storage, and the invocation's own
+    /// control, input and egress volumes (named after the invocation's allocation).
+    pub fn mounts_for(&self, invocation: &Allocation) -> StorageRef {
+        StorageRef {
+            work_volume: self.work_volume.clone(),
+            work: self.work,
+            metadata_volume: self.metadata_volume.clone(),
+            metadata: self.metadata,
+            control_volume: invocation.name(Kind::Control),
+            input_volume: invocation.name(Kind::Input),
+            egress_volume: invocation.name(Kind::Egress),
+        }
+    }
+
     /// Create both volumes and start the keeper. On any failure everything made is removed.
     pub async fn create(
         engine: &Engine,

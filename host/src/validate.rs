@@ -10,32 +10,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use bollard::models::{
     ContainerInspectResponse, HostConfigCgroupnsModeEnum, Mount, MountType, Volume,
 };
+use cordon_contract::policy::{ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS};
 use cordon_contract::Id;
 
 use crate::error::Refusal;
 use crate::labels::{Kind, KIND, OWNER};
 use crate::profile::{tmpfs_volume_options, Area, Profile, EGRESS_AREA};
-
-/// Paths Docker masks by default (present in every unprivileged container's read-back).
-pub const DOCKER_MASKED_PATHS: &[&str] = &[
-    "/proc/acpi",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/sys/firmware",
-];
-/// Paths Docker makes read-only by default.
-pub const DOCKER_READONLY_PATHS: &[&str] = &[
-    "/proc/bus",
-    "/proc/fs",
-    "/proc/irq",
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-];
 
 /// What the engine reported.
 #[derive(Debug, Clone)]
@@ -572,22 +552,22 @@ pub fn validate(profile: &Profile, observed: &Observed) -> Vec<Refusal> {
     );
     let masked = host.masked_paths.clone().unwrap_or_default();
     d.check(
-        DOCKER_MASKED_PATHS
+        ENGINE_MASKED_PATHS
             .iter()
             .all(|p| masked.iter().any(|m| m == p)),
         Id::NotPrivileged,
         "HostConfig.MaskedPaths",
-        DOCKER_MASKED_PATHS,
+        ENGINE_MASKED_PATHS,
         &masked,
     );
     let readonly = host.readonly_paths.clone().unwrap_or_default();
     d.check(
-        DOCKER_READONLY_PATHS
+        ENGINE_READONLY_PATHS
             .iter()
             .all(|p| readonly.iter().any(|m| m == p)),
         Id::NotPrivileged,
         "HostConfig.ReadonlyPaths",
-        DOCKER_READONLY_PATHS,
+        ENGINE_READONLY_PATHS,
         &readonly,
     );
     d.check(

@@ -503,7 +503,7 @@ mod tests {
 
     use std::collections::BTreeMap;
 
-    use cordon_contract::policy::{self, Bounded, CgroupLimits, LandlockPolicy, MountFlags};
+    use cordon_contract::policy::{self, Bounded, CgroupLimits, LandlockPolicy};
     use cordon_contract::{Phase, Vendor};
 
     use super::*;
@@ -534,20 +534,7 @@ mod tests {
         protection: Id,
         bounded: Option<Bounded>,
     ) -> policy::MountRule {
-        policy::MountRule {
-            path: path.into(),
-            beneath: false,
-            access,
-            fstype: None,
-            flags: if access == Access::Writable {
-                MountFlags::ALL
-            } else {
-                MountFlags::NONE
-            },
-            protection,
-            required: true,
-            bounded,
-        }
+        policy::MountRule::required(path, access, protection, None, bounded)
     }
 
     fn good_policy() -> Policy {

@@ -3,24 +3,15 @@
 
 use std::time::Duration;
 
-use cordon::labels::Owner;
 use cordon::launch::{InitVerdict, Prepared};
 use cordon_contract::report::{EXIT_DEADLINE, EXIT_INIT_FAILURE};
 use cordon_contract::{paths, InitLine};
-use cordon_tests::{
-    assert_clean, engine, image, launch_valid, launch_with, profile, serial, task_storage,
-    Finished, Run,
-};
+use cordon_tests::{fixture, launch_valid, launch_with, serial, Finished, Run};
 
 async fn run_workload(run: Run) -> Finished {
-    let engine = engine().await;
-    let image = image(&engine).await;
-    let owner = Owner::random("t-init");
-    let storage = task_storage(&engine, &owner, &image).await;
-    let profile = profile(&owner, &image, &storage, &run);
-    let finished = launch_valid(&engine, &profile).await;
-    storage.remove(&engine).await.unwrap();
-    assert_clean(&engine, &owner).await;
+    let f = fixture("t-init").await;
+    let finished = launch_valid(&f.engine, &f.profile(&run)).await;
+    f.finish().await;
     assert!(
         matches!(
             finished.verdict,
@@ -37,14 +28,11 @@ async fn run_workload(run: Run) -> Finished {
 
 /// Start `run`, send `signal` to the container once the workload is up, return how it ended.
 async fn run_and_signal(run: Run, signal: &str) -> Finished {
-    let engine = engine().await;
-    let image = image(&engine).await;
-    let owner = Owner::random("t-sig");
-    let storage = task_storage(&engine, &owner, &image).await;
-    let profile = profile(&owner, &image, &storage, &run);
-    let prepared = Prepared::new(&engine, &profile).unwrap();
-    let (refusals, finished) = launch_with(&engine, &profile, prepared, |launch| {
-        let engine = engine.clone();
+    let f = fixture("t-sig").await;
+    let profile = f.profile(&run);
+    let prepared = Prepared::new(&f.engine, &profile).unwrap();
+    let (refusals, finished) = launch_with(&f.engine, &profile, prepared, |launch| {
+        let engine = f.engine.clone();
         let container = launch.container.clone();
         let signal = signal.to_owned();
         async move {
@@ -68,8 +56,7 @@ async fn run_and_signal(run: Run, signal: &str) -> Finished {
     })
     .await;
     assert!(refusals.is_empty(), "{refusals:?}");
-    storage.remove(&engine).await.unwrap();
-    assert_clean(&engine, &owner).await;
+    f.finish().await;
     finished
 }
 
@@ -217,19 +204,11 @@ async fn deadline_is_enforced() {
 /// workload too).
 #[tokio::test]
 async fn init_panic_exits_nonzero() {
-    let engine = engine().await;
-    let image = image(&engine).await;
-    let owner = Owner::random("t-panic");
-    let storage = task_storage(&engine, &owner, &image).await;
-    let profile = profile(
-        &owner,
-        &image,
-        &storage,
-        &Run::workload(&["sleep", "60000"]),
-    );
-    let mut prepared = Prepared::new(&engine, &profile).unwrap();
+    let f = fixture("t-panic").await;
+    let profile = f.profile(&Run::workload(&["sleep", "60000"]));
+    let mut prepared = Prepared::new(&f.engine, &profile).unwrap();
     prepared.plan.create.entrypoint = Some(vec![paths::INIT.into(), "self-test-panic".into()]);
-    let (refusals, finished) = launch_with(&engine, &profile, prepared, |_| async {}).await;
+    let (refusals, finished) = launch_with(&f.engine, &profile, prepared, |_| async {}).await;
     // The validator sees the changed entrypoint; this test starts it anyway.
     assert!(
         refusals
@@ -243,6 +222,5 @@ async fn init_panic_exits_nonzero() {
         "{:?}",
         finished.output
     );
-    storage.remove(&engine).await.unwrap();
-    assert_clean(&engine, &owner).await;
+    f.finish().await;
 }

@@ -2,27 +2,19 @@
 //! the engine would drop is refused before anything exists, and failures leave nothing behind.
 
 use cordon::error::Error;
-use cordon::labels::{Allocation, Owner};
+use cordon::labels::Allocation;
 use cordon::launch::{self, InitVerdict, Prepared};
-use cordon::profile::{Profile, ProfileSpec};
+use cordon::profile::Profile;
 use cordon_contract::{Id, Phase};
-use cordon_tests::{assert_clean, engine, image, profile, task_storage, Run};
+use cordon_tests::{fixture, launch_with, Run};
 
 /// C0 through `launch::run`: validated, attested (the digest of the policy we wrote), run, removed.
 #[tokio::test]
 async fn full_profile_runs_and_attests_in_every_phase() {
-    let engine = engine().await;
-    let image = image(&engine).await;
-    let owner = Owner::random("t-run");
-    let storage = task_storage(&engine, &owner, &image).await;
+    let f = fixture("t-run").await;
     for phase in Phase::ALL {
-        let profile = profile(
-            &owner,
-            &image,
-            &storage,
-            &Run::vendor(phase, &["--version"]),
-        );
-        let report = launch::run(&engine, &profile).await.expect("run");
+        let profile = f.profile(&Run::vendor(phase, &["--version"]));
+        let report = launch::run(&f.engine, &profile).await.expect("run");
         assert_eq!(report.exit_code, 0, "{phase}: {:?}", report.output);
         match &report.verdict {
             InitVerdict::Attested {
@@ -50,24 +42,15 @@ async fn full_profile_runs_and_attests_in_every_phase() {
             report.output
         );
     }
-    storage.remove(&engine).await.unwrap();
-    assert_clean(&engine, &owner).await;
+    f.finish().await;
 }
 
 /// A container whose read-back differs is refused with the field named, never started, removed.
 #[tokio::test]
 async fn validator_refusal_stops_before_start_and_cleans_up() {
-    let engine = engine().await;
-    let image = image(&engine).await;
-    let owner = Owner::random("t-refuse");
-    let storage = task_storage(&engine, &owner, &image).await;
-    let profile = profile(
-        &owner,
-        &image,
-        &storage,
-        &Run::vendor(Phase::Review, &["--version"]),
-    );
-    let mut prepared = Prepared::new(&engine, &profile).unwrap();
+    let f = fixture("t-refuse").await;
+    let profile = f.profile(&Run::vendor(Phase::Review, &["--version"]));
+    let mut prepared = Prepared::new(&f.engine, &profile).unwrap();
     prepared
         .plan
         .create
@@ -75,10 +58,10 @@ async fn validator_refusal_stops_before_start_and_cleans_up() {
         .as_mut()
         .unwrap()
         .readonly_rootfs = Some(false);
-    let err = launch::run_prepared(&engine, &profile, prepared)
+    match launch::run_prepared(&f.engine, &profile, prepared)
         .await
-        .expect_err("refused");
-    match err {
+        .expect_err("refused")
+    {
         Error::Refused(refusals) => {
             assert_eq!(refusals.len(), 1, "{refusals:?}");
             assert_eq!(refusals[0].id, Id::RootfsReadonly);
@@ -86,8 +69,7 @@ async fn validator_refusal_stops_before_start_and_cleans_up() {
         }
         other => panic!("{other}"),
     }
-    storage.remove(&engine).await.unwrap();
-    assert_clean(&engine, &owner).await;
+    f.finish().await;
 }
 
 /// Pinning needs VolumeOptions.Subpath (API 1.45); at API 1.41 the profile is refused before
@@ -95,37 +77,40 @@ async fn validator_refusal_stops_before_start_and_cleans_up() {
 /// engines too: they serve 1.41 requests the way 20.10 does, dropping the field.)
 #[tokio::test]
 async fn subpath_profile_is_refused_on_api_1_41() {
-    let engine = cordon::Engine::connect_at(
+    let mut f = fixture("t-subpath").await;
+    f.engine = cordon::Engine::connect_at(
         &cordon::engine::socket_path().unwrap(),
         Some(cordon::engine::MIN_API),
     )
     .await
     .expect("engine at 1.41");
-    let image = image(&engine).await;
-    let owner = Owner::random("t-subpath");
-    let storage = task_storage(&engine, &owner, &image).await;
-    let base = profile(
-        &owner,
-        &image,
-        &storage,
-        &Run::vendor(Phase::Execute, &["--version"]),
-    );
-    let mut spec: ProfileSpec = base.spec().clone();
-    spec.allocation = Allocation::new(&owner, "test").unwrap();
+    let base = f.profile(&Run::vendor(Phase::Execute, &["--version"]));
+    let mut spec = base.spec().clone();
+    spec.allocation = Allocation::new(&f.owner, "test").unwrap();
+    spec.storage = f.storage.mounts_for(&spec.allocation);
     spec.pins = vec!["src".into()];
     let pinned = Profile::new(spec).unwrap();
-    match Prepared::new(&engine, &pinned) {
+    match Prepared::new(&f.engine, &pinned) {
         Err(Error::Profile {
             id: Id::PinnedDirs,
             reason,
         }) => assert!(reason.contains("1.45"), "{reason}"),
         other => panic!("expected a pinned-dirs refusal, got {other:?}"),
     }
+    let (containers, volumes) = cordon::cleanup::list_owned(&f.engine, &f.owner)
+        .await
+        .unwrap();
+    assert_eq!(
+        (containers.len(), volumes.len()),
+        (1, 2),
+        "only the task storage exists"
+    );
     // Forced past the plan, the engine drops the Subpath silently; the read-back catches it.
-    let mut prepared = Prepared::new(&engine, &base).unwrap();
+    let mut prepared = Prepared::new(&f.engine, &base).unwrap();
     prepared.plan.create = pinned.create_body();
     prepared.plan.policy = pinned.policy();
-    let launch = launch::create(&engine, &pinned, prepared)
+    prepared.volumes = cordon::profile::invocation_volume_requests(pinned.allocation());
+    let launch = launch::create(&f.engine, &pinned, prepared)
         .await
         .expect("create");
     let dropped = launch
@@ -137,26 +122,17 @@ async fn subpath_profile_is_refused_on_api_1_41() {
         dropped.field,
         "HostConfig.Mounts[/work/src].VolumeOptions.Subpath"
     );
-    launch.finish(&engine).await.unwrap();
-    storage.remove(&engine).await.unwrap();
-    assert_clean(&engine, &owner).await;
+    launch.finish(&f.engine).await.unwrap();
+    f.finish().await;
 }
 
 /// A create the engine rejects (hostile or broken input) gives a clear error and leaves nothing:
 /// the invocation volumes made before it are removed.
 #[tokio::test]
 async fn failed_create_leaves_nothing_behind() {
-    let engine = engine().await;
-    let image = image(&engine).await;
-    let owner = Owner::random("t-fail");
-    let storage = task_storage(&engine, &owner, &image).await;
-    let profile = profile(
-        &owner,
-        &image,
-        &storage,
-        &Run::vendor(Phase::Planning, &["--version"]),
-    );
-    let mut prepared = Prepared::new(&engine, &profile).unwrap();
+    let f = fixture("t-fail").await;
+    let profile = f.profile(&Run::vendor(Phase::Planning, &["--version"]));
+    let mut prepared = Prepared::new(&f.engine, &profile).unwrap();
     prepared
         .plan
         .create
@@ -164,31 +140,21 @@ async fn failed_create_leaves_nothing_behind() {
         .as_mut()
         .unwrap()
         .network_mode = Some("container:no-such-container".into());
-    let err = launch::create(&engine, &profile, prepared)
+    let err = launch::create(&f.engine, &profile, prepared)
         .await
         .expect_err("engine refuses");
     assert!(err.to_string().contains("create container"), "{err}");
-    storage.remove(&engine).await.unwrap();
-    assert_clean(&engine, &owner).await;
+    f.finish().await;
 }
 
 /// A policy the init cannot accept (an unknown schema version) is refused with the `policy` id.
 #[tokio::test]
 async fn invalid_policy_is_refused_by_the_init() {
-    let engine = engine().await;
-    let image = image(&engine).await;
-    let owner = Owner::random("t-nopolicy");
-    let storage = task_storage(&engine, &owner, &image).await;
-    let profile = profile(
-        &owner,
-        &image,
-        &storage,
-        &Run::vendor(Phase::Planning, &["--version"]),
-    );
-    let mut prepared = Prepared::new(&engine, &profile).unwrap();
+    let f = fixture("t-nopolicy").await;
+    let profile = f.profile(&Run::vendor(Phase::Planning, &["--version"]));
+    let mut prepared = Prepared::new(&f.engine, &profile).unwrap();
     prepared.plan.policy.version = 99;
-    let (refusals, finished) =
-        cordon_tests::launch_with(&engine, &profile, prepared, |_| async {}).await;
+    let (refusals, finished) = launch_with(&f.engine, &profile, prepared, |_| async {}).await;
     assert!(refusals.is_empty());
     assert_eq!(
         finished.code,
@@ -205,6 +171,5 @@ async fn invalid_policy_is_refused_by_the_init() {
         "{:?}",
         finished.verdict
     );
-    storage.remove(&engine).await.unwrap();
-    assert_clean(&engine, &owner).await;
+    f.finish().await;
 }

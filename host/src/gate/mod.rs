@@ -18,9 +18,9 @@ use futures_util::StreamExt;
 use crate::cleanup;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::labels::{Allocation, Kind, Owner};
+use crate::labels::{Allocation, Owner};
 use crate::launch::{self, InitVerdict, Prepared};
-use crate::profile::{Limits, Profile, ProfileSpec, StorageRef, DEFAULT_LANDLOCK_ABI};
+use crate::profile::{Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
 use crate::storage::{self, TaskStorage};
 use cases::{Case, GateEnv, Mutable, StorageVariant, GATE_GITLINK};
 
@@ -221,15 +221,7 @@ async fn run_case(
         phase: case.phase,
         vendor: case.vendor,
         image_id: image_id.to_owned(),
-        storage: StorageRef {
-            work_volume: storage.work_volume.clone(),
-            work: storage.work,
-            metadata_volume: storage.metadata_volume.clone(),
-            metadata: storage.metadata,
-            control_volume: allocation.name(Kind::Control),
-            input_volume: allocation.name(Kind::Input),
-            egress_volume: allocation.name(Kind::Egress),
-        },
+        storage: storage.mounts_for(&allocation),
         allocation,
         limits: gate_limits(),
         command: vec![cli.clone(), "--version".to_owned()],
