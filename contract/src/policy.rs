@@ -529,3 +529,91 @@ mod tests {
         assert!(Policy::from_bytes(&big).is_err());
     }
 }
+
+#[cfg(test)]
+mod consistency_tests {
+    use super::*;
+    use crate::{Phase, Vendor};
+
+    fn policy() -> Policy {
+        let mut mounts = engine_mount_rules();
+        mounts.push(MountRule::required(
+            "/tmp",
+            Access::Writable,
+            Id::WritableNosuidNodevNoexec,
+            Some("tmpfs"),
+            Some(Bounded {
+                bytes: 4096,
+                inodes: 2,
+                bytes_id: Id::TmpBytes,
+                inodes_id: Id::TmpInodes,
+            }),
+        ));
+        Policy {
+            version: POLICY_VERSION,
+            phase: Phase::Planning,
+            vendor: Vendor::Claude,
+            uid: 10001,
+            gid: 10001,
+            hostname: "cordon".into(),
+            env: vec!["PATH=/usr/bin".into()],
+            cwd: "/work".into(),
+            mounts,
+            landlock: LandlockPolicy {
+                abi: 6,
+                read: vec!["/".into()],
+                write: vec!["/tmp".into()],
+                devices: vec!["/dev/null".into()],
+                exec: vec!["/usr/bin/claude".into()],
+            },
+            cgroup: CgroupLimits {
+                pids_max: 1,
+                memory_bytes: 1,
+                cpu_quota_us: 1,
+                cpu_period_us: 1,
+            },
+            command: vec!["/usr/bin/claude".into()],
+            deadline_ms: 1,
+            grace_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_consistent_policy_round_trips() {
+        let p = policy();
+        assert_eq!(Policy::from_bytes(&p.to_bytes()).unwrap(), p);
+    }
+
+    #[test]
+    fn inconsistent_policies_are_refused() {
+        let changes: Vec<Box<dyn Fn(&mut Policy)>> = vec![
+            Box::new(|p| p.version = 2),
+            Box::new(|p| p.uid = 0),
+            Box::new(|p| p.hostname = "a b".into()),
+            Box::new(|p| p.env.push("PATH=/bin".into())),
+            Box::new(|p| p.env.push("NOEQUALS".into())),
+            Box::new(|p| p.cwd = "work".into()),
+            Box::new(|p| p.landlock.write.push("/etc".into())),
+            Box::new(|p| p.landlock.exec.push("/usr/../bin/sh".into())),
+            Box::new(|p| p.landlock.abi = 9),
+            Box::new(|p| p.command = vec!["/bin/sh".into()]),
+            Box::new(|p| p.command.clear()),
+            Box::new(|p| p.deadline_ms = 0),
+            Box::new(|p| p.cgroup.pids_max = 0),
+            Box::new(|p| {
+                let dup = p.mounts[0].clone();
+                p.mounts.push(dup);
+            }),
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut p = policy();
+            change(&mut p);
+            assert!(p.check().is_err(), "change {i} was accepted");
+            assert!(
+                Policy::from_bytes(&serde_json::to_vec(&p).unwrap()).is_err(),
+                "change {i}"
+            );
+        }
+        assert!(Policy::from_bytes(br#"{"version":1,"unknown":true}"#).is_err());
+    }
+}

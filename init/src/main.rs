@@ -75,7 +75,10 @@ fn close_inherited_fds() {
 }
 
 fn no_core_dumps() {
-    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+    // Lowering a limit cannot be refused; if it were, the init would not run on.
+    if let Err(e) = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0) {
+        fail(format!("setrlimit(RLIMIT_CORE, 0): {e}"));
+    }
 }
 
 fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
