@@ -586,7 +586,8 @@ mod consistency_tests {
 
     #[test]
     fn inconsistent_policies_are_refused() {
-        let changes: Vec<Box<dyn Fn(&mut Policy)>> = vec![
+        type Change = Box<dyn Fn(&mut Policy)>;
+        let changes: Vec<Change> = vec![
             Box::new(|p| p.version = 2),
             Box::new(|p| p.uid = 0),
             Box::new(|p| p.hostname = "a b".into()),
