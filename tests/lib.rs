@@ -224,10 +224,12 @@ where
         Ok::<_, cordon::Error>((code, output))
     }
     .await;
-    let digest = launch.policy_digest.clone();
+    let outcome = result.map(|(code, output)| {
+        let verdict = launch.verdict(&output);
+        (code, output, verdict)
+    });
     launch.finish(engine).await.expect("cleanup");
-    let (code, output) = result.expect("run");
-    let verdict = launch::verdict(&output, &digest);
+    let (code, output, verdict) = outcome.expect("run");
     (
         refusals,
         Finished {

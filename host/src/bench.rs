@@ -83,7 +83,7 @@ async fn cordon_once(
         launch.start(engine).await?;
         let code = launch.wait(engine, Duration::from_secs(60)).await?;
         let output = launch.output(engine).await?;
-        match launch::verdict(&output, &launch.policy_digest) {
+        match launch.verdict(&output) {
             InitVerdict::Attested {
                 preflight_us,
                 digest_matches: true,

@@ -95,6 +95,8 @@ fn ms(since: Instant) -> f64 {
 #[derive(Debug)]
 pub struct Launch {
     pub container: String,
+    /// The container was created with a TTY (only a gate case does that).
+    pub tty: bool,
     pub refusals: Vec<Refusal>,
     pub policy_digest: String,
     pub timings: Timings,
@@ -136,6 +138,7 @@ pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> R
     let mut created = Created::default();
     let mut timings = Timings::default();
     let policy_bytes = prepared.plan.policy.to_bytes();
+    let tty = prepared.plan.create.tty == Some(true);
     let policy_digest = policy::digest(&policy_bytes);
     let result = async {
         let t = Instant::now();
@@ -174,6 +177,7 @@ pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> R
     match result {
         Ok((container, refusals)) => Ok(Launch {
             container,
+            tty,
             refusals,
             policy_digest,
             timings,
@@ -186,19 +190,13 @@ pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> R
     }
 }
 
-/// Read the init's first line: the first stderr line, or with a TTY the first line at all.
-pub fn verdict(output: &Output, policy_digest: &str) -> InitVerdict {
-    let first = output
-        .stderr
-        .lines()
-        .next()
-        .or_else(|| output.stdout.lines().next())
-        .unwrap_or("");
-    let line = InitLine::parse(first).or_else(|| {
-        // With a TTY both streams arrive as one; the init still wrote first.
-        output.stdout.lines().next().and_then(InitLine::parse)
-    });
-    match line {
+/// Read the init's verdict from its first line: the first stderr line, written before any
+/// workload process exists. Only a container with a TTY (which the validator refuses, and only the
+/// gate starts) has both streams merged into stdout; then the first stdout line is the init's.
+pub fn verdict(output: &Output, policy_digest: &str, tty: bool) -> InitVerdict {
+    let stream = if tty { &output.stdout } else { &output.stderr };
+    let first = stream.lines().next().unwrap_or("");
+    match InitLine::parse(first) {
         Some(InitLine::Attestation {
             policy_digest: digest,
             checks,
@@ -231,6 +229,7 @@ impl Launch {
     pub fn adopt(container: String) -> Launch {
         Launch {
             container,
+            tty: false,
             refusals: Vec::new(),
             policy_digest: String::new(),
             timings: Timings::default(),
@@ -343,6 +342,11 @@ impl Launch {
         })
     }
 
+    /// The init's verdict in this container's output.
+    pub fn verdict(&self, output: &Output) -> InitVerdict {
+        verdict(output, &self.policy_digest, self.tty)
+    }
+
     /// Remove the container and the invocation volumes.
     pub async fn finish(self, engine: &Engine) -> Result<()> {
         self.created
@@ -386,13 +390,16 @@ pub async fn run_prepared(
         Ok::<_, Error>((exit_code, output))
     }
     .await;
-    let digest = launch.policy_digest.clone();
     let timings = launch.timings;
+    let outcome = result.map(|(code, output)| {
+        let verdict = launch.verdict(&output);
+        (code, output, verdict)
+    });
     launch.finish(engine).await?;
-    let (exit_code, output) = result?;
+    let (exit_code, output, verdict) = outcome?;
     Ok(RunReport {
         exit_code,
-        verdict: verdict(&output, &digest),
+        verdict,
         output,
         timings,
     })

@@ -279,7 +279,7 @@ async fn run_case(
         .await;
         let cell = match run {
             Err(e) => result(Layer::Init, vec![format!("error: {e}")], e.to_string()),
-            Ok((code, output)) => match launch::verdict(&output, &launch.policy_digest) {
+            Ok((code, output)) => match launch.verdict(&output) {
                 InitVerdict::Refused {
                     check,
                     expected,
