@@ -103,7 +103,8 @@ pub struct Launch {
     created: Created,
 }
 
-async fn inspect_all(engine: &Engine, container: &str, profile: &Profile) -> Result<Observed> {
+/// Read back a created container and every volume the profile mounts.
+pub async fn read_back(engine: &Engine, container: &str, profile: &Profile) -> Result<Observed> {
     let docker = engine.docker();
     let s = profile.storage();
     let names = [
@@ -168,7 +169,7 @@ pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> R
         .await?;
         timings.create_ms = ms(t);
         let t = Instant::now();
-        let observed = inspect_all(engine, &id, profile).await?;
+        let observed = read_back(engine, &id, profile).await?;
         let refusals = validate::validate(profile, &observed);
         timings.validate_ms = ms(t);
         Ok::<_, Error>((id, refusals))

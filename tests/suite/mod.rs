@@ -4,3 +4,4 @@ mod gate;
 mod image;
 mod init;
 mod launch;
+mod validator;
