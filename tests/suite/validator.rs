@@ -725,7 +725,7 @@ fn changes() -> Vec<(&'static str, Vec<Id>, Change)> {
     ]
 }
 
-/// The real read-back of a planning C0 is accepted; each single change is refused with exactly its
+/// The real read-back of a planning C0 is accepted; each of the 101 single changes is refused with exactly its
 /// id, so no field check is dead.
 #[tokio::test]
 async fn every_field_check_refuses_its_own_change() {
