@@ -95,6 +95,30 @@ pub async fn fixture(prefix: &str) -> Fixture {
     }
 }
 
+impl Drop for Fixture {
+    /// A test that panics before `finish` still leaves nothing: remove everything with its owner
+    /// label from a thread of its own (the test's runtime is unwinding).
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let owner = self.owner.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(runtime) = runtime {
+                runtime.block_on(async {
+                    if let Ok(engine) = Engine::connect().await {
+                        let _ = cleanup::remove_owned(&engine, &owner).await;
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
+
 impl Fixture {
     /// A profile over this fixture's storage.
     pub fn profile(&self, run: &Run) -> Profile {

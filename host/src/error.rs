@@ -66,6 +66,22 @@ fn join(refusals: &[Refusal]) -> String {
 }
 
 impl Error {
+    /// A stable id for the kind of failure (what `cordon --json` prints as `error`).
+    pub fn id(&self) -> &'static str {
+        match self {
+            Error::Docker { .. } => "engine-call",
+            Error::Timeout { .. } => "engine-timeout",
+            Error::Unreachable { .. } => "engine-unreachable",
+            Error::EngineTooOld { .. } => "engine-too-old",
+            Error::Refused(_) => "profile-mismatch",
+            Error::Profile { id, .. } => id.as_str(),
+            Error::Invalid(_) => "invalid-input",
+            Error::Build(_) => "image-build",
+            Error::Io { .. } => "io",
+            Error::Unreleased(_) => "unreleased",
+        }
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             context: context.into(),

@@ -160,10 +160,24 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    let json = cli.json;
     match run(cli).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("cordon: {e:#}");
+            if json {
+                // Runners in other languages get the stable id and the refusals, if any.
+                let library = e.chain().find_map(|c| c.downcast_ref::<cordon::Error>());
+                let report = serde_json::json!({
+                    "error": library.map_or("failed", cordon::Error::id),
+                    "message": format!("{e:#}"),
+                    "refusals": match library {
+                        Some(cordon::Error::Refused(r)) => serde_json::to_value(r).unwrap_or_default(),
+                        _ => serde_json::Value::Null,
+                    },
+                });
+                println!("{report}");
+            }
             ExitCode::from(2)
         }
     }

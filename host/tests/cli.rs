@@ -70,6 +70,7 @@ fn unreachable_engine_fails_loudly() {
         .output()
         .expect("run cordon");
     assert_eq!(output.status.code(), Some(2));
+    assert_eq!(json(&output)["error"], "engine-unreachable");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("unreachable") && stderr.contains("/nonexistent/cordon-test.sock"),
