@@ -13,10 +13,19 @@ pub struct Layers {
     pub validator: bool,
     /// cordon-init's preflight observes the breach from inside and refuses.
     pub init: bool,
+    /// cordon-probe, acting as the agent, succeeds at something that must fail.
+    pub probe: bool,
+}
+
+impl Layers {
+    /// Enforced by cordon-init alone (no profile field): probes of it run only under the init.
+    pub const fn init_only(self) -> bool {
+        self.init && !self.validator
+    }
 }
 
 macro_rules! protections {
-    ($( $variant:ident = $id:literal, validator: $v:literal, init: $i:literal, $summary:literal; )*) => {
+    ($( $variant:ident = $id:literal, validator: $v:literal, init: $i:literal, probe: $p:literal, $summary:literal; )*) => {
         /// A protection id (see the module docs).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub enum Id { $( #[doc = $summary] $variant, )* }
@@ -32,7 +41,7 @@ macro_rules! protections {
 
             /// Which gate layers prove this protection.
             pub const fn layers(self) -> Layers {
-                match self { $( Id::$variant => Layers { validator: $v, init: $i }, )* }
+                match self { $( Id::$variant => Layers { validator: $v, init: $i, probe: $p }, )* }
             }
 
             /// What the protection is, in one line: the profile field and the init check.
@@ -49,91 +58,93 @@ macro_rules! protections {
 }
 
 protections! {
-    RootfsReadonly = "rootfs-readonly", validator: true, init: true,
+    RootfsReadonly = "rootfs-readonly", validator: true, init: true, probe: true,
         "ReadonlyRootfs; statfs(\"/\") has ST_RDONLY and / is mounted ro";
-    CapsDropped = "caps-dropped", validator: true, init: true,
+    CapsDropped = "caps-dropped", validator: true, init: true, probe: true,
         "CapDrop: [ALL]; all five capability sets are 0 (a bounding set holding Docker's defaults means the drop is missing)";
-    CapAdded = "cap-added", validator: true, init: true,
+    CapAdded = "cap-added", validator: true, init: true, probe: true,
         "CapAdd empty; a bounding set with capabilities other than Docker's defaults means one was added";
-    NoNewPrivileges = "no-new-privileges", validator: true, init: true,
+    NoNewPrivileges = "no-new-privileges", validator: true, init: true, probe: true,
         "SecurityOpt no-new-privileges; NoNewPrivs is 1 before the init sets anything itself";
-    NonRootUser = "non-root-user", validator: true, init: true,
+    NonRootUser = "non-root-user", validator: true, init: true, probe: true,
         "User 10001:10001; every uid and gid is the policy's, no other supplementary group";
-    NotPrivileged = "not-privileged", validator: true, init: true,
+    NotPrivileged = "not-privileged", validator: true, init: true, probe: true,
         "Privileged false; the bounding set is not the full set and /sys is read-only";
-    IpcNone = "ipc-none", validator: true, init: true,
+    IpcNone = "ipc-none", validator: true, init: true, probe: true,
         "IpcMode none; there is no /dev/shm";
-    NetworkNone = "network-none", validator: true, init: true,
+    NetworkNone = "network-none", validator: true, init: true, probe: true,
         "NetworkMode none and no other network; only the lo interface exists";
-    StdinClosed = "stdin-closed", validator: true, init: true,
+    StdinClosed = "stdin-closed", validator: true, init: true, probe: true,
         "OpenStdin, AttachStdin and StdinOnce false; fd 0 is /dev/null (char 1:3)";
-    NoTty = "no-tty", validator: true, init: true,
+    NoTty = "no-tty", validator: true, init: true, probe: true,
         "Tty false; none of fds 0-2 is a terminal";
-    PidsLimit = "pids-limit", validator: true, init: true,
+    PidsLimit = "pids-limit", validator: true, init: true, probe: true,
         "PidsLimit; the cgroup's pids.max equals the policy";
-    MemoryLimit = "memory-limit", validator: true, init: true,
+    MemoryLimit = "memory-limit", validator: true, init: true, probe: false,
         "Memory = MemorySwap; the cgroup's memory (and memory+swap) limit equals the policy";
-    CpuLimit = "cpu-limit", validator: true, init: true,
+    CpuLimit = "cpu-limit", validator: true, init: true, probe: false,
         "NanoCpus; the cgroup's CFS quota and period equal the policy";
-    SeccompDefault = "seccomp-default", validator: true, init: true,
+    SeccompDefault = "seccomp-default", validator: true, init: true, probe: true,
         "no seccomp= override in SecurityOpt; Seccomp mode is 2 when the init starts";
-    SeccompStacked = "seccomp-stacked", validator: false, init: true,
+    SeccompStacked = "seccomp-stacked", validator: false, init: true, probe: true,
         "the init installs its own filter on top of Docker's (Seccomp_filters rose)";
-    Landlock = "landlock", validator: false, init: true,
+    Landlock = "landlock", validator: false, init: true, probe: true,
         "the phase's Landlock ruleset is FullyEnforced at the policy's ABI";
-    ExecAllowlist = "exec-allowlist", validator: false, init: true,
+    ExecAllowlist = "exec-allowlist", validator: false, init: true, probe: true,
         "Landlock EXECUTE only on the policy's files: regular files on read-only mounts, never a directory";
-    HostNamespaces = "host-namespaces", validator: true, init: true,
+    HostNamespaces = "host-namespaces", validator: true, init: true, probe: true,
         "no host PID/IPC/UTS/user/cgroup namespace; the init is PID 1, its cgroup namespace is private, the hostname is the policy's";
-    NoHostMounts = "no-host-mounts", validator: true, init: true,
+    NoHostMounts = "no-host-mounts", validator: true, init: true, probe: true,
         "no bind mount of a host path, no device, no volume backed by a host path; every mountpoint is on the policy's list";
-    NoDockerSocket = "no-docker-socket", validator: true, init: true,
+    NoDockerSocket = "no-docker-socket", validator: true, init: true, probe: true,
         "no Docker or containerd socket mounted; nothing exists where a daemon socket would be";
-    WorkReadonly = "work-readonly", validator: true, init: true,
+    WorkReadonly = "work-readonly", validator: true, init: true, probe: true,
         "/work mounted read-only in planning, questions and review";
-    MetadataReadonly = "metadata-readonly", validator: true, init: true,
+    MetadataReadonly = "metadata-readonly", validator: true, init: true, probe: true,
         "/work/.git mounted read-only in every phase";
-    WritableNosuidNodevNoexec = "writable-nosuid-nodev-noexec", validator: true, init: true,
+    WritableNosuidNodevNoexec = "writable-nosuid-nodev-noexec", validator: true, init: true, probe: true,
         "every writable mount is nosuid, nodev and noexec";
-    TmpBytes = "tmp-bytes", validator: true, init: true,
+    TmpBytes = "tmp-bytes", validator: true, init: true, probe: true,
         "/tmp tmpfs size; statfs byte total equals the policy";
-    TmpInodes = "tmp-inodes", validator: true, init: true,
+    TmpInodes = "tmp-inodes", validator: true, init: true, probe: true,
         "/tmp tmpfs nr_inodes; statfs inode total equals the policy";
-    HomeBytes = "home-bytes", validator: true, init: true,
+    HomeBytes = "home-bytes", validator: true, init: true, probe: true,
         "HOME tmpfs size; statfs byte total equals the policy";
-    HomeInodes = "home-inodes", validator: true, init: true,
+    HomeInodes = "home-inodes", validator: true, init: true, probe: true,
         "HOME tmpfs nr_inodes; statfs inode total equals the policy";
-    OutputBytes = "output-bytes", validator: true, init: true,
+    OutputBytes = "output-bytes", validator: true, init: true, probe: true,
         "output dir tmpfs size; statfs byte total equals the policy";
-    OutputInodes = "output-inodes", validator: true, init: true,
+    OutputInodes = "output-inodes", validator: true, init: true, probe: true,
         "output dir tmpfs nr_inodes; statfs inode total equals the policy";
-    CodexHomeBytes = "codex-home-bytes", validator: true, init: true,
+    CodexHomeBytes = "codex-home-bytes", validator: true, init: true, probe: true,
         "CODEX_HOME tmpfs size (Codex profile); statfs byte total equals the policy";
-    CodexHomeInodes = "codex-home-inodes", validator: true, init: true,
+    CodexHomeInodes = "codex-home-inodes", validator: true, init: true, probe: true,
         "CODEX_HOME tmpfs nr_inodes (Codex profile); statfs inode total equals the policy";
-    WorkBytes = "work-bytes", validator: true, init: true,
+    WorkBytes = "work-bytes", validator: true, init: true, probe: true,
         "work volume option size; statfs byte total of /work equals the policy";
-    WorkInodes = "work-inodes", validator: true, init: true,
+    WorkInodes = "work-inodes", validator: true, init: true, probe: true,
         "work volume option nr_inodes; statfs inode total of /work equals the policy";
-    ControlReadonly = "control-readonly", validator: true, init: true,
+    ControlReadonly = "control-readonly", validator: true, init: true, probe: true,
         "control dir (policy) mounted read-only";
-    InputReadonly = "input-readonly", validator: true, init: true,
+    InputReadonly = "input-readonly", validator: true, init: true, probe: true,
         "input dir (prompt, schema) mounted read-only";
-    EgressReadonly = "egress-readonly", validator: true, init: true,
+    EgressReadonly = "egress-readonly", validator: true, init: true, probe: true,
         "egress socket dir mounted read-only";
-    FdHygiene = "fd-hygiene", validator: false, init: true,
+    FdHygiene = "fd-hygiene", validator: false, init: true, probe: false,
         "only fds 0-2 are open when the init starts, and its cwd is reachable";
-    EnvAllowlist = "env-allowlist", validator: true, init: true,
+    EnvAllowlist = "env-allowlist", validator: true, init: true, probe: true,
         "Env is exactly the allowlist; the environment equals the policy's";
-    InitEntrypoint = "init-entrypoint", validator: true, init: true,
+    InitEntrypoint = "init-entrypoint", validator: true, init: true, probe: false,
         "Entrypoint is cordon-init and Docker's --init is off, so cordon-init is PID 1";
-    GitlinkMasks = "gitlink-masks", validator: true, init: true,
+    GitlinkMasks = "gitlink-masks", validator: true, init: true, probe: true,
         "every gitlink in execute/fix is masked by an empty read-only tmpfs (4096 bytes, mode 0555)";
-    ProfileDrift = "profile-drift", validator: true, init: false,
+    ProfileDrift = "profile-drift", validator: true, init: false, probe: false,
         "every other created field equals the profile: image id, command, labels, working dir, log bounds, restart policy";
-    PinnedDirs = "pinned-dirs", validator: false, init: false,
+    PinnedDirs = "pinned-dirs", validator: false, init: false, probe: false,
         "a profile that pins directories needs VolumeOptions.Subpath (API 1.45); it is refused on older engines, and the read-back refuses a dropped Subpath";
-    Policy = "policy", validator: false, init: false,
+    RepoLinks = "repo-links", validator: false, init: false, probe: true,
+        "the seeder refuses a repository link that leaves the checkout (absolute, escaping, chained); no link in /work resolves outside it";
+    Policy = "policy", validator: false, init: false, probe: false,
         "the init's policy file is present, bounded, well-formed and consistent";
 }
 

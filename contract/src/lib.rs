@@ -8,6 +8,8 @@ pub mod catalogue;
 pub mod paths;
 pub mod phase;
 pub mod policy;
+pub mod probe;
+pub mod procfs;
 pub mod report;
 
 pub use catalogue::{Id, Layers};

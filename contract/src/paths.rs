@@ -46,3 +46,14 @@ pub const DAEMON_SOCKETS: &[&str] = &[
     "/var/run/podman/podman.sock",
     "/run/podman/podman.sock",
 ];
+
+/// What /dev holds in a hardened runc container (no TTY, IpcMode none).
+pub const STANDARD_DEV: &[&str] = &[
+    "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "mqueue", "fd", "stdin",
+    "stdout", "stderr", "core",
+];
+
+/// Docker's default bounding set (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID,
+/// SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD, AUDIT_WRITE, SETFCAP). A bounding set
+/// holding all of it means `CapDrop: ALL` is missing; anything else non-empty means a `CapAdd`.
+pub const ENGINE_DEFAULT_CAPS: u64 = 0xa804_25fb;

@@ -40,6 +40,11 @@ pub struct Policy {
     pub deadline_ms: u64,
     /// How long survivors get between TERM and KILL.
     pub grace_ms: u64,
+    /// Init-only protections the init must not enforce. Only the gate's probe layer sets this (to
+    /// show that a probe sees exactly that protection missing); the attestation lists what was
+    /// skipped, and a profile never produces it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skip: Vec<Id>,
 }
 
 /// How a mountpoint may look.
@@ -353,6 +358,9 @@ impl Policy {
         if self.deadline_ms == 0 || self.grace_ms == 0 {
             return Err(bad("deadline and grace must be positive"));
         }
+        if let Some(id) = self.skip.iter().find(|id| !id.layers().init_only()) {
+            return Err(bad(format!("{id} cannot be skipped: only init-only protections can")));
+        }
         let c = self.cgroup;
         if c.pids_max == 0 || c.memory_bytes == 0 || c.cpu_quota_us == 0 || c.cpu_period_us == 0 {
             return Err(bad("cgroup limits must be positive"));
@@ -575,6 +583,7 @@ mod consistency_tests {
             command: vec!["/usr/bin/claude".into()],
             deadline_ms: 1,
             grace_ms: 1,
+            skip: vec![],
         }
     }
 
@@ -601,6 +610,7 @@ mod consistency_tests {
             Box::new(|p| p.command.clear()),
             Box::new(|p| p.deadline_ms = 0),
             Box::new(|p| p.cgroup.pids_max = 0),
+            Box::new(|p| p.skip = vec![Id::RootfsReadonly]),
             Box::new(|p| {
                 let dup = p.mounts[0].clone();
                 p.mounts.push(dup);

@@ -32,6 +32,9 @@ pub enum InitLine {
     Attestation {
         policy_digest: String,
         checks: Vec<Id>,
+        /// Init-only protections the policy told the init not to enforce (gate only).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        skipped: Vec<Id>,
         landlock_abi: u8,
         preflight_us: u64,
     },
@@ -84,6 +87,7 @@ mod tests {
             InitLine::Attestation {
                 policy_digest: "sha256:00".into(),
                 checks: vec![Id::Landlock],
+                skipped: vec![],
                 landlock_abi: 6,
                 preflight_us: 10,
             },

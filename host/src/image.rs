@@ -164,6 +164,10 @@ pub fn context(binaries: &[(&str, Vec<u8>)]) -> Result<Vec<u8>> {
         ("rootfs/tmp/", 0o1777),
         ("rootfs/usr/", 0o755),
         ("rootfs/usr/bin/", 0o755),
+        // World-writable on the read-only root, as in most real images: the probes show that
+        // only the read-only root stops a write here.
+        ("rootfs/var/", 0o755),
+        ("rootfs/var/tmp/", 0o1777),
         ("rootfs/work/", 0o755),
     ];
     for (dir, mode) in dirs {

@@ -52,6 +52,8 @@ pub enum InitVerdict {
     Attested {
         digest_matches: bool,
         checks: Vec<Id>,
+        /// Init-only protections the policy told the init to leave out (only the gate does).
+        skipped: Vec<Id>,
         landlock_abi: u8,
         preflight_us: u64,
     },
@@ -201,11 +203,13 @@ pub fn verdict(output: &Output, policy_digest: &str, tty: bool) -> InitVerdict {
         Some(InitLine::Attestation {
             policy_digest: digest,
             checks,
+            skipped,
             landlock_abi,
             preflight_us,
         }) => InitVerdict::Attested {
             digest_matches: digest == policy_digest,
             checks,
+            skipped,
             landlock_abi,
             preflight_us,
         },

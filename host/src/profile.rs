@@ -540,6 +540,7 @@ impl Profile {
             command: self.spec.command.clone(),
             deadline_ms: l.deadline.as_millis() as u64,
             grace_ms: l.grace.as_millis() as u64,
+            skip: vec![],
         }
     }
 }

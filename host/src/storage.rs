@@ -157,6 +157,20 @@ impl TaskStorage {
         work: (VolumeCreateRequest, Area),
         metadata: (VolumeCreateRequest, Area),
     ) -> Result<TaskStorage> {
+        TaskStorage::create_held_at(engine, allocation, image_id, work, metadata, paths::METADATA).await
+    }
+
+    /// As [`TaskStorage::create_from`], with the keeper holding the metadata volume at
+    /// `metadata_at` (the gate's "metadata inside the work tree" case holds it elsewhere, so the
+    /// work tree's own `.git` is a plain directory).
+    pub async fn create_held_at(
+        engine: &Engine,
+        allocation: &Allocation,
+        image_id: &str,
+        work: (VolumeCreateRequest, Area),
+        metadata: (VolumeCreateRequest, Area),
+        metadata_at: &str,
+    ) -> Result<TaskStorage> {
         let mut created = Created::default();
         let result = async {
             let work_volume = create_volume(engine, work.0, &mut created).await?;
@@ -167,7 +181,7 @@ impl TaskStorage {
                 vec![paths::INIT.to_owned(), "keeper".to_owned()],
                 vec![
                     volume_mount(&work_volume, paths::WORK, false),
-                    volume_mount(&metadata_volume, paths::METADATA, false),
+                    volume_mount(&metadata_volume, metadata_at, false),
                 ],
             );
             let keeper =
@@ -197,6 +211,21 @@ impl TaskStorage {
                 Err(e)
             }
         }
+    }
+
+    /// Extract a tar into the running keeper at `dir` (the work tree, or /work/.git for the
+    /// metadata): Docker applies the tar headers' ownership and modes.
+    pub async fn upload(&self, engine: &Engine, dir: &str, tar: Vec<u8>) -> Result<()> {
+        let options = UploadToContainerOptions {
+            path: dir.to_owned(),
+            ..Default::default()
+        };
+        bounded(
+            "upload to keeper",
+            CALL_TIMEOUT,
+            engine.docker().upload_to_container(&self.keeper, Some(options), bollard::body_full(tar.into())),
+        )
+        .await
     }
 
     /// Stop the keeper and remove both volumes.

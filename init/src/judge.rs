@@ -10,11 +10,9 @@ use cordon_contract::policy::{Access, MountRule, Policy};
 use cordon_contract::Id;
 
 use crate::observe::{Observations, PathFacts};
-use crate::procfs::MountEntry;
+use cordon_contract::procfs::MountEntry;
 
-/// Docker's default bounding set (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID,
-/// SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD, AUDIT_WRITE, SETFCAP).
-pub const DOCKER_DEFAULT_CAPS: u64 = 0xa804_25fb;
+use cordon_contract::paths::ENGINE_DEFAULT_CAPS as DOCKER_DEFAULT_CAPS;
 
 /// A failed check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -508,7 +506,7 @@ mod tests {
 
     use super::*;
     use crate::observe::CgroupObs;
-    use crate::procfs::{parse_mountinfo, Status};
+    use cordon_contract::procfs::{parse_mountinfo, Status};
 
     const MOUNTINFO: &str = "\
 71 46 0:39 / / ro,noatime - fuse.fuse-overlayfs fuse-overlayfs rw
@@ -599,6 +597,7 @@ mod tests {
             command: vec!["/usr/bin/claude".into()],
             deadline_ms: 1000,
             grace_ms: 100,
+            skip: vec![],
         }
     }
 

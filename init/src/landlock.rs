@@ -31,8 +31,17 @@ fn abi_of(version: u8) -> ABI {
     ABI::from(i32::from(version))
 }
 
-/// Enforce the ruleset on this process (and so every later child). Returns the enforced ABI.
-pub fn enforce(policy: &LandlockPolicy) -> Result<u8, String> {
+/// What the ruleset covers: the filesystem (the `landlock` protection), execution (the
+/// `exec-allowlist` protection), or both (always, outside the gate's probe layer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cover {
+    pub filesystem: bool,
+    pub execute: bool,
+}
+
+/// Enforce the ruleset on this process (and so every later child). Returns the enforced ABI
+/// (0 when the cover is empty, which only the gate asks for).
+pub fn enforce(policy: &LandlockPolicy, cover: Cover) -> Result<u8, String> {
     let kernel = kernel_abi()?;
     if kernel < policy.abi {
         return Err(format!(
@@ -41,10 +50,19 @@ pub fn enforce(policy: &LandlockPolicy) -> Result<u8, String> {
         ));
     }
     let abi = abi_of(policy.abi);
-    let all = AccessFs::from_all(abi);
-    let read: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::ReadDir;
+    let mut all = AccessFs::from_all(abi);
+    if !cover.filesystem {
+        all = BitFlags::from(AccessFs::Execute);
+    }
+    if !cover.execute {
+        all &= !BitFlags::from(AccessFs::Execute);
+    }
+    if all.is_empty() {
+        return Ok(0);
+    }
+    let read = all & (AccessFs::ReadFile | AccessFs::ReadDir);
     let write = all & !BitFlags::from(AccessFs::Execute);
-    let exec: BitFlags<AccessFs> = AccessFs::Execute | AccessFs::ReadFile;
+    let exec = all & (AccessFs::Execute | AccessFs::ReadFile);
     // A character device needs read, write, and (where handled) truncate and ioctl.
     let device =
         all & (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev);
@@ -54,7 +72,7 @@ pub fn enforce(policy: &LandlockPolicy) -> Result<u8, String> {
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(all)
         .map_err(|e| err("handle_access", &e))?;
-    if policy.abi >= 6 {
+    if policy.abi >= 6 && cover.filesystem {
         ruleset = ruleset
             .scope(Scope::from_all(abi))
             .map_err(|e| err("scope", &e))?;
@@ -67,6 +85,9 @@ pub fn enforce(policy: &LandlockPolicy) -> Result<u8, String> {
         (&policy.exec, exec),
     ];
     for (paths, access) in grants {
+        if access.is_empty() {
+            continue;
+        }
         for path in paths {
             let fd = PathFd::new(path).map_err(|e| err(path, &e))?;
             created = created

@@ -12,7 +12,6 @@
 mod judge;
 mod landlock;
 mod observe;
-mod procfs;
 mod seccomp;
 mod supervise;
 
@@ -91,40 +90,38 @@ fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: b
     close_inherited_fds();
     no_core_dumps();
 
-    let abi = landlock::enforce(&policy.landlock).unwrap_or_else(|e| {
+    // The gate's probe layer may tell the init to leave one init-only protection out, to show the
+    // probes see exactly that; the attestation names it and a profile never asks for it.
+    let enforced = |id: Id| !policy.skip.contains(&id);
+    let cover = landlock::Cover {
+        filesystem: enforced(Id::Landlock),
+        execute: enforced(Id::ExecAllowlist),
+    };
+    let abi = landlock::enforce(&policy.landlock, cover).unwrap_or_else(|e| {
         refuse(
             Id::Landlock,
             format!("Landlock ABI {} FullyEnforced", policy.landlock.abi),
             e,
         )
     });
-    checks.push(Id::Landlock);
-
-    let filters_before = observations
-        .status
-        .as_ref()
-        .map(|s| s.seccomp_filters)
-        .unwrap_or(0);
-    if let Err(e) = seccomp::install() {
-        refuse(Id::SeccompStacked, "cordon's seccomp filters installed", e);
+    checks.retain(|id| enforced(*id));
+    if enforced(Id::Landlock) {
+        checks.push(Id::Landlock);
     }
-    let filters_after = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|t| procfs::parse_status(&t).ok())
-        .map(|s| s.seccomp_filters)
-        .unwrap_or(0);
-    if filters_after < filters_before + 2 {
-        refuse(
-            Id::SeccompStacked,
-            format!("Seccomp_filters {}", filters_before + 2),
-            format!("Seccomp_filters {filters_after}"),
-        );
+    if enforced(Id::SeccompStacked) {
+        let before = observations
+            .status
+            .as_ref()
+            .map(|s| s.seccomp_filters)
+            .unwrap_or(0);
+        install_seccomp(before);
+        checks.push(Id::SeccompStacked);
     }
-    checks.push(Id::SeccompStacked);
 
     emit(&InitLine::Attestation {
         policy_digest: digest,
         checks,
+        skipped: policy.skip.clone(),
         landlock_abi: abi,
         preflight_us: started.elapsed().as_micros() as u64,
     });
@@ -142,6 +139,25 @@ fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: b
         killed: outcome.killed,
     });
     std::process::exit(code);
+}
+
+/// Stack cordon's filters and prove the kernel took both.
+fn install_seccomp(filters_before: u32) {
+    if let Err(e) = seccomp::install() {
+        refuse(Id::SeccompStacked, "cordon's seccomp filters installed", e);
+    }
+    let filters_after = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| cordon_contract::procfs::parse_status(&t).ok())
+        .map(|s| s.seccomp_filters)
+        .unwrap_or(0);
+    if filters_after < filters_before + 2 {
+        refuse(
+            Id::SeccompStacked,
+            format!("Seccomp_filters {}", filters_before + 2),
+            format!("Seccomp_filters {filters_after}"),
+        );
+    }
 }
 
 /// Hold the mounts until TERM, INT or HUP; reap anything (nothing should run here).

@@ -12,7 +12,7 @@ use cordon_contract::policy::{Access, Policy};
 use nix::sys::statvfs::{statvfs, FsFlags};
 use nix::unistd::{faccessat, AccessFlags};
 
-use crate::procfs::{self, MountEntry, Status};
+use cordon_contract::procfs::{self, MountEntry, Status};
 
 /// Facts about one path.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,11 +71,6 @@ pub struct Observations {
     pub cgroup_limits: CgroupObs,
 }
 
-/// What /dev holds in a hardened runc container (no TTY, IpcMode none).
-pub const STANDARD_DEV: &[&str] = &[
-    "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "mqueue", "fd", "stdin",
-    "stdout", "stderr", "core",
-];
 
 fn read(path: &str) -> Result<String, String> {
     fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
@@ -280,7 +275,7 @@ pub fn gather(policy: &Policy) -> Observations {
             let mut extra: Vec<String> = dir
                 .flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| !STANDARD_DEV.contains(&n.as_str()) && n != "shm")
+                .filter(|n| !paths::STANDARD_DEV.contains(&n.as_str()) && n != "shm")
                 .collect();
             extra.sort();
             extra

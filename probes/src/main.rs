@@ -1,21 +1,128 @@
 //! cordon-probe: the static probe binary of the test image.
 //!
-//! Subcommands:
+//! `cordon-probe all [--without-init]` runs every probe (or name one probe instead of `all`) and
+//! prints one JSON report per probe: `{"probe", "breaches": [{"id", "action", "evidence"}],
+//! "checks", "errors", "skipped"}`; it exits 1 when any breach or error was found. The probes read
+//! what they expect from the policy in the read-only control dir. `--without-init` marks a run with
+//! no cordon-init (the gate's container-level cases): operations only the init enforces are
+//! skipped and counted.
+//!
+//! Other subcommands:
 //! - `env-report`: what the engine gives a hardened container (Landlock ABI, seccomp, ids), as JSON;
 //!   `cordon doctor` runs it.
 //! - `exec-with-fd PROGRAM [ARGS..]`: exec PROGRAM with an extra inherited directory fd (the gate's
 //!   fd-hygiene case: cordon-init must refuse it).
 //! - `workload ...`: workloads for the init's supervision tests (see `workload.rs`).
 
+mod capacity;
+mod exec;
+mod hostile;
+mod isolation;
+mod lockdown;
+mod metadata;
+mod mounts;
+mod network;
+mod report;
 mod workload;
+mod worktree;
 
 use std::ffi::CString;
 
+use cordon_contract::probe::PROBES;
+use cordon_contract::{paths, Policy};
+
+use report::{Ctx, Probe};
+
 fn usage() -> ! {
     eprintln!(
-        "usage: cordon-probe env-report | exec-with-fd PROGRAM [ARGS..] | workload KIND [ARGS..]"
+        "usage: cordon-probe all|PROBE [--without-init] | env-report | exec-with-fd PROGRAM [ARGS..] | workload KIND [ARGS..]\nprobes: {}",
+        PROBES.join(" ")
     );
     std::process::exit(2);
+}
+
+fn token() -> String {
+    let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_default();
+    let token: String = uuid.chars().filter(char::is_ascii_hexdigit).take(12).collect();
+    if token.is_empty() {
+        std::process::id().to_string()
+    } else {
+        token
+    }
+}
+
+fn run_probe(name: &str, ctx: &Ctx) -> Option<cordon_contract::probe::ProbeReport> {
+    let mut probe = Probe::new(name, ctx);
+    match name {
+        "lockdown" => lockdown::run(&mut probe),
+        "read-only-isolation" => isolation::run(&mut probe),
+        "mounts" => mounts::run(&mut probe),
+        "phase-worktree" => worktree::run(&mut probe),
+        "metadata" => metadata::run(&mut probe),
+        "metadata-alias" => metadata::alias(&mut probe),
+        "scratch-capacity" => capacity::scratch(&mut probe),
+        "task-capacity" => capacity::task(&mut probe),
+        "exec-policy" => exec::run(&mut probe),
+        "network" => network::run(&mut probe),
+        "hostile-repo" => hostile::run(&mut probe),
+        _ => return None,
+    }
+    Some(probe.finish())
+}
+
+/// Only a privileged container has every capability in its bounding set or a writable /sys (the
+/// init's test too).
+fn privileged() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(63);
+    let full = if last >= 63 { u64::MAX } else { (1u64 << (last + 1)) - 1 };
+    let all_caps = cordon_contract::procfs::parse_status(&status).is_ok_and(|s| s.cap_bnd == full);
+    let sys_writable = nix::sys::statvfs::statvfs("/sys")
+        .is_ok_and(|v| !v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
+    all_caps || sys_writable
+}
+
+/// Run the named probes (every probe, in catalogue order, for `all`) and print their reports.
+fn probes(args: &[String]) -> i32 {
+    let Some(which) = args.first() else { usage() };
+    let without_init = args.iter().any(|a| a == "--without-init");
+    let policy = match std::fs::read(paths::POLICY_FILE)
+        .map_err(|e| e.to_string())
+        .and_then(|b| Policy::from_bytes(&b).map_err(|e| e.to_string()))
+    {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon-probe: cannot read the policy at {}: {e}", paths::POLICY_FILE);
+            return 2;
+        }
+    };
+    let policy_uid = policy.uid;
+    let ctx = Ctx {
+        policy,
+        without_init,
+        token: token(),
+        privileged: privileged(),
+        // SAFETY: isatty and getuid only read process state.
+        tty: (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1),
+        foreign_user: unsafe { libc::getuid() } != policy_uid,
+    };
+    let names: Vec<&str> = if which == "all" { PROBES.to_vec() } else { vec![which.as_str()] };
+    let mut clean = true;
+    for name in names {
+        let Some(report) = run_probe(name, &ctx) else { usage() };
+        clean &= report.breaches.is_empty() && report.errors.is_empty();
+        match serde_json::to_string(&report) {
+            Ok(line) => println!("{line}"),
+            Err(e) => {
+                eprintln!("cordon-probe: {e}");
+                return 2;
+            }
+        }
+    }
+    i32::from(!clean)
 }
 
 fn status_field(status: &str, name: &str) -> Option<String> {
@@ -86,6 +193,7 @@ fn main() {
         Some("env-report") => env_report(),
         Some("exec-with-fd") => exec_with_fd(&args[1..]),
         Some("workload") => workload::run(&args[1..]),
+        Some(name) if name == "all" || PROBES.contains(&name) => probes(&args),
         _ => usage(),
     };
     std::process::exit(code);

@@ -22,7 +22,7 @@ fn gate_md_names_every_protection() {
 const TEST_FILES: &[(&str, &str)] = &[
     ("cli::", "../host/tests/cli.rs"),
     ("judge::tests::", "../init/src/judge.rs"),
-    ("procfs::tests::", "../init/src/procfs.rs"),
+    ("procfs::tests::", "../contract/src/procfs.rs"),
     ("seccomp::tests::", "../init/src/seccomp.rs"),
     ("cases::tests::", "../host/src/gate/cases.rs"),
     ("image::tests::", "../host/src/image.rs"),

@@ -2,6 +2,11 @@
 //! case with exactly that protection removed. A removal edits the create request, the policy or
 //! the invocation volumes after the profile produced them, so the profile itself never holds a
 //! weakened value.
+//!
+//! A few rows exist for the probe layer only: the same removal in another phase, or together with
+//! `non-root-user` where only root could use what the removal opens (root-owned files behind a
+//! writable mount), or with a hostile repository, or with the metadata inside the work tree (the
+//! only way a move of `.git` or a hard link to it could succeed).
 
 use std::collections::BTreeMap;
 
@@ -45,13 +50,43 @@ pub enum StorageVariant {
 pub struct Case {
     pub name: String,
     pub removed: Option<Id>,
+    /// Further protections removed with it (probe-layer rows only).
+    pub also: Vec<Id>,
+    /// Which form of the removal, for protections with several (`pid`, `bind`, ...).
+    pub facet: Option<&'static str>,
     pub phase: Phase,
     pub vendor: Vendor,
     pub gitlinks: bool,
     pub storage: StorageVariant,
+    /// The probe layer's storage carries a hostile repository (links leaving the checkout).
+    pub hostile: bool,
+    /// The probe layer's storage keeps the metadata inside the writable work tree.
+    pub metadata_in_work: bool,
     pub validator: bool,
     pub init: bool,
+    pub probe: bool,
     pub mutate: fn(&mut Mutable<'_>, &GateEnv),
+}
+
+impl Case {
+    /// Every protection this row removes.
+    pub fn removed_all(&self) -> Vec<Id> {
+        self.removed.iter().copied().chain(self.also.iter().copied()).collect()
+    }
+
+    fn with_phase(mut self, phase: Phase) -> Case {
+        self.phase = phase;
+        self.name = format!("{}/{phase}", self.name);
+        self
+    }
+
+    fn probe_only(mut self) -> Case {
+        self.validator = false;
+        self.init = false;
+        self.probe = true;
+        self
+    }
+
 }
 
 /// The gitlink the gitlink cases mask.
@@ -129,15 +164,23 @@ fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case
     Case {
         name: name.to_owned(),
         removed: Some(removed),
+        also: vec![],
+        facet: name.split_once('/').map(|(_, f)| f).and_then(|f| FACETS.iter().find(|x| **x == f).copied()),
         phase: Phase::Execute,
         vendor: Vendor::Claude,
         gitlinks: false,
         storage: StorageVariant::Normal,
+        hostile: false,
+        metadata_in_work: false,
         validator: layers.validator,
         init: layers.init,
+        probe: layers.probe,
         mutate,
     }
 }
+
+/// The forms a removal can take, named after the `/` in a case name.
+const FACETS: &[&str] = &["pid", "cgroup", "uts", "bind", "device"];
 
 fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
     Case {
@@ -150,8 +193,13 @@ fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
         vendor,
         gitlinks,
         storage: StorageVariant::Normal,
+        hostile: false,
+        metadata_in_work: false,
+        also: vec![],
+        facet: None,
         validator: true,
         init: true,
+        probe: true,
         mutate: |_, _| {},
     }
 }
@@ -337,13 +385,70 @@ pub fn all() -> Vec<Case> {
         case("init-entrypoint", Id::InitEntrypoint, |m, _| {
             m.host().init = Some(true)
         }),
+        // The mask gone: the gitlink is a plain directory of the tree.
         with_gitlink(case("gitlink-masks", Id::GitlinkMasks, |m, _| {
-            m.make_writable(&format!("{}/{GATE_GITLINK}", paths::WORK))
+            let mask = format!("{}/{GATE_GITLINK}", paths::WORK);
+            if let Some(mounts) = m.host().mounts.as_mut() {
+                mounts.retain(|x| x.target.as_deref() != Some(mask.as_str()));
+            }
         })),
         case("profile-drift", Id::ProfileDrift, |m, _| {
             m.create.working_dir = Some("/".into())
         }),
     ]);
+
+    // The same removals in the other read-only phases (seeds: every read-only phase, and the
+    // metadata in planning, review and execute).
+    let work_readonly = |phase| {
+        planning(case("work-readonly", Id::WorkReadonly, |m, _| m.make_writable(paths::WORK))).with_phase(phase)
+    };
+    cases.push(work_readonly(Phase::Questions));
+    cases.push(work_readonly(Phase::Review));
+    let metadata = |phase| {
+        case("metadata-readonly", Id::MetadataReadonly, |m, _| m.make_writable(paths::METADATA)).with_phase(phase)
+    };
+    cases.push(metadata(Phase::Planning));
+    cases.push(metadata(Phase::Review));
+    // The metadata inside the writable work tree instead of its own read-only mount: the only
+    // way .git could be moved, or hard-linked into the tree.
+    let mut unmounted = case("metadata-readonly/unmounted", Id::MetadataReadonly, |m, _| {
+        if let Some(mounts) = m.host().mounts.as_mut() {
+            mounts.retain(|x| x.target.as_deref() != Some(paths::METADATA));
+        }
+    });
+    unmounted.metadata_in_work = true;
+    cases.push(unmounted);
+
+    // Root-owned files behind a writable mount: only root (with no capability) can write them.
+    let with_root = |mut c: Case| {
+        c.also.push(Id::NonRootUser);
+        c.name = format!("{}+non-root-user", c.name);
+        c.probe_only()
+    };
+    cases.push(with_root(case("rootfs-readonly", Id::RootfsReadonly, |m, _| {
+        m.host().readonly_rootfs = Some(false);
+        m.create.user = Some("0:0".into());
+    })));
+    cases.push(with_root(case("control-readonly", Id::ControlReadonly, |m, _| {
+        m.make_writable(paths::CONTROL_DIR);
+        m.create.user = Some("0:0".into());
+    })));
+    cases.push(with_root(case("input-readonly", Id::InputReadonly, |m, _| {
+        m.make_writable(paths::INPUT_DIR);
+        m.create.user = Some("0:0".into());
+    })));
+    // A repository whose links leave the checkout (what the seeder refuses).
+    let mut hostile = case("repo-links", Id::RepoLinks, |_, _| {}).probe_only();
+    hostile.hostile = true;
+    cases.push(hostile);
+
+    // Without root, a writable control or input mount changes nothing the agent can do: the
+    // probe rows above carry those protections.
+    for c in cases.iter_mut() {
+        if c.also.is_empty() && matches!(c.removed, Some(Id::ControlReadonly) | Some(Id::InputReadonly)) {
+            c.probe = false;
+        }
+    }
     cases
 }
 

@@ -7,6 +7,7 @@
 //! owner label is left.
 
 pub mod cases;
+pub mod probe;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Owner};
 use crate::launch::{self, InitVerdict, Prepared};
-use crate::profile::{Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
+use crate::profile::{Area, Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
 use crate::storage::{self, TaskStorage};
 use cases::{Case, GateEnv, Mutable, StorageVariant, GATE_GITLINK};
 
@@ -30,6 +31,7 @@ use cases::{Case, GateEnv, Mutable, StorageVariant, GATE_GITLINK};
 pub enum Layer {
     Validator,
     Init,
+    Probe,
 }
 
 /// One cell: a case in one layer.
@@ -44,6 +46,9 @@ pub struct CaseResult {
     /// Evidence: the refusal fields, or what went wrong.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub detail: String,
+    /// Wall time of the container run this cell came from (one run serves both the validator and
+    /// the init layer of a case).
+    pub ms: u64,
 }
 
 /// The whole table.
@@ -80,6 +85,7 @@ impl GateReport {
             let layer = match c.layer {
                 Layer::Validator => "validator",
                 Layer::Init => "init",
+                Layer::Probe => "probe",
             };
             let show = |v: &[String]| {
                 if v.is_empty() {
@@ -123,6 +129,142 @@ impl Default for GateOptions {
     }
 }
 
+/// Small areas for the probe layer: its fills write each one to the limit.
+fn probe_limits() -> Limits {
+    const MIB: u64 = 1024 * 1024;
+    let area = Area {
+        bytes: 8 * MIB,
+        inodes: 128,
+    };
+    Limits {
+        pids: 64,
+        memory_bytes: 256 * MIB,
+        tmp: area,
+        home: area,
+        output: area,
+        codex_home: area,
+        deadline: Duration::from_secs(120),
+        grace: Duration::from_secs(1),
+        ..Limits::default()
+    }
+}
+
+/// The probe layer's storage: small, private to the case, seeded with the probe fixture.
+const PROBE_WORK: Area = Area {
+    bytes: 16 * 1024 * 1024,
+    inodes: 256,
+};
+const PROBE_METADATA: Area = Area {
+    bytes: 4 * 1024 * 1024,
+    inodes: 64,
+};
+
+async fn probe_storage(engine: &Engine, owner: &Owner, image_id: &str, case: &Case) -> Result<TaskStorage> {
+    let allocation = Allocation::new(owner, "gate")?;
+    let (mut work, metadata) = storage::task_volume_requests(&allocation, PROBE_WORK, PROBE_METADATA);
+    drop_volume_option(&mut work, case.storage);
+    let held_at = if case.metadata_in_work {
+        "/run/cordon/metadata"
+    } else {
+        cordon_contract::paths::METADATA
+    };
+    let storage = TaskStorage::create_held_at(engine, &allocation, image_id, (work, PROBE_WORK), (metadata, PROBE_METADATA), held_at).await?;
+    let seeded = async {
+        storage.upload(engine, cordon_contract::paths::WORK, probe::work_tar(case.hostile, case.metadata_in_work)?).await?;
+        if !case.metadata_in_work {
+            storage.upload(engine, cordon_contract::paths::METADATA, probe::metadata_tar()?).await?;
+        }
+        Ok::<_, Error>(())
+    }
+    .await;
+    if let Err(e) = seeded {
+        storage.remove(engine).await?;
+        return Err(e);
+    }
+    Ok(storage)
+}
+
+/// The probe layer of a case: its own storage, cordon-probe as the agent.
+async fn run_probe_case(engine: &Engine, owner: &Owner, image_id: &str, env: &GateEnv, case: &Case) -> CaseResult {
+    let started = std::time::Instant::now();
+    let expected: Vec<String> = probe::expected(case).into_iter().collect();
+    let row = |observed: Vec<String>, detail: String| CaseResult {
+        case: case.name.clone(),
+        layer: Layer::Probe,
+        removed: case.removed,
+        pass: observed == expected,
+        expected: expected.clone(),
+        observed,
+        detail,
+        ms: started.elapsed().as_millis() as u64,
+    };
+    let storage = match probe_storage(engine, owner, image_id, case).await {
+        Ok(s) => s,
+        Err(e) => return row(vec![format!("error: {e}")], e.to_string()),
+    };
+    let run = async {
+        let allocation = Allocation::new(owner, "gate")?;
+        let probe_path = cordon_contract::paths::PROBE.to_owned();
+        let profile = Profile::new(ProfileSpec {
+            phase: case.phase,
+            vendor: case.vendor,
+            image_id: image_id.to_owned(),
+            storage: storage.mounts_for(&allocation),
+            allocation,
+            limits: probe_limits(),
+            command: vec![probe_path.clone(), "all".to_owned()],
+            exec: vec![probe_path.clone()],
+            env: vec![],
+            gitlinks: if case.gitlinks { vec![GATE_GITLINK.to_owned()] } else { vec![] },
+            pins: vec![],
+            landlock_abi: DEFAULT_LANDLOCK_ABI,
+        })?;
+        let mut prepared = Prepared::new(engine, &profile)?;
+        match probe::mode(case) {
+            probe::Mode::Init => {}
+            probe::Mode::InitSkipping(id) => prepared.plan.policy.skip = vec![id],
+            probe::Mode::WithoutInit => {
+                (case.mutate)(
+                    &mut Mutable {
+                        create: &mut prepared.plan.create,
+                        policy: &mut prepared.plan.policy,
+                        volumes: &mut prepared.volumes,
+                    },
+                    env,
+                );
+                prepared.plan.create.entrypoint = Some(vec![probe_path, "all".to_owned(), "--without-init".to_owned()]);
+            }
+        }
+        let mut launch = launch::create(engine, &profile, prepared).await?;
+        let ran = async {
+            launch.start(engine).await?;
+            let code = launch.wait(engine, Duration::from_secs(150)).await?;
+            let output = launch.output(engine).await?;
+            Ok::<_, Error>((code, output))
+        }
+        .await;
+        launch.finish(engine).await?;
+        ran
+    }
+    .await;
+    let removed = storage.remove(engine).await;
+    match (run, removed) {
+        (Ok((code, output)), Ok(())) => {
+            let observed: Vec<String> = probe::observed(&output.stdout).into_iter().collect();
+            let clean = observed.is_empty();
+            let detail = if clean == (code == 0) {
+                String::new()
+            } else {
+                format!("exit {code} does not match the reports; stderr {:?}", output.stderr.chars().take(600).collect::<String>())
+            };
+            let mut r = row(observed, detail);
+            r.pass &= clean == (code == 0);
+            r
+        }
+        (Err(e), _) | (_, Err(e)) => row(vec![format!("error: {e}")], e.to_string()),
+    }
+}
+
 fn gate_limits() -> Limits {
     Limits {
         pids: 64,
@@ -130,6 +272,22 @@ fn gate_limits() -> Limits {
         deadline: Duration::from_secs(30),
         grace: Duration::from_secs(1),
         ..Limits::default()
+    }
+}
+
+/// Remove the work volume's `size` or `nr_inodes` for the storage variants that lack one.
+fn drop_volume_option(work: &mut bollard::models::VolumeCreateRequest, variant: StorageVariant) {
+    let drop_key = match variant {
+        StorageVariant::Normal => return,
+        StorageVariant::WorkNoSize => "size",
+        StorageVariant::WorkNoInodes => "nr_inodes",
+    };
+    if let Some(o) = work.driver_opts.as_mut().and_then(|opts| opts.get_mut("o")) {
+        *o = o
+            .split(',')
+            .filter(|p| !p.starts_with(&format!("{drop_key}=")))
+            .collect::<Vec<_>>()
+            .join(",");
     }
 }
 
@@ -145,20 +303,7 @@ async fn make_storage(
         storage::DEFAULT_WORK,
         storage::DEFAULT_METADATA,
     );
-    let drop_key = match variant {
-        StorageVariant::Normal => None,
-        StorageVariant::WorkNoSize => Some("size"),
-        StorageVariant::WorkNoInodes => Some("nr_inodes"),
-    };
-    if let (Some(key), Some(opts)) = (drop_key, work.driver_opts.as_mut()) {
-        if let Some(o) = opts.get_mut("o") {
-            *o = o
-                .split(',')
-                .filter(|p| !p.starts_with(&format!("{key}=")))
-                .collect::<Vec<_>>()
-                .join(",");
-        }
-    }
+    drop_volume_option(&mut work, variant);
     TaskStorage::create_from(
         engine,
         &allocation,
@@ -182,6 +327,26 @@ async fn run_case(
     env: &GateEnv,
     case: &Case,
 ) -> Vec<CaseResult> {
+    let mut results = Vec::new();
+    if case.validator || case.init {
+        results.extend(run_validator_init(engine, owner, image_id, storage, env, case).await);
+    }
+    if case.probe {
+        results.push(run_probe_case(engine, owner, image_id, env, case).await);
+    }
+    results
+}
+
+/// The validator and init layers of a case: one container, read back, then started.
+async fn run_validator_init(
+    engine: &Engine,
+    owner: &Owner,
+    image_id: &str,
+    storage: &TaskStorage,
+    env: &GateEnv,
+    case: &Case,
+) -> Vec<CaseResult> {
+    let started = std::time::Instant::now();
     let expected: Vec<String> = case
         .removed
         .map(|id| vec![id.as_str().to_owned()])
@@ -196,6 +361,7 @@ async fn run_case(
             observed,
             pass,
             detail,
+            ms: started.elapsed().as_millis() as u64,
         }
     };
     let failed_all = |e: String| {

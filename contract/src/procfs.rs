@@ -1,4 +1,4 @@
-//! Parsers for the /proc files the preflight reads. Pure functions over text, unit-tested here.
+//! Parsers for the /proc files the init's preflight and the probes read. Pure functions over text.
 
 /// One line of /proc/self/mountinfo.
 #[derive(Debug, Clone, PartialEq, Eq)]

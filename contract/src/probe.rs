@@ -1,0 +1,286 @@
+//! What cordon-probe reports, and the catalogue of its operations.
+//!
+//! Every forbidden action a probe tries is an operation: a probe name, an action name, and the
+//! protection ids a success breaches. The gate requires every operation to be reached (made to
+//! report its breach) by some case, so removing any one deny check from a probe turns the gate red.
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalogue::Id;
+
+/// One forbidden action that succeeded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Breach {
+    pub id: Id,
+    pub action: String,
+    /// What happened, never the data the action could reach.
+    pub evidence: String,
+}
+
+/// One probe's report: one JSON line on stdout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeReport {
+    pub probe: String,
+    pub breaches: Vec<Breach>,
+    /// Deny checks made.
+    pub checks: u32,
+    /// Positive checks that failed (a fill that wrote nothing, a listed file that would not run):
+    /// the probe could not prove anything, which the gate treats as a failure.
+    #[serde(default)]
+    pub errors: Vec<String>,
+    /// Operations not tried because the init that enforces them is absent in this run.
+    #[serde(default)]
+    pub skipped: u32,
+}
+
+impl ProbeReport {
+    /// Parse every report line in a container's stdout.
+    pub fn parse_all(stdout: &str) -> Vec<ProbeReport> {
+        stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str(l.trim()).ok())
+            .collect()
+    }
+}
+
+/// A probe operation: the catalogue entry every deny check names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operation {
+    pub probe: &'static str,
+    pub action: &'static str,
+    /// The protections a success can breach: the first, or `not-privileged` when the container
+    /// is privileged (which by itself grants every capability and device and turns seccomp off;
+    /// the probe names the cause, as the init does), or for capability sets the class the init
+    /// would give them.
+    pub ids: &'static [Id],
+}
+
+impl Operation {
+    /// The breach id when only one is possible.
+    pub const fn id(&self) -> Id {
+        self.ids[0]
+    }
+
+    /// Whether only cordon-init enforces this (its probes run only under the init).
+    pub const fn init_only(&self) -> bool {
+        self.ids[0].layers().init_only()
+    }
+}
+
+macro_rules! operations {
+    ($( $name:ident = $probe:literal / $action:literal => [$($id:ident),+]; )*) => {
+        $( pub const $name: Operation = Operation { probe: $probe, action: $action, ids: &[$(Id::$id),+] }; )*
+        /// Every operation, in catalogue order.
+        pub const ALL: &[Operation] = &[$($name),*];
+    };
+}
+
+/// The operations, by probe.
+pub mod ops {
+    use super::{Id, Operation};
+
+    operations! {
+        IDENTITY = "lockdown" / "identity" => [NonRootUser];
+        CAPABILITY_SETS = "lockdown" / "capability-sets" => [CapsDropped, CapAdded, NotPrivileged];
+        NO_NEW_PRIVS = "lockdown" / "no-new-privs" => [NoNewPrivileges];
+        SECCOMP_MODE = "lockdown" / "seccomp-mode" => [SeccompDefault, NotPrivileged];
+        SECCOMP_STACKED = "lockdown" / "seccomp-filter-stacked" => [SeccompStacked];
+        IO_URING = "lockdown" / "io-uring-setup" => [SeccompStacked];
+        PTRACE = "lockdown" / "ptrace" => [SeccompStacked];
+        PROCESS_VM_READV = "lockdown" / "process-vm-readv" => [SeccompDefault, NotPrivileged];
+        PROCESS_VM_WRITEV = "lockdown" / "process-vm-writev" => [SeccompDefault, NotPrivileged];
+        EXECVEAT = "lockdown" / "execveat" => [SeccompStacked];
+        MEMFD_EXECUTABLE = "lockdown" / "memfd-create-executable" => [SeccompStacked];
+        KEYCTL = "lockdown" / "keyctl" => [SeccompDefault, NotPrivileged];
+        BPF = "lockdown" / "bpf" => [SeccompDefault, NotPrivileged];
+        UNSHARE_USER = "lockdown" / "unshare-user" => [SeccompDefault, NotPrivileged];
+        MOUNT = "lockdown" / "mount" => [SeccompDefault, NotPrivileged];
+        DEV_SHM = "lockdown" / "dev-shm" => [IpcNone];
+        STDIN = "lockdown" / "stdin" => [StdinClosed];
+        TTY = "lockdown" / "tty" => [NoTty];
+        PID_NAMESPACE = "lockdown" / "pid-namespace" => [HostNamespaces];
+        CGROUP_NAMESPACE = "lockdown" / "cgroup-namespace" => [HostNamespaces];
+        UTS_NAMESPACE = "lockdown" / "uts-namespace" => [HostNamespaces];
+        ENVIRONMENT = "lockdown" / "environment" => [EnvAllowlist];
+        FORK_FLOOD = "lockdown" / "fork-flood" => [PidsLimit];
+
+        ROOTFS_STATFS = "read-only-isolation" / "rootfs-statfs" => [RootfsReadonly];
+        ROOTFS_CREATE = "read-only-isolation" / "rootfs-create" => [RootfsReadonly];
+        IMAGE_BINARIES_WRITE = "read-only-isolation" / "image-binaries-write" => [RootfsReadonly];
+        PROC_SYS = "read-only-isolation" / "proc-sys-readonly" => [NotPrivileged];
+        SYS = "read-only-isolation" / "sys-readonly" => [NotPrivileged];
+        CGROUPFS = "read-only-isolation" / "cgroupfs-readonly" => [NotPrivileged];
+        MASKED_PATHS = "read-only-isolation" / "masked-paths" => [NotPrivileged];
+        MQUEUE_CREATE = "read-only-isolation" / "mqueue-create" => [Landlock];
+        PROC_COMM_WRITE = "read-only-isolation" / "proc-comm-write" => [Landlock];
+        PTMX_OPEN = "read-only-isolation" / "ptmx-open" => [Landlock];
+
+        MOUNT_SET = "mounts" / "mountpoint-set" => [NoHostMounts];
+        MOUNT_MISSING = "mounts" / "mount-missing" => [MetadataReadonly, GitlinkMasks];
+        DEVICES = "mounts" / "devices" => [NoHostMounts, NotPrivileged];
+        DAEMON_SOCKET = "mounts" / "daemon-socket" => [NoDockerSocket];
+        WRITABLE_FLAGS = "mounts" / "writable-flags" => [WritableNosuidNodevNoexec];
+
+        WORK_CREATE = "phase-worktree" / "create" => [WorkReadonly];
+        WORK_APPEND = "phase-worktree" / "append" => [WorkReadonly];
+        WORK_TRUNCATE = "phase-worktree" / "truncate" => [WorkReadonly];
+        WORK_CHMOD = "phase-worktree" / "chmod" => [WorkReadonly];
+        WORK_RENAME = "phase-worktree" / "rename" => [WorkReadonly];
+        WORK_UNLINK = "phase-worktree" / "unlink" => [WorkReadonly];
+        WORK_MKDIR = "phase-worktree" / "mkdir" => [WorkReadonly];
+        WORK_RMDIR = "phase-worktree" / "rmdir" => [WorkReadonly];
+        WORK_SYMLINK = "phase-worktree" / "symlink" => [WorkReadonly];
+        WORK_HARDLINK = "phase-worktree" / "hardlink" => [WorkReadonly];
+        GITLINK_WRITE = "phase-worktree" / "gitlink-write" => [GitlinkMasks];
+
+        METADATA_CREATE = "metadata" / "create" => [MetadataReadonly];
+        METADATA_APPEND = "metadata" / "append" => [MetadataReadonly];
+        METADATA_MKDIR = "metadata" / "mkdir" => [MetadataReadonly];
+        METADATA_REMOVE = "metadata" / "rm-rf" => [MetadataReadonly];
+        METADATA_MOVE = "metadata" / "mv" => [MetadataReadonly];
+        METADATA_DIGEST = "metadata" / "digest" => [MetadataReadonly];
+
+        ALIAS_HARDLINK_CONFIG = "metadata-alias" / "hardlink-config" => [MetadataReadonly];
+        ALIAS_HARDLINK_OBJECT = "metadata-alias" / "hardlink-object" => [MetadataReadonly];
+        ALIAS_APPEND_CONFIG = "metadata-alias" / "symlink-append-config" => [MetadataReadonly];
+        ALIAS_APPEND_OBJECT = "metadata-alias" / "symlink-append-object" => [MetadataReadonly];
+        ALIAS_OVERWRITE_CONFIG = "metadata-alias" / "overwrite-config" => [MetadataReadonly];
+        ALIAS_TRUNCATE_CONFIG = "metadata-alias" / "truncate-config" => [MetadataReadonly];
+
+        TMP_BYTES = "scratch-capacity" / "tmp-fill-bytes" => [TmpBytes];
+        TMP_INODES = "scratch-capacity" / "tmp-fill-inodes" => [TmpInodes];
+        HOME_BYTES = "scratch-capacity" / "home-fill-bytes" => [HomeBytes];
+        HOME_INODES = "scratch-capacity" / "home-fill-inodes" => [HomeInodes];
+        OUTPUT_BYTES = "scratch-capacity" / "output-fill-bytes" => [OutputBytes];
+        OUTPUT_INODES = "scratch-capacity" / "output-fill-inodes" => [OutputInodes];
+        CODEX_HOME_BYTES = "scratch-capacity" / "codex-home-fill-bytes" => [CodexHomeBytes];
+        CODEX_HOME_INODES = "scratch-capacity" / "codex-home-fill-inodes" => [CodexHomeInodes];
+        CONTROL_WRITE = "scratch-capacity" / "control-write" => [ControlReadonly];
+        INPUT_WRITE = "scratch-capacity" / "input-write" => [InputReadonly];
+        EGRESS_WRITE = "scratch-capacity" / "egress-write" => [EgressReadonly];
+
+        WORK_BYTES = "task-capacity" / "work-fill-bytes" => [WorkBytes];
+        WORK_INODES = "task-capacity" / "work-fill-inodes" => [WorkInodes];
+
+        EXEC_VENDOR_NEIGHBOUR = "exec-policy" / "exec-vendor-neighbour" => [ExecAllowlist];
+        EXEC_INIT_BINARY = "exec-policy" / "exec-init-binary" => [ExecAllowlist];
+        EXEC_SCRATCH_COPY = "exec-policy" / "exec-scratch-copy" => [WritableNosuidNodevNoexec];
+        MMAP_EXEC_SCRATCH = "exec-policy" / "mmap-exec-scratch" => [WritableNosuidNodevNoexec];
+        EXEC_MEMFD = "exec-policy" / "exec-memfd" => [SeccompStacked];
+
+        INTERFACES = "network" / "interfaces" => [NetworkNone];
+        ROUTE = "network" / "route" => [NetworkNone];
+        CONNECT_PUBLIC = "network" / "connect-public" => [NetworkNone];
+        CONNECT_PRIVATE = "network" / "connect-private" => [NetworkNone];
+        RESOLVER = "network" / "resolver" => [NetworkNone];
+
+        LINK_ESCAPE = "hostile-repo" / "link-escape" => [RepoLinks];
+    }
+}
+
+/// The probes, in the order `all` runs them.
+pub const PROBES: &[&str] = &[
+    "lockdown",
+    "read-only-isolation",
+    "mounts",
+    "phase-worktree",
+    // The alias probe first: `metadata` removes and moves what it can when the protection is gone.
+    "metadata-alias",
+    "metadata",
+    "scratch-capacity",
+    "task-capacity",
+    "exec-policy",
+    "network",
+    "hostile-repo",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_are_unique_and_belong_to_a_probe() {
+        let mut seen = std::collections::BTreeSet::new();
+        for op in ops::ALL {
+            assert!(seen.insert((op.probe, op.action)), "{}/{} twice", op.probe, op.action);
+            assert!(PROBES.contains(&op.probe), "{}", op.probe);
+            for id in op.ids {
+                assert!(id.layers().probe, "{} is not a probe-layer protection", id);
+            }
+        }
+    }
+
+    #[test]
+    fn every_probe_layer_protection_has_an_operation() {
+        for id in Id::ALL.iter().filter(|id| id.layers().probe) {
+            assert!(ops::ALL.iter().any(|op| op.ids.contains(id)), "{id} has no probe operation");
+        }
+    }
+
+    #[test]
+    fn reports_round_trip() {
+        let report = ProbeReport {
+            probe: "lockdown".into(),
+            breaches: vec![Breach {
+                id: Id::NoTty,
+                action: "tty".into(),
+                evidence: "fd 0 is a terminal".into(),
+            }],
+            checks: 3,
+            errors: vec![],
+            skipped: 0,
+        };
+        let line = serde_json::to_string(&report).unwrap();
+        assert_eq!(ProbeReport::parse_all(&format!("noise\n{line}\n")), vec![report]);
+    }
+}
+
+/// The fixture the gate seeds into task storage for the probes (relative to /work): files and
+/// directories the phase and metadata probes try to change, and links the hostile-repo probe
+/// resolves.
+pub mod fixture {
+    /// Files (path, content) in the work tree.
+    pub const WORK_FILES: &[(&str, &str)] = &[
+        ("probe/append.txt", "append\n"),
+        ("probe/truncate.txt", "truncate\n"),
+        ("probe/chmod.txt", "chmod\n"),
+        ("probe/rename.txt", "rename\n"),
+        ("probe/unlink.txt", "unlink\n"),
+        ("probe/link-src.txt", "link\n"),
+        ("src/lib.rs", "pub fn answer() -> u32 { 42 }\n"),
+    ];
+    /// Empty directories in the work tree (a gitlink is an empty directory in a checkout).
+    pub const WORK_DIRS: &[&str] = &["probe/rmdir", "vendor/module"];
+    /// Files in the metadata (relative to /work/.git).
+    pub const METADATA_FILES: &[(&str, &str)] = &[
+        ("HEAD", "ref: refs/heads/main\n"),
+        ("config", "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"),
+        ("objects/ce/013625030ba8dba906f756967f9e9ca394464a", "blob\n"),
+    ];
+    /// The object file the alias probes link to.
+    pub const METADATA_OBJECT: &str = "objects/ce/013625030ba8dba906f756967f9e9ca394464a";
+    /// Links every repository may have: they stay inside the checkout (a loop never resolves).
+    pub const BENIGN_LINKS: &[(&str, &str)] = &[
+        ("probe/links/inside", "../append.txt"),
+        ("probe/links/up-and-back", "../../src/lib.rs"),
+        ("probe/links/dir", ".."),
+        ("probe/links/loop-a", "loop-b"),
+        ("probe/links/loop-b", "loop-a"),
+        ("probe/links/dangling", "does-not-exist"),
+    ];
+    /// Links a hostile repository carries: each leaves the checkout as the kernel resolves it.
+    /// (Docker's archive upload refuses a relative link that climbs out lexically, so the relative
+    /// escapes here climb through other links, which only a component-wise resolution sees.)
+    pub const HOSTILE_LINKS: &[(&str, &str)] = &[
+        ("hostile/root", "/"),
+        ("hostile/absolute", "/etc/hostname"),
+        ("hostile/proc", "/proc/self/environ"),
+        ("hostile/deep/er/top", "../.."),
+        ("hostile/chained", "deep/er/top/../../../run/cordon/control/policy.json"),
+        ("hostile/into-metadata", "../.git/config"),
+        ("hostile/loop-out-a", "loop-out-b"),
+        ("hostile/loop-out-b", "/"),
+    ];
+}

@@ -1,0 +1,204 @@
+//! The probe layer: cordon-probe, acting as the agent, in each case's container.
+//!
+//! C0 runs the probes under cordon-init and must report no breach. A container-level C_P runs them
+//! as the entrypoint, with no init (whose Landlock and seccomp filter would otherwise hide the
+//! missing protection); an init-only C_P runs them under an init told to leave P out. Either way
+//! the reported breaches must be exactly the operations [`expected`] names: the protection's ids,
+//! and every operation that the removal makes succeed, so dropping one deny check from a probe
+//! turns its row red.
+
+use std::collections::BTreeSet;
+
+use cordon_contract::probe::{fixture, ops, Operation, ProbeReport};
+use cordon_contract::{paths, Id, Vendor};
+
+use super::cases::Case;
+use crate::error::{Error, Result};
+
+/// How the probes run in a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Under cordon-init, everything enforced (C0).
+    Init,
+    /// Under cordon-init, with one init-only protection left out.
+    InitSkipping(Id),
+    /// cordon-probe is the entrypoint; there is no init.
+    WithoutInit,
+}
+
+/// How `case` runs its probes.
+pub fn mode(case: &Case) -> Mode {
+    match case.removed {
+        None => Mode::Init,
+        Some(id) if id.layers().init_only() => Mode::InitSkipping(id),
+        Some(_) => Mode::WithoutInit,
+    }
+}
+
+/// Whether removing what `case` removes makes `op` succeed with breach `id`.
+fn reached(op: &Operation, id: Id, case: &Case) -> bool {
+    let removed = case.removed_all();
+    if !removed.contains(&id) || (mode(case) == Mode::WithoutInit && op.init_only()) {
+        return false;
+    }
+    let writable_phase = case.phase.work_writable();
+    let root = removed.contains(&Id::NonRootUser);
+    match (op.probe, op.action) {
+        // Root-owned files: only root writes them once the mount is writable.
+        ("read-only-isolation", "image-binaries-write") | ("scratch-capacity", "control-write" | "input-write") => root,
+        ("phase-worktree", "gitlink-write") => case.gitlinks,
+        ("phase-worktree", _) => !writable_phase,
+        ("task-capacity", _) => writable_phase,
+        ("scratch-capacity", "codex-home-fill-bytes" | "codex-home-fill-inodes") => case.vendor == Vendor::Codex,
+        // A mountpoint never moves, and hard links never cross filesystems: only metadata that is
+        // a plain directory of the writable tree can be moved or linked.
+        ("metadata", "mv") | ("metadata-alias", "hardlink-config" | "hardlink-object") => case.metadata_in_work && writable_phase,
+        // A protection removed by dropping its mount: the mount is missing too.
+        ("mounts", "mount-missing") => id == Id::GitlinkMasks || case.metadata_in_work,
+        ("lockdown", "pid-namespace") => case.facet == Some("pid"),
+        ("lockdown", "cgroup-namespace") => case.facet == Some("cgroup"),
+        ("lockdown", "uts-namespace") => case.facet == Some("uts"),
+        ("mounts", "mountpoint-set") => case.facet == Some("bind"),
+        ("mounts", "devices") => case.facet == Some("device") || id == Id::NotPrivileged,
+        _ => true,
+    }
+}
+
+/// The breaches the probes must report in `case`, as `id/probe/action`.
+pub fn expected(case: &Case) -> BTreeSet<String> {
+    ops::ALL
+        .iter()
+        .flat_map(|op| op.ids.iter().map(move |id| (op, *id)))
+        .filter(|(op, id)| reached(op, *id, case))
+        .map(|(op, id)| key(id, op.probe, op.action))
+        .collect()
+}
+
+fn key(id: Id, probe: &str, action: &str) -> String {
+    format!("{id}/{probe}/{action}")
+}
+
+/// What the probes reported: breaches as `id/probe/action`, errors as `error/probe: message`.
+pub fn observed(stdout: &str) -> BTreeSet<String> {
+    let reports = ProbeReport::parse_all(stdout);
+    let mut seen = BTreeSet::new();
+    for report in &reports {
+        for breach in &report.breaches {
+            seen.insert(key(breach.id, &report.probe, &breach.action));
+        }
+        for error in &report.errors {
+            seen.insert(format!("error/{}: {error}", report.probe));
+        }
+    }
+    let ran: BTreeSet<&str> = reports.iter().map(|r| r.probe.as_str()).collect();
+    for probe in cordon_contract::probe::PROBES {
+        if !ran.contains(probe) {
+            seen.insert(format!("error/{probe}: no report"));
+        }
+    }
+    seen
+}
+
+fn append(builder: &mut tar::Builder<Vec<u8>>, path: &str, kind: tar::EntryType, mode: u32, data: &[u8], link: Option<&str>) -> Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(kind);
+    header.set_mode(mode);
+    header.set_uid(u64::from(paths::AGENT_UID));
+    header.set_gid(u64::from(paths::AGENT_GID));
+    header.set_mtime(0);
+    header.set_size(data.len() as u64);
+    let result = match link {
+        Some(target) => builder.append_link(&mut header, path, target),
+        None => builder.append_data(&mut header, path, data),
+    };
+    result.map_err(|e| Error::io(format!("fixture entry {path}"), e))
+}
+
+/// The work tree fixture (and, with `metadata`, the `.git` files inside it).
+pub fn work_tar(hostile: bool, metadata: bool) -> Result<Vec<u8>> {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut dirs: BTreeSet<String> = BTreeSet::new();
+    let mut files: Vec<(String, &str)> = fixture::WORK_FILES.iter().map(|(p, c)| ((*p).to_owned(), *c)).collect();
+    if metadata {
+        files.extend(fixture::METADATA_FILES.iter().map(|(p, c)| (format!(".git/{p}"), *c)));
+    }
+    let mut links: Vec<(&str, &str)> = fixture::BENIGN_LINKS.to_vec();
+    if hostile {
+        links.extend_from_slice(fixture::HOSTILE_LINKS);
+    }
+    let parents = files.iter().map(|(p, _)| p.as_str()).chain(links.iter().map(|(p, _)| *p));
+    for path in parents {
+        let mut dir = std::path::Path::new(path).parent();
+        while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+            dirs.insert(d.to_string_lossy().into_owned());
+            dir = d.parent();
+        }
+    }
+    dirs.extend(fixture::WORK_DIRS.iter().map(|d| (*d).to_owned()));
+    for dir in &dirs {
+        append(&mut b, &format!("{dir}/"), tar::EntryType::Directory, 0o755, &[], None)?;
+    }
+    for (path, content) in &files {
+        append(&mut b, path, tar::EntryType::Regular, 0o644, content.as_bytes(), None)?;
+    }
+    for (path, target) in &links {
+        append(&mut b, path, tar::EntryType::Symlink, 0o777, &[], Some(target))?;
+    }
+    b.into_inner().map_err(|e| Error::io("fixture", e))
+}
+
+/// The metadata fixture, for the metadata volume (paths relative to /work/.git).
+pub fn metadata_tar() -> Result<Vec<u8>> {
+    let mut b = tar::Builder::new(Vec::new());
+    append(&mut b, "objects/", tar::EntryType::Directory, 0o755, &[], None)?;
+    append(&mut b, "objects/ce/", tar::EntryType::Directory, 0o755, &[], None)?;
+    for (path, content) in fixture::METADATA_FILES {
+        append(&mut b, path, tar::EntryType::Regular, 0o644, content.as_bytes(), None)?;
+    }
+    b.into_inner().map_err(|e| Error::io("metadata fixture", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::cases;
+
+    /// Every operation of every probe is expected to report its breach in some case: removing
+    /// any one deny check from a probe turns that case red.
+    #[test]
+    fn every_operation_is_reached_by_some_case() {
+        let all = cases::all();
+        for op in ops::ALL {
+            let reached_by: Vec<&str> = all
+                .iter()
+                .filter(|c| c.probe && op.ids.iter().any(|id| reached(op, *id, c)))
+                .map(|c| c.name.as_str())
+                .collect();
+            assert!(!reached_by.is_empty(), "{}/{} is reached by no case", op.probe, op.action);
+        }
+    }
+
+    /// C0 expects nothing; every other probe row expects a breach of what it removed, and only that.
+    #[test]
+    fn expectations_name_only_the_removed_protections() {
+        for case in cases::all().iter().filter(|c| c.probe) {
+            let expected = expected(case);
+            match case.removed {
+                None => assert!(expected.is_empty(), "{}", case.name),
+                Some(_) => {
+                    assert!(!expected.is_empty(), "{} expects no breach", case.name);
+                    let removed: Vec<String> = case.removed_all().iter().map(|i| format!("{i}/")).collect();
+                    for e in &expected {
+                        assert!(removed.iter().any(|r| e.starts_with(r.as_str())), "{}: {e}", case.name);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fixtures_build() {
+        assert!(!work_tar(true, true).unwrap().is_empty());
+        assert!(!metadata_tar().unwrap().is_empty());
+    }
+}

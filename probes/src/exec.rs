@@ -1,0 +1,102 @@
+//! `exec-policy`: in every phase, exec of anything the policy does not list fails: the vendor CLI's
+//! neighbours in the image, cordon-init, a copy of a binary in a writable area (directly and as an
+//! mmap(PROT_EXEC)), a binary in a memfd. The listed files still run. (The test image ships no
+//! ELF loader and no interpreter, so there is none to try: the image's contents are the
+//! allowlist's outer bound.)
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::process::{Command, Stdio};
+
+use cordon_contract::paths;
+use cordon_contract::probe::ops;
+
+use crate::report::{check, cpath, Probe};
+
+/// Start `program` with its output discarded; Ok if it started (a breach), reaped before return.
+fn spawn(program: &str, args: &[&str]) -> std::io::Result<()> {
+    let mut child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(())
+}
+
+fn own_binary() -> std::io::Result<Vec<u8>> {
+    std::fs::read("/proc/self/exe")
+}
+
+pub fn run(p: &mut Probe<'_>) {
+    let listed = p.ctx.policy.landlock.exec.clone();
+    let token = p.ctx.token.clone();
+    for neighbour in [paths::CLAUDE_CLI, paths::CODEX_CLI] {
+        if !listed.iter().any(|l| l == neighbour) {
+            p.deny(&ops::EXEC_VENDOR_NEIGHBOUR, &format!("exec {neighbour} (not listed)"), || spawn(neighbour, &["--version"]));
+        }
+    }
+    if !listed.iter().any(|l| l == paths::INIT) {
+        p.deny(&ops::EXEC_INIT_BINARY, "exec /sbin/cordon-init (not listed)", || spawn(paths::INIT, &["loader"]));
+    }
+
+    let copy = format!("{}/cordon-exec-{token}", paths::TMP);
+    let written = own_binary().and_then(|bytes| {
+        let mut f = OpenOptions::new().write(true).create_new(true).mode(0o700).open(&copy)?;
+        f.write_all(&bytes)?;
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
+    });
+    match written {
+        Ok(()) => {
+            p.deny(&ops::EXEC_SCRATCH_COPY, "exec a copy of a binary in /tmp", || spawn(&copy, &["workload", "exit", "0"]));
+            p.deny(&ops::MMAP_EXEC_SCRATCH, "mmap(PROT_EXEC) a file in /tmp", || {
+                let file = std::fs::File::open(&copy)?;
+                // SAFETY: a fresh private mapping of our own file, unmapped at once and never
+                // touched.
+                let addr = unsafe {
+                    libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_PRIVATE, file.as_raw_fd(), 0)
+                };
+                if addr == libc::MAP_FAILED {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // SAFETY: the mapping made just above.
+                unsafe { libc::munmap(addr, 4096) };
+                Ok(())
+            });
+            let _ = std::fs::remove_file(&copy);
+        }
+        Err(e) => p.error(format!("cannot copy a binary into {}: {e}", paths::TMP)),
+    }
+
+    p.deny(&ops::EXEC_MEMFD, "exec a binary from a memfd", || {
+        let name = cpath("cordon-exec");
+        // SAFETY: memfd_create with a valid name and no flags.
+        let fd = check(unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), 0) })? as i32;
+        let result = (|| {
+            let bytes = own_binary()?;
+            // SAFETY: writing our buffer to the memfd we own.
+            let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+            if n != bytes.len() as isize {
+                return Err(std::io::Error::other("short write to memfd"));
+            }
+            spawn(&format!("/proc/self/fd/{fd}"), &["workload", "exit", "0"])
+        })();
+        // SAFETY: closing the memfd.
+        unsafe { libc::close(fd) };
+        result
+    });
+
+    // The listed files still run.
+    if let Some(first) = listed.first() {
+        let args: &[&str] = if first == paths::PROBE { &["workload", "exit", "0"] } else { &["--version"] };
+        let status = Command::new(first).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        if !matches!(status, Ok(s) if s.success()) {
+            p.error(format!("the listed {first} does not run: {status:?}"));
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! `mounts`: the mountpoints in /proc/self/mountinfo are exactly the policy's (nothing more,
+//! nothing missing), writable ones carry nosuid, nodev and noexec, no engine socket and no extra
+//! device is present.
+
+use cordon_contract::paths;
+use cordon_contract::policy::{Access, MountRule};
+use cordon_contract::probe::ops;
+use cordon_contract::procfs::{self, MountEntry};
+
+use crate::report::Probe;
+
+fn rule_for<'a>(rules: &'a [MountRule], point: &str) -> Option<&'a MountRule> {
+    rules.iter().find(|r| !r.beneath && r.path == point).or_else(|| {
+        rules.iter().find(|r| {
+            r.beneath
+                && point
+                    .strip_prefix(r.path.as_str())
+                    .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
+        })
+    })
+}
+
+fn socket_like(point: &str) -> bool {
+    point.ends_with(".sock") || paths::DAEMON_SOCKETS.contains(&point)
+}
+
+pub fn run(p: &mut Probe<'_>) {
+    let text = match std::fs::read_to_string("/proc/self/mountinfo") {
+        Ok(t) => t,
+        Err(e) => return p.error(format!("mountinfo: {e}")),
+    };
+    let mounts: Vec<MountEntry> = match procfs::parse_mountinfo(&text) {
+        Ok(m) => m,
+        Err(e) => return p.error(e),
+    };
+    let rules = p.ctx.policy.mounts.clone();
+    let tty = p.ctx.tty;
+
+    for socket in paths::DAEMON_SOCKETS {
+        p.deny(&ops::DAEMON_SOCKET, &format!("{socket} exists"), || std::fs::symlink_metadata(socket));
+    }
+    for m in mounts.iter().filter(|m| socket_like(&m.mount_point) && !paths::DAEMON_SOCKETS.contains(&m.mount_point.as_str())) {
+        p.found(&ops::DAEMON_SOCKET, ops::DAEMON_SOCKET.id(), format!("socket mounted at {}", m.mount_point));
+    }
+
+    let extra: Vec<String> = std::fs::read_dir("/dev")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !paths::STANDARD_DEV.contains(&n.as_str()) && n != "shm")
+                // The console of an attached terminal is the tty check's.
+                .filter(|n| !(tty && n == "console"))
+                .collect()
+        })
+        .unwrap_or_default();
+    p.require(&ops::DEVICES, extra.is_empty(), || format!("/dev also has {} entries: {:?}", extra.len(), extra.iter().take(8).collect::<Vec<_>>()));
+
+    // /dev/shm and sockets have their own operations; every other mountpoint must be listed.
+    let unknown: Vec<&str> = mounts
+        .iter()
+        .filter(|m| m.mount_point != "/dev/shm" && !socket_like(&m.mount_point))
+        .filter(|m| !(tty && m.mount_point == "/dev/console"))
+        .filter(|m| rule_for(&rules, &m.mount_point).is_none())
+        .map(|m| m.mount_point.as_str())
+        .collect();
+    p.require(&ops::MOUNT_SET, unknown.is_empty(), || format!("mountpoints not in the policy: {unknown:?}"));
+    if p.runs(&ops::MOUNT_MISSING) {
+        for rule in rules.iter().filter(|r| r.required && !r.beneath) {
+            if !mounts.iter().any(|m| m.mount_point == rule.path) {
+                p.found(&ops::MOUNT_MISSING, rule.protection, format!("no mount at {}", rule.path));
+            }
+        }
+    }
+    let weak: Vec<String> = mounts
+        .iter()
+        .filter(|m| !m.read_only())
+        .filter(|m| rule_for(&rules, &m.mount_point).is_some_and(|r| r.access == Access::Writable))
+        .filter(|m| !(m.has("nosuid") && m.has("nodev") && m.has("noexec")))
+        .map(|m| m.line.clone())
+        .collect();
+    p.require(&ops::WRITABLE_FLAGS, weak.is_empty(), || format!("writable without nosuid,nodev,noexec: {weak:?}"));
+}
