@@ -359,7 +359,9 @@ impl Policy {
             return Err(bad("deadline and grace must be positive"));
         }
         if let Some(id) = self.skip.iter().find(|id| !id.layers().init_only()) {
-            return Err(bad(format!("{id} cannot be skipped: only init-only protections can")));
+            return Err(bad(format!(
+                "{id} cannot be skipped: only init-only protections can"
+            )));
         }
         let c = self.cgroup;
         if c.pids_max == 0 || c.memory_bytes == 0 || c.cpu_quota_us == 0 || c.cpu_period_us == 0 {

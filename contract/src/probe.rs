@@ -204,7 +204,12 @@ mod tests {
     fn operations_are_unique_and_belong_to_a_probe() {
         let mut seen = std::collections::BTreeSet::new();
         for op in ops::ALL {
-            assert!(seen.insert((op.probe, op.action)), "{}/{} twice", op.probe, op.action);
+            assert!(
+                seen.insert((op.probe, op.action)),
+                "{}/{} twice",
+                op.probe,
+                op.action
+            );
             assert!(PROBES.contains(&op.probe), "{}", op.probe);
             for id in op.ids {
                 assert!(id.layers().probe, "{} is not a probe-layer protection", id);
@@ -215,7 +220,10 @@ mod tests {
     #[test]
     fn every_probe_layer_protection_has_an_operation() {
         for id in Id::ALL.iter().filter(|id| id.layers().probe) {
-            assert!(ops::ALL.iter().any(|op| op.ids.contains(id)), "{id} has no probe operation");
+            assert!(
+                ops::ALL.iter().any(|op| op.ids.contains(id)),
+                "{id} has no probe operation"
+            );
         }
     }
 
@@ -233,7 +241,10 @@ mod tests {
             skipped: 0,
         };
         let line = serde_json::to_string(&report).unwrap();
-        assert_eq!(ProbeReport::parse_all(&format!("noise\n{line}\n")), vec![report]);
+        assert_eq!(
+            ProbeReport::parse_all(&format!("noise\n{line}\n")),
+            vec![report]
+        );
     }
 }
 
@@ -256,8 +267,14 @@ pub mod fixture {
     /// Files in the metadata (relative to /work/.git).
     pub const METADATA_FILES: &[(&str, &str)] = &[
         ("HEAD", "ref: refs/heads/main\n"),
-        ("config", "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"),
-        ("objects/ce/013625030ba8dba906f756967f9e9ca394464a", "blob\n"),
+        (
+            "config",
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n",
+        ),
+        (
+            "objects/ce/013625030ba8dba906f756967f9e9ca394464a",
+            "blob\n",
+        ),
     ];
     /// The object file the alias probes link to.
     pub const METADATA_OBJECT: &str = "objects/ce/013625030ba8dba906f756967f9e9ca394464a";
@@ -278,7 +295,10 @@ pub mod fixture {
         ("hostile/absolute", "/etc/hostname"),
         ("hostile/proc", "/proc/self/environ"),
         ("hostile/deep/er/top", "../.."),
-        ("hostile/chained", "deep/er/top/../../../run/cordon/control/policy.json"),
+        (
+            "hostile/chained",
+            "deep/er/top/../../../run/cordon/control/policy.json",
+        ),
         ("hostile/into-metadata", "../.git/config"),
         ("hostile/loop-out-a", "loop-out-b"),
         ("hostile/loop-out-b", "/"),

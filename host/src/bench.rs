@@ -235,3 +235,69 @@ mod tests {
         assert!(median(&[]).is_nan());
     }
 }
+
+/// The full gate's wall time and each case's time.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GateBench {
+    pub wall_ms: u64,
+    pub parallel: usize,
+    pub cells: usize,
+    pub passed: usize,
+    pub failed: usize,
+    /// (case, layer, ms), slowest first.
+    pub cases: Vec<(String, String, u64)>,
+}
+
+/// Run the whole gate once and time it (target: under 3 minutes on 2 cores).
+pub async fn gate(engine: &Engine, image_id: &str, parallel: usize) -> Result<GateBench> {
+    let options = crate::gate::GateOptions {
+        parallel,
+        filter: None,
+    };
+    let started = Instant::now();
+    let report = crate::gate::run(engine, image_id, &options).await?;
+    let wall_ms = started.elapsed().as_millis() as u64;
+    let mut cases: Vec<(String, String, u64)> = report
+        .cases
+        .iter()
+        .map(|c| {
+            let layer = serde_json::to_value(c.layer)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            (c.case.clone(), layer, c.ms)
+        })
+        .collect();
+    cases.sort_by_key(|c| std::cmp::Reverse(c.2));
+    Ok(GateBench {
+        wall_ms,
+        parallel,
+        cells: report.cases.len(),
+        passed: report.passed,
+        failed: report.failed,
+        cases,
+    })
+}
+
+impl GateBench {
+    /// Plain text: totals, then the slowest cells.
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "gate: {} cells ({} passed, {} failed), {} at once, wall {:.1} s (target < 180 s)\nslowest cells:\n",
+            self.cells,
+            self.passed,
+            self.failed,
+            self.parallel,
+            self.wall_ms as f64 / 1000.0
+        );
+        for (case, layer, ms) in self.cases.iter().take(10) {
+            out.push_str(&format!("  {ms:>6} ms  {layer:<9} {case}\n"));
+        }
+        let total: u64 = self.cases.iter().map(|c| c.2).sum();
+        out.push_str(&format!(
+            "sum of cell times {:.1} s (validator and init cells share one container)\n",
+            total as f64 / 1000.0
+        ));
+        out
+    }
+}

@@ -64,6 +64,11 @@ enum BenchAction {
         #[arg(long, default_value_t = 20)]
         runs: usize,
     },
+    /// Wall time of the full gate and the time of each case.
+    Gate {
+        #[arg(long, default_value_t = 6)]
+        parallel: usize,
+    },
 }
 
 fn print<T: serde::Serialize>(
@@ -133,6 +138,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .context("running doctor")?;
             print(cli.json, &report, || report.text())?;
             Ok(if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Bench {
+            action: BenchAction::Gate { parallel },
+        } => {
+            let built = build(&engine, &cli).await?;
+            let report = bench::gate(&engine, &built.id, *parallel)
+                .await
+                .context("benchmarking the gate")?;
+            print(cli.json, &report, || report.text())?;
+            Ok(if report.failed == 0 {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE

@@ -157,7 +157,15 @@ impl TaskStorage {
         work: (VolumeCreateRequest, Area),
         metadata: (VolumeCreateRequest, Area),
     ) -> Result<TaskStorage> {
-        TaskStorage::create_held_at(engine, allocation, image_id, work, metadata, paths::METADATA).await
+        TaskStorage::create_held_at(
+            engine,
+            allocation,
+            image_id,
+            work,
+            metadata,
+            paths::METADATA,
+        )
+        .await
     }
 
     /// As [`TaskStorage::create_from`], with the keeper holding the metadata volume at
@@ -223,7 +231,11 @@ impl TaskStorage {
         bounded(
             "upload to keeper",
             CALL_TIMEOUT,
-            engine.docker().upload_to_container(&self.keeper, Some(options), bollard::body_full(tar.into())),
+            engine.docker().upload_to_container(
+                &self.keeper,
+                Some(options),
+                bollard::body_full(tar.into()),
+            ),
         )
         .await
     }

@@ -27,8 +27,8 @@ fn gate_json_exits_zero_when_every_case_passes() {
     assert!(output.status.success(), "{report}");
     assert_eq!(report["failed"], 0);
     assert_eq!(
-        report["passed"], 4,
-        "caps-dropped and cap-added, both layers: {report}"
+        report["passed"], 6,
+        "caps-dropped and cap-added, three layers each: {report}"
     );
 }
 

@@ -71,7 +71,6 @@ pub struct Observations {
     pub cgroup_limits: CgroupObs,
 }
 
-
 fn read(path: &str) -> Result<String, String> {
     fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
 }

@@ -23,9 +23,19 @@ fn fill_bytes(p: &mut Probe<'_>, op: &Operation, dir: &str, limit: u64) {
         return;
     }
     let path = format!("{dir}/cordon-fill-{}", p.ctx.token);
-    let mut file = match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+    let mut file = match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+    {
         Ok(f) => f,
-        Err(e) => return p.error(format!("{}: cannot create a fill file in {dir}: {e}", op.action)),
+        Err(e) => {
+            return p.error(format!(
+                "{}: cannot create a fill file in {dir}: {e}",
+                op.action
+            ))
+        }
     };
     let chunk = vec![0x5au8; CHUNK];
     let mut written: u64 = 0;
@@ -38,10 +48,17 @@ fn fill_bytes(p: &mut Probe<'_>, op: &Operation, dir: &str, limit: u64) {
     drop(file);
     let _ = std::fs::remove_file(&path);
     if written == 0 {
-        return p.error(format!("{}: wrote nothing into {dir} before it stopped", op.action));
+        return p.error(format!(
+            "{}: wrote nothing into {dir} before it stopped",
+            op.action
+        ));
     }
     if written > limit {
-        p.found(op, op.id(), format!("wrote {written} bytes into {dir}, past its {limit}-byte limit"));
+        p.found(
+            op,
+            op.id(),
+            format!("wrote {written} bytes into {dir}, past its {limit}-byte limit"),
+        );
     }
 }
 
@@ -53,7 +70,12 @@ fn fill_inodes(p: &mut Probe<'_>, op: &Operation, dir: &str, limit: u64) {
     let mut created = Vec::new();
     while (created.len() as u64) <= limit + SLACK_FILES {
         let path = format!("{dir}/cordon-n-{}-{}", p.ctx.token, created.len());
-        match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
             Ok(_) => created.push(path),
             Err(_) => break,
         }
@@ -63,10 +85,17 @@ fn fill_inodes(p: &mut Probe<'_>, op: &Operation, dir: &str, limit: u64) {
         let _ = std::fs::remove_file(path);
     }
     if count == 0 {
-        return p.error(format!("{}: created no file in {dir} before it stopped", op.action));
+        return p.error(format!(
+            "{}: created no file in {dir} before it stopped",
+            op.action
+        ));
     }
     if count >= limit {
-        p.found(op, op.id(), format!("created {count} files in {dir}, past its {limit}-inode limit"));
+        p.found(
+            op,
+            op.id(),
+            format!("created {count} files in {dir}, past its {limit}-inode limit"),
+        );
     }
 }
 
@@ -88,7 +117,11 @@ pub fn scratch(p: &mut Probe<'_>) {
         (paths::OUTPUT_DIR, &ops::OUTPUT_BYTES, &ops::OUTPUT_INODES),
     ];
     if p.ctx.policy.vendor == Vendor::Codex {
-        areas.push((paths::CODEX_HOME, &ops::CODEX_HOME_BYTES, &ops::CODEX_HOME_INODES));
+        areas.push((
+            paths::CODEX_HOME,
+            &ops::CODEX_HOME_BYTES,
+            &ops::CODEX_HOME_INODES,
+        ));
     }
     for (dir, bytes_op, inodes_op) in areas {
         let Some((bytes, inodes)) = area(p, dir) else {
@@ -106,7 +139,11 @@ pub fn scratch(p: &mut Probe<'_>) {
     ] {
         let forged = format!("{dir}/forged-{token}");
         if p.deny(op, &format!("create a file in {dir}"), || {
-            OpenOptions::new().write(true).create_new(true).mode(0o600).open(&forged)
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&forged)
         }) {
             let _ = std::fs::remove_file(&forged);
         }
@@ -115,9 +152,11 @@ pub fn scratch(p: &mut Probe<'_>) {
         OpenOptions::new().write(true).open(paths::POLICY_FILE)
     });
     let socket = format!("{}/agent-{token}.sock", paths::EGRESS_DIR);
-    if p.deny(&ops::EGRESS_WRITE, "bind a unix socket in the egress dir", || {
-        std::os::unix::net::UnixListener::bind(&socket)
-    }) {
+    if p.deny(
+        &ops::EGRESS_WRITE,
+        "bind a unix socket in the egress dir",
+        || std::os::unix::net::UnixListener::bind(&socket),
+    ) {
         let _ = std::fs::remove_file(&socket);
     }
 }

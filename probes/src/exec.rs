@@ -38,36 +38,63 @@ pub fn run(p: &mut Probe<'_>) {
     let token = p.ctx.token.clone();
     for neighbour in [paths::CLAUDE_CLI, paths::CODEX_CLI] {
         if !listed.iter().any(|l| l == neighbour) {
-            p.deny(&ops::EXEC_VENDOR_NEIGHBOUR, &format!("exec {neighbour} (not listed)"), || spawn(neighbour, &["--version"]));
+            p.deny(
+                &ops::EXEC_VENDOR_NEIGHBOUR,
+                &format!("exec {neighbour} (not listed)"),
+                || spawn(neighbour, &["--version"]),
+            );
         }
     }
     if !listed.iter().any(|l| l == paths::INIT) {
-        p.deny(&ops::EXEC_INIT_BINARY, "exec /sbin/cordon-init (not listed)", || spawn(paths::INIT, &["loader"]));
+        p.deny(
+            &ops::EXEC_INIT_BINARY,
+            "exec /sbin/cordon-init (not listed)",
+            || spawn(paths::INIT, &["loader"]),
+        );
     }
 
     let copy = format!("{}/cordon-exec-{token}", paths::TMP);
     let written = own_binary().and_then(|bytes| {
-        let mut f = OpenOptions::new().write(true).create_new(true).mode(0o700).open(&copy)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o700)
+            .open(&copy)?;
         f.write_all(&bytes)?;
         std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
     });
     match written {
         Ok(()) => {
-            p.deny(&ops::EXEC_SCRATCH_COPY, "exec a copy of a binary in /tmp", || spawn(&copy, &["workload", "exit", "0"]));
-            p.deny(&ops::MMAP_EXEC_SCRATCH, "mmap(PROT_EXEC) a file in /tmp", || {
-                let file = std::fs::File::open(&copy)?;
-                // SAFETY: a fresh private mapping of our own file, unmapped at once and never
-                // touched.
-                let addr = unsafe {
-                    libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_PRIVATE, file.as_raw_fd(), 0)
-                };
-                if addr == libc::MAP_FAILED {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // SAFETY: the mapping made just above.
-                unsafe { libc::munmap(addr, 4096) };
-                Ok(())
-            });
+            p.deny(
+                &ops::EXEC_SCRATCH_COPY,
+                "exec a copy of a binary in /tmp",
+                || spawn(&copy, &["workload", "exit", "0"]),
+            );
+            p.deny(
+                &ops::MMAP_EXEC_SCRATCH,
+                "mmap(PROT_EXEC) a file in /tmp",
+                || {
+                    let file = std::fs::File::open(&copy)?;
+                    // SAFETY: a fresh private mapping of our own file, unmapped at once and never
+                    // touched.
+                    let addr = unsafe {
+                        libc::mmap(
+                            std::ptr::null_mut(),
+                            4096,
+                            libc::PROT_READ | libc::PROT_EXEC,
+                            libc::MAP_PRIVATE,
+                            file.as_raw_fd(),
+                            0,
+                        )
+                    };
+                    if addr == libc::MAP_FAILED {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // SAFETY: the mapping made just above.
+                    unsafe { libc::munmap(addr, 4096) };
+                    Ok(())
+                },
+            );
             let _ = std::fs::remove_file(&copy);
         }
         Err(e) => p.error(format!("cannot copy a binary into {}: {e}", paths::TMP)),
@@ -93,8 +120,16 @@ pub fn run(p: &mut Probe<'_>) {
 
     // The listed files still run.
     if let Some(first) = listed.first() {
-        let args: &[&str] = if first == paths::PROBE { &["workload", "exit", "0"] } else { &["--version"] };
-        let status = Command::new(first).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let args: &[&str] = if first == paths::PROBE {
+            &["workload", "exit", "0"]
+        } else {
+            &["--version"]
+        };
+        let status = Command::new(first)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         if !matches!(status, Ok(s) if s.success()) {
             p.error(format!("the listed {first} does not run: {status:?}"));
         }

@@ -16,30 +16,53 @@ use nix::unistd::{access, AccessFlags};
 use crate::report::Probe;
 
 fn read_only(path: &str) -> Option<bool> {
-    statvfs(path).ok().map(|v| v.flags().contains(FsFlags::ST_RDONLY))
+    statvfs(path)
+        .ok()
+        .map(|v| v.flags().contains(FsFlags::ST_RDONLY))
 }
 
 fn is_null_device(path: &str) -> bool {
     std::fs::metadata(path)
-        .map(|m| m.file_type().is_char_device() && libc::major(m.rdev()) == 1 && libc::minor(m.rdev()) == 3)
+        .map(|m| {
+            m.file_type().is_char_device()
+                && libc::major(m.rdev()) == 1
+                && libc::minor(m.rdev()) == 3
+        })
         .unwrap_or(false)
 }
 
 pub fn run(p: &mut Probe<'_>) {
     let token = p.ctx.token.clone();
-    p.require(&ops::ROOTFS_STATFS, read_only("/") == Some(true), || "statvfs(/) is not ST_RDONLY".into());
+    p.require(&ops::ROOTFS_STATFS, read_only("/") == Some(true), || {
+        "statvfs(/) is not ST_RDONLY".into()
+    });
     // /var/tmp is world-writable in the image: only the read-only root stops this.
     let scratch = format!("/var/tmp/cordon-probe-{token}");
-    if p.deny(&ops::ROOTFS_CREATE, "create /var/tmp/cordon-probe-*", || {
-        OpenOptions::new().write(true).create_new(true).open(&scratch)
-    }) {
+    if p.deny(
+        &ops::ROOTFS_CREATE,
+        "create /var/tmp/cordon-probe-*",
+        || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&scratch)
+        },
+    ) {
         let _ = std::fs::remove_file(&scratch);
     }
-    for binary in [paths::CLAUDE_CLI, paths::CODEX_CLI, paths::INIT, paths::PROBE, "/proc/1/exe"] {
+    for binary in [
+        paths::CLAUDE_CLI,
+        paths::CODEX_CLI,
+        paths::INIT,
+        paths::PROBE,
+        "/proc/1/exe",
+    ] {
         // Opened for write without O_TRUNC or O_CREAT; nothing is written.
-        p.deny(&ops::IMAGE_BINARIES_WRITE, &format!("open {binary} for writing"), || {
-            OpenOptions::new().write(true).open(binary)
-        });
+        p.deny(
+            &ops::IMAGE_BINARIES_WRITE,
+            &format!("open {binary} for writing"),
+            || OpenOptions::new().write(true).open(binary),
+        );
     }
 
     let sysctl_ro = read_only("/proc/sys") == Some(true);
@@ -48,7 +71,9 @@ pub fn run(p: &mut Probe<'_>) {
     p.require(&ops::PROC_SYS, sysctl_ro && !core_pattern && !sysrq, || {
         format!("/proc/sys read-only: {sysctl_ro}; core_pattern writable: {core_pattern}; sysrq-trigger writable: {sysrq}")
     });
-    p.require(&ops::SYS, read_only("/sys") == Some(true), || "/sys is writable".into());
+    p.require(&ops::SYS, read_only("/sys") == Some(true), || {
+        "/sys is writable".into()
+    });
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let cgroups: Vec<String> = cordon_contract::procfs::parse_mountinfo(&mounts)
         .unwrap_or_default()
@@ -63,29 +88,59 @@ pub fn run(p: &mut Probe<'_>) {
     });
 
     let mut unmasked = Vec::new();
-    for path in ["/proc/keys", "/proc/timer_list", "/proc/kcore", "/proc/sched_debug", "/proc/timer_stats", "/proc/latency_stats"] {
-        if std::fs::symlink_metadata(path).is_ok() && !is_null_device(path) && read_only(path) != Some(true) {
+    for path in [
+        "/proc/keys",
+        "/proc/timer_list",
+        "/proc/kcore",
+        "/proc/sched_debug",
+        "/proc/timer_stats",
+        "/proc/latency_stats",
+    ] {
+        if std::fs::symlink_metadata(path).is_ok()
+            && !is_null_device(path)
+            && read_only(path) != Some(true)
+        {
             unmasked.push(path);
         }
     }
     for dir in ["/sys/firmware", "/proc/acpi", "/proc/scsi", "/proc/asound"] {
-        if std::fs::read_dir(dir).map(|mut d| d.next().is_some()).unwrap_or(false) {
+        if std::fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false)
+        {
             unmasked.push(dir);
         }
     }
-    p.require(&ops::MASKED_PATHS, unmasked.is_empty(), || format!("not masked: {unmasked:?}"));
+    p.require(&ops::MASKED_PATHS, unmasked.is_empty(), || {
+        format!("not masked: {unmasked:?}")
+    });
 
     // Writable mounts that are not writable areas: only Landlock stops these.
     let queue = format!("/dev/mqueue/cordon-probe-{token}");
     if p.deny(&ops::MQUEUE_CREATE, "create a file in /dev/mqueue", || {
-        OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&queue)
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&queue)
     }) {
         let _ = std::fs::remove_file(&queue);
     }
-    p.deny(&ops::PROC_COMM_WRITE, "open /proc/self/comm for writing", || {
-        OpenOptions::new().write(true).open("/proc/self/comm")
-    });
-    p.deny(&ops::PTMX_OPEN, "open /dev/ptmx (allocate a terminal)", || {
-        OpenOptions::new().read(true).write(true).custom_flags(libc::O_NOCTTY).open("/dev/ptmx")
-    });
+    p.deny(
+        &ops::PROC_COMM_WRITE,
+        "open /proc/self/comm for writing",
+        || OpenOptions::new().write(true).open("/proc/self/comm"),
+    );
+    p.deny(
+        &ops::PTMX_OPEN,
+        "open /dev/ptmx (allocate a terminal)",
+        || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOCTTY)
+                .open("/dev/ptmx")
+        },
+    );
 }

@@ -19,32 +19,63 @@ fn syscall6(nr: libc::c_long, a: [usize; 6]) -> std::io::Result<i64> {
 
 fn seccomp_canaries(p: &mut Probe<'_>) {
     // Each call's arguments make the kernel answer with something other than EPERM/ENOSYS.
-    p.deny_syscall(&ops::IO_URING, "io_uring_setup(0, NULL)", || syscall6(libc::SYS_io_uring_setup, [0; 6]));
-    p.deny_syscall(&ops::PTRACE, "ptrace(invalid request, pid 0)", || syscall6(libc::SYS_ptrace, [0xdead, 0, 0, 0, 0, 0]));
+    p.deny_syscall(&ops::IO_URING, "io_uring_setup(0, NULL)", || {
+        syscall6(libc::SYS_io_uring_setup, [0; 6])
+    });
+    p.deny_syscall(&ops::PTRACE, "ptrace(invalid request, pid 0)", || {
+        syscall6(libc::SYS_ptrace, [0xdead, 0, 0, 0, 0, 0])
+    });
     let pid = std::process::id() as usize;
-    p.deny_syscall(&ops::PROCESS_VM_READV, "process_vm_readv(self, flags=invalid)", || {
-        syscall6(libc::SYS_process_vm_readv, [pid, 0, 0, 0, 0, 0xffff])
-    });
-    p.deny_syscall(&ops::PROCESS_VM_WRITEV, "process_vm_writev(self, flags=invalid)", || {
-        syscall6(libc::SYS_process_vm_writev, [pid, 0, 0, 0, 0, 0xffff])
-    });
+    p.deny_syscall(
+        &ops::PROCESS_VM_READV,
+        "process_vm_readv(self, flags=invalid)",
+        || syscall6(libc::SYS_process_vm_readv, [pid, 0, 0, 0, 0, 0xffff]),
+    );
+    p.deny_syscall(
+        &ops::PROCESS_VM_WRITEV,
+        "process_vm_writev(self, flags=invalid)",
+        || syscall6(libc::SYS_process_vm_writev, [pid, 0, 0, 0, 0, 0xffff]),
+    );
     p.deny_syscall(&ops::EXECVEAT, "execveat(-1, \"\", flags=invalid)", || {
         let empty = cpath("");
-        syscall6(libc::SYS_execveat, [usize::MAX, empty.as_ptr() as usize, 0, 0, 0xffff, 0])
+        syscall6(
+            libc::SYS_execveat,
+            [usize::MAX, empty.as_ptr() as usize, 0, 0, 0xffff, 0],
+        )
     });
-    p.deny_syscall(&ops::MEMFD_EXECUTABLE, "memfd_create without MFD_NOEXEC_SEAL", || {
-        let name = cpath("cordon-probe");
-        let fd = syscall6(libc::SYS_memfd_create, [name.as_ptr() as usize, 0, 0, 0, 0, 0])?;
-        // SAFETY: closing the descriptor we just got.
-        unsafe { libc::close(fd as i32) };
-        Ok(fd)
+    p.deny_syscall(
+        &ops::MEMFD_EXECUTABLE,
+        "memfd_create without MFD_NOEXEC_SEAL",
+        || {
+            let name = cpath("cordon-probe");
+            let fd = syscall6(
+                libc::SYS_memfd_create,
+                [name.as_ptr() as usize, 0, 0, 0, 0, 0],
+            )?;
+            // SAFETY: closing the descriptor we just got.
+            unsafe { libc::close(fd as i32) };
+            Ok(fd)
+        },
+    );
+    p.deny_syscall(&ops::KEYCTL, "keyctl(invalid command)", || {
+        syscall6(libc::SYS_keyctl, [0xffff, 0, 0, 0, 0, 0])
     });
-    p.deny_syscall(&ops::KEYCTL, "keyctl(invalid command)", || syscall6(libc::SYS_keyctl, [0xffff, 0, 0, 0, 0, 0]));
-    p.deny_syscall(&ops::BPF, "bpf(invalid command)", || syscall6(libc::SYS_bpf, [0xffff, 0, 0, 0, 0, 0]));
-    p.deny_syscall(&ops::UNSHARE_USER, "unshare(CLONE_NEWUSER | invalid flag)", || {
-        syscall6(libc::SYS_unshare, [(libc::CLONE_NEWUSER as usize) | 0x1, 0, 0, 0, 0, 0])
+    p.deny_syscall(&ops::BPF, "bpf(invalid command)", || {
+        syscall6(libc::SYS_bpf, [0xffff, 0, 0, 0, 0, 0])
     });
-    p.deny_syscall(&ops::MOUNT, "mount(target=invalid pointer)", || syscall6(libc::SYS_mount, [0, 1, 0, 0, 0, 0]));
+    p.deny_syscall(
+        &ops::UNSHARE_USER,
+        "unshare(CLONE_NEWUSER | invalid flag)",
+        || {
+            syscall6(
+                libc::SYS_unshare,
+                [(libc::CLONE_NEWUSER as usize) | 0x1, 0, 0, 0, 0, 0],
+            )
+        },
+    );
+    p.deny_syscall(&ops::MOUNT, "mount(target=invalid pointer)", || {
+        syscall6(libc::SYS_mount, [0, 1, 0, 0, 0, 0])
+    });
 }
 
 /// Fork children that wait on a pipe until the pids limit stops us; release and reap them.
@@ -87,7 +118,9 @@ fn fork_flood(p: &mut Probe<'_>) {
         }
     }
     if children.is_empty() {
-        p.error(format!("fork-flood: no child could be forked ({stopped:?})"));
+        p.error(format!(
+            "fork-flood: no child could be forked ({stopped:?})"
+        ));
         return;
     }
     let forked = children.len() as u64;
@@ -98,7 +131,10 @@ fn fork_flood(p: &mut Probe<'_>) {
 
 pub fn run(p: &mut Probe<'_>) {
     let policy = &p.ctx.policy;
-    let status = match std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string()).and_then(|t| procfs::parse_status(&t)) {
+    let status = match std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| e.to_string())
+        .and_then(|t| procfs::parse_status(&t))
+    {
         Ok(s) => s,
         Err(e) => {
             p.error(format!("/proc/self/status: {e}"));
@@ -106,10 +142,23 @@ pub fn run(p: &mut Probe<'_>) {
         }
     };
     let (uid, gid) = (policy.uid, policy.gid);
-    let ids_ok = status.uid.iter().all(|u| *u == uid) && status.gid.iter().all(|g| *g == gid) && status.groups.iter().all(|g| *g == gid);
-    p.require(&ops::IDENTITY, ids_ok, || format!("uid {:?} gid {:?} groups {:?}", status.uid, status.gid, status.groups));
+    let ids_ok = status.uid.iter().all(|u| *u == uid)
+        && status.gid.iter().all(|g| *g == gid)
+        && status.groups.iter().all(|g| *g == gid);
+    p.require(&ops::IDENTITY, ids_ok, || {
+        format!(
+            "uid {:?} gid {:?} groups {:?}",
+            status.uid, status.gid, status.groups
+        )
+    });
 
-    let sets = [status.cap_inh, status.cap_prm, status.cap_eff, status.cap_bnd, status.cap_amb];
+    let sets = [
+        status.cap_inh,
+        status.cap_prm,
+        status.cap_eff,
+        status.cap_bnd,
+        status.cap_amb,
+    ];
     let all_empty = sets.iter().all(|s| *s == 0);
     let class = if p.ctx.privileged {
         Id::NotPrivileged
@@ -119,44 +168,80 @@ pub fn run(p: &mut Probe<'_>) {
         Id::CapAdded
     };
     p.require_as(&ops::CAPABILITY_SETS, class, all_empty, || {
-        format!("CapInh {:x} CapPrm {:x} CapEff {:x} CapBnd {:x} CapAmb {:x}", sets[0], sets[1], sets[2], sets[3], sets[4])
+        format!(
+            "CapInh {:x} CapPrm {:x} CapEff {:x} CapBnd {:x} CapAmb {:x}",
+            sets[0], sets[1], sets[2], sets[3], sets[4]
+        )
     });
-    p.require(&ops::NO_NEW_PRIVS, status.no_new_privs == 1, || format!("NoNewPrivs {}", status.no_new_privs));
-    p.require(&ops::SECCOMP_MODE, status.seccomp == 2, || format!("Seccomp {}", status.seccomp));
+    p.require(&ops::NO_NEW_PRIVS, status.no_new_privs == 1, || {
+        format!("NoNewPrivs {}", status.no_new_privs)
+    });
+    p.require(&ops::SECCOMP_MODE, status.seccomp == 2, || {
+        format!("Seccomp {}", status.seccomp)
+    });
     p.require(&ops::SECCOMP_STACKED, status.seccomp_filters >= 2, || {
-        format!("Seccomp_filters {}: only the engine's filter", status.seccomp_filters)
+        format!(
+            "Seccomp_filters {}: only the engine's filter",
+            status.seccomp_filters
+        )
     });
     seccomp_canaries(p);
 
-    p.deny(&ops::DEV_SHM, "/dev/shm exists", || std::fs::symlink_metadata("/dev/shm"));
+    p.deny(&ops::DEV_SHM, "/dev/shm exists", || {
+        std::fs::symlink_metadata("/dev/shm")
+    });
     // SAFETY: isatty only inspects descriptor numbers.
-    let ttys: Vec<i32> = (0..3).filter(|fd| unsafe { libc::isatty(*fd) } == 1).collect();
-    p.require(&ops::TTY, ttys.is_empty(), || format!("terminal on fds {ttys:?}"));
+    let ttys: Vec<i32> = (0..3)
+        .filter(|fd| unsafe { libc::isatty(*fd) } == 1)
+        .collect();
+    p.require(&ops::TTY, ttys.is_empty(), || {
+        format!("terminal on fds {ttys:?}")
+    });
     // A terminal on fd 0 is the TTY breach above; otherwise fd 0 must be /dev/null.
     if !ttys.contains(&0) {
         let stdin = std::fs::metadata("/proc/self/fd/0");
         let null = stdin
             .as_ref()
-            .map(|m| m.file_type().is_char_device() && libc::major(m.rdev()) == 1 && libc::minor(m.rdev()) == 3)
+            .map(|m| {
+                m.file_type().is_char_device()
+                    && libc::major(m.rdev()) == 1
+                    && libc::minor(m.rdev()) == 3
+            })
             .unwrap_or(false);
-        p.require(&ops::STDIN, null, || format!("fd 0 is not /dev/null: {:?}", stdin.map(|m| m.file_type())));
+        p.require(&ops::STDIN, null, || {
+            format!("fd 0 is not /dev/null: {:?}", stdin.map(|m| m.file_type()))
+        });
     }
 
     let pid1 = std::fs::read_to_string("/proc/1/cmdline").unwrap_or_default();
     let pid1 = pid1.split('\0').next().unwrap_or("").to_owned();
     let ours = pid1 == cordon_contract::paths::INIT || pid1 == cordon_contract::paths::PROBE;
-    p.require(&ops::PID_NAMESPACE, ours, || format!("pid 1 is {pid1:?}, not this container's"));
+    p.require(&ops::PID_NAMESPACE, ours, || {
+        format!("pid 1 is {pid1:?}, not this container's")
+    });
     let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let foreign: Vec<&str> = cgroup.lines().filter(|l| !l.ends_with(":/")).collect();
-    p.require(&ops::CGROUP_NAMESPACE, foreign.is_empty(), || format!("cgroup paths {foreign:?}"));
-    let hostname = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
-    p.require(&ops::UTS_NAMESPACE, hostname == policy.hostname, || format!("hostname {hostname:?}"));
+    p.require(&ops::CGROUP_NAMESPACE, foreign.is_empty(), || {
+        format!("cgroup paths {foreign:?}")
+    });
+    let hostname = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    p.require(&ops::UTS_NAMESPACE, hostname == policy.hostname, || {
+        format!("hostname {hostname:?}")
+    });
 
     // HOSTNAME is the engine's copy of the hostname, which uts-namespace checks; TERM is what the
     // engine sets for a terminal, which the tty check reports.
     let tty = p.ctx.tty;
-    let not_hostname = |e: &String| !e.starts_with("HOSTNAME=") && !(tty && e.starts_with("TERM="));
-    let mut want: Vec<String> = policy.env.iter().filter(|e| not_hostname(e)).cloned().collect();
+    let engine_set = |e: &String| e.starts_with("HOSTNAME=") || (tty && e.starts_with("TERM="));
+    let not_hostname = |e: &String| !engine_set(e);
+    let mut want: Vec<String> = policy
+        .env
+        .iter()
+        .filter(|e| not_hostname(e))
+        .cloned()
+        .collect();
     let mut have: Vec<String> = std::env::vars_os()
         .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
         .filter(not_hostname)
@@ -171,7 +256,11 @@ pub fn run(p: &mut Probe<'_>) {
                 .collect()
         };
         // Names only: a leaked value may be a secret.
-        format!("unexpected {:?}, missing {:?}", names(&have, &want), names(&want, &have))
+        format!(
+            "unexpected {:?}, missing {:?}",
+            names(&have, &want),
+            names(&want, &have)
+        )
     });
     fork_flood(p);
 }

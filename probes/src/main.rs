@@ -43,7 +43,11 @@ fn usage() -> ! {
 
 fn token() -> String {
     let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_default();
-    let token: String = uuid.chars().filter(char::is_ascii_hexdigit).take(12).collect();
+    let token: String = uuid
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(12)
+        .collect();
     if token.is_empty() {
         std::process::id().to_string()
     } else {
@@ -78,7 +82,11 @@ fn privileged() -> bool {
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(63);
-    let full = if last >= 63 { u64::MAX } else { (1u64 << (last + 1)) - 1 };
+    let full = if last >= 63 {
+        u64::MAX
+    } else {
+        (1u64 << (last + 1)) - 1
+    };
     let all_caps = cordon_contract::procfs::parse_status(&status).is_ok_and(|s| s.cap_bnd == full);
     let sys_writable = nix::sys::statvfs::statvfs("/sys")
         .is_ok_and(|v| !v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
@@ -95,7 +103,10 @@ fn probes(args: &[String]) -> i32 {
     {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("cordon-probe: cannot read the policy at {}: {e}", paths::POLICY_FILE);
+            eprintln!(
+                "cordon-probe: cannot read the policy at {}: {e}",
+                paths::POLICY_FILE
+            );
             return 2;
         }
     };
@@ -109,10 +120,16 @@ fn probes(args: &[String]) -> i32 {
         tty: (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1),
         foreign_user: unsafe { libc::getuid() } != policy_uid,
     };
-    let names: Vec<&str> = if which == "all" { PROBES.to_vec() } else { vec![which.as_str()] };
+    let names: Vec<&str> = if which == "all" {
+        PROBES.to_vec()
+    } else {
+        vec![which.as_str()]
+    };
     let mut clean = true;
     for name in names {
-        let Some(report) = run_probe(name, &ctx) else { usage() };
+        let Some(report) = run_probe(name, &ctx) else {
+            usage()
+        };
         clean &= report.breaches.is_empty() && report.errors.is_empty();
         match serde_json::to_string(&report) {
             Ok(line) => println!("{line}"),

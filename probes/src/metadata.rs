@@ -41,7 +41,11 @@ pub fn digest(root: &str) -> Result<String, String> {
                     .open(&path)
                     .and_then(|mut f| f.read_to_end(&mut content))
                     .map_err(|e| format!("{path}: {e}"))?;
-                entries.push(format!("f {path} {} {}", content.len(), hex::encode(Sha256::digest(&content))));
+                entries.push(format!(
+                    "f {path} {} {}",
+                    content.len(),
+                    hex::encode(Sha256::digest(&content))
+                ));
             }
         }
     }
@@ -59,7 +63,9 @@ fn alias_targets(token: &str, name: &str) -> Vec<String> {
 
 fn hardlinks(p: &mut Probe<'_>, op: &Operation, source: &str, name: &str) {
     for target in alias_targets(&p.ctx.token, name) {
-        if p.deny(op, &format!("hard link {source} to {target}"), || std::fs::hard_link(source, &target)) {
+        if p.deny(op, &format!("hard link {source} to {target}"), || {
+            std::fs::hard_link(source, &target)
+        }) {
             let _ = std::fs::remove_file(&target);
         }
     }
@@ -70,10 +76,14 @@ fn symlink_append(p: &mut Probe<'_>, op: &Operation, source: &str, name: &str) {
     for dir in [paths::TMP, paths::HOME] {
         let alias = format!("{dir}/{name}-{}", p.ctx.token);
         if let Err(e) = std::os::unix::fs::symlink(source, &alias) {
-            p.error(format!("cannot create the alias {alias} in a writable area: {e}"));
+            p.error(format!(
+                "cannot create the alias {alias} in a writable area: {e}"
+            ));
             continue;
         }
-        p.deny(op, &format!("append to {source} through {alias}"), || OpenOptions::new().append(true).open(&alias));
+        p.deny(op, &format!("append to {source} through {alias}"), || {
+            OpenOptions::new().append(true).open(&alias)
+        });
         let _ = std::fs::remove_file(&alias);
     }
 }
@@ -83,16 +93,25 @@ pub fn alias(p: &mut Probe<'_>) {
     let object = git(fixture::METADATA_OBJECT);
     for path in [&config, &object] {
         if std::fs::symlink_metadata(path).is_err() {
-            p.error(format!("fixture {path} is missing: the alias checks would prove nothing"));
+            p.error(format!(
+                "fixture {path} is missing: the alias checks would prove nothing"
+            ));
         }
     }
     hardlinks(p, &ops::ALIAS_HARDLINK_CONFIG, &config, "config-link");
     hardlinks(p, &ops::ALIAS_HARDLINK_OBJECT, &object, "object-link");
     symlink_append(p, &ops::ALIAS_APPEND_CONFIG, &config, "config-alias");
     symlink_append(p, &ops::ALIAS_APPEND_OBJECT, &object, "object-alias");
-    p.deny(&ops::ALIAS_OVERWRITE_CONFIG, "overwrite .git/config", || {
-        OpenOptions::new().write(true).open(&config)?.write_all(b"[cordon-probe]\n")
-    });
+    p.deny(
+        &ops::ALIAS_OVERWRITE_CONFIG,
+        "overwrite .git/config",
+        || {
+            OpenOptions::new()
+                .write(true)
+                .open(&config)?
+                .write_all(b"[cordon-probe]\n")
+        },
+    );
     p.deny(&ops::ALIAS_TRUNCATE_CONFIG, "truncate .git/config", || {
         OpenOptions::new().write(true).open(&config)?.set_len(0)
     });
@@ -120,7 +139,11 @@ fn remove_all(dir: &str) -> std::io::Result<()> {
             }
             continue;
         }
-        let result = if meta.is_dir() { std::fs::remove_dir(&path) } else { std::fs::remove_file(&path) };
+        let result = if meta.is_dir() {
+            std::fs::remove_dir(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
         match result {
             Ok(()) => removed = true,
             Err(e) => last_error = Some(e),
@@ -141,17 +164,38 @@ pub fn run(p: &mut Probe<'_>) {
     let token = p.ctx.token.clone();
     let created = git(&format!("cordon-probe-{token}"));
     p.deny(&ops::METADATA_CREATE, "create a file in .git", || {
-        OpenOptions::new().write(true).create_new(true).mode(0o644).open(&created)
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&created)
     });
-    p.deny(&ops::METADATA_APPEND, "open .git/config for appending", || OpenOptions::new().append(true).open(git("config")));
-    p.deny(&ops::METADATA_MKDIR, "mkdir in .git", || std::fs::create_dir(git(&format!("dir-{token}"))));
-    for target in [format!("{}/.git-moved-{token}", paths::WORK), format!("{}/git-{token}", paths::TMP)] {
-        if p.deny(&ops::METADATA_MOVE, &format!("mv /work/.git {target}"), || std::fs::rename(paths::METADATA, &target)) {
+    p.deny(
+        &ops::METADATA_APPEND,
+        "open .git/config for appending",
+        || OpenOptions::new().append(true).open(git("config")),
+    );
+    p.deny(&ops::METADATA_MKDIR, "mkdir in .git", || {
+        std::fs::create_dir(git(&format!("dir-{token}")))
+    });
+    for target in [
+        format!("{}/.git-moved-{token}", paths::WORK),
+        format!("{}/git-{token}", paths::TMP),
+    ] {
+        if p.deny(
+            &ops::METADATA_MOVE,
+            &format!("mv /work/.git {target}"),
+            || std::fs::rename(paths::METADATA, &target),
+        ) {
             // Put it back, so the removal below is tried on the real thing.
             let _ = std::fs::rename(&target, paths::METADATA);
         }
     }
-    p.deny(&ops::METADATA_REMOVE, "rm -rf /work/.git", || remove_all(paths::METADATA));
+    p.deny(&ops::METADATA_REMOVE, "rm -rf /work/.git", || {
+        remove_all(paths::METADATA)
+    });
     let after = digest(paths::METADATA).unwrap_or_else(|e| format!("unreadable: {e}"));
-    p.require(&ops::METADATA_DIGEST, after == before, || format!("metadata digest {before} became {after}"));
+    p.require(&ops::METADATA_DIGEST, after == before, || {
+        format!("metadata digest {before} became {after}")
+    });
 }

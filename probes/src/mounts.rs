@@ -10,14 +10,17 @@ use cordon_contract::procfs::{self, MountEntry};
 use crate::report::Probe;
 
 fn rule_for<'a>(rules: &'a [MountRule], point: &str) -> Option<&'a MountRule> {
-    rules.iter().find(|r| !r.beneath && r.path == point).or_else(|| {
-        rules.iter().find(|r| {
-            r.beneath
-                && point
-                    .strip_prefix(r.path.as_str())
-                    .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
+    rules
+        .iter()
+        .find(|r| !r.beneath && r.path == point)
+        .or_else(|| {
+            rules.iter().find(|r| {
+                r.beneath
+                    && point
+                        .strip_prefix(r.path.as_str())
+                        .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
+            })
         })
-    })
 }
 
 fn socket_like(point: &str) -> bool {
@@ -37,10 +40,18 @@ pub fn run(p: &mut Probe<'_>) {
     let tty = p.ctx.tty;
 
     for socket in paths::DAEMON_SOCKETS {
-        p.deny(&ops::DAEMON_SOCKET, &format!("{socket} exists"), || std::fs::symlink_metadata(socket));
+        p.deny(&ops::DAEMON_SOCKET, &format!("{socket} exists"), || {
+            std::fs::symlink_metadata(socket)
+        });
     }
-    for m in mounts.iter().filter(|m| socket_like(&m.mount_point) && !paths::DAEMON_SOCKETS.contains(&m.mount_point.as_str())) {
-        p.found(&ops::DAEMON_SOCKET, ops::DAEMON_SOCKET.id(), format!("socket mounted at {}", m.mount_point));
+    for m in mounts.iter().filter(|m| {
+        socket_like(&m.mount_point) && !paths::DAEMON_SOCKETS.contains(&m.mount_point.as_str())
+    }) {
+        p.found(
+            &ops::DAEMON_SOCKET,
+            ops::DAEMON_SOCKET.id(),
+            format!("socket mounted at {}", m.mount_point),
+        );
     }
 
     let extra: Vec<String> = std::fs::read_dir("/dev")
@@ -53,7 +64,13 @@ pub fn run(p: &mut Probe<'_>) {
                 .collect()
         })
         .unwrap_or_default();
-    p.require(&ops::DEVICES, extra.is_empty(), || format!("/dev also has {} entries: {:?}", extra.len(), extra.iter().take(8).collect::<Vec<_>>()));
+    p.require(&ops::DEVICES, extra.is_empty(), || {
+        format!(
+            "/dev also has {} entries: {:?}",
+            extra.len(),
+            extra.iter().take(8).collect::<Vec<_>>()
+        )
+    });
 
     // /dev/shm and sockets have their own operations; every other mountpoint must be listed.
     let unknown: Vec<&str> = mounts
@@ -63,11 +80,17 @@ pub fn run(p: &mut Probe<'_>) {
         .filter(|m| rule_for(&rules, &m.mount_point).is_none())
         .map(|m| m.mount_point.as_str())
         .collect();
-    p.require(&ops::MOUNT_SET, unknown.is_empty(), || format!("mountpoints not in the policy: {unknown:?}"));
+    p.require(&ops::MOUNT_SET, unknown.is_empty(), || {
+        format!("mountpoints not in the policy: {unknown:?}")
+    });
     if p.runs(&ops::MOUNT_MISSING) {
         for rule in rules.iter().filter(|r| r.required && !r.beneath) {
             if !mounts.iter().any(|m| m.mount_point == rule.path) {
-                p.found(&ops::MOUNT_MISSING, rule.protection, format!("no mount at {}", rule.path));
+                p.found(
+                    &ops::MOUNT_MISSING,
+                    rule.protection,
+                    format!("no mount at {}", rule.path),
+                );
             }
         }
     }
@@ -78,5 +101,7 @@ pub fn run(p: &mut Probe<'_>) {
         .filter(|m| !(m.has("nosuid") && m.has("nodev") && m.has("noexec")))
         .map(|m| m.line.clone())
         .collect();
-    p.require(&ops::WRITABLE_FLAGS, weak.is_empty(), || format!("writable without nosuid,nodev,noexec: {weak:?}"));
+    p.require(&ops::WRITABLE_FLAGS, weak.is_empty(), || {
+        format!("writable without nosuid,nodev,noexec: {weak:?}")
+    });
 }

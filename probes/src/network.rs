@@ -30,24 +30,41 @@ fn nameservers() -> Vec<Ipv4Addr> {
 
 fn resolver(p: &mut Probe<'_>, op: &Operation) {
     // A DNS query for example.com, type A: sending it is the breach (it could leave).
-    const QUERY: &[u8] = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01";
+    const QUERY: &[u8] =
+        b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01";
     for server in nameservers() {
         p.deny(op, &format!("send a DNS query to {server}:53"), || {
             let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
-            socket.send_to(QUERY, SocketAddrV4::new(server, 53)).map(drop)
+            socket
+                .send_to(QUERY, SocketAddrV4::new(server, 53))
+                .map(drop)
         });
     }
 }
 
 pub fn run(p: &mut Probe<'_>) {
-    let interfaces = std::fs::read_to_string("/proc/net/dev").map(|t| procfs::parse_net_dev(&t)).unwrap_or_default();
-    p.require(&ops::INTERFACES, interfaces.iter().all(|i| i == "lo") && !interfaces.is_empty(), || {
-        format!("interfaces {interfaces:?}")
-    });
+    let interfaces = std::fs::read_to_string("/proc/net/dev")
+        .map(|t| procfs::parse_net_dev(&t))
+        .unwrap_or_default();
+    p.require(
+        &ops::INTERFACES,
+        interfaces.iter().all(|i| i == "lo") && !interfaces.is_empty(),
+        || format!("interfaces {interfaces:?}"),
+    );
     let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
-    let routes: Vec<&str> = routes.lines().skip(1).filter(|l| !l.trim().is_empty()).collect();
-    p.require(&ops::ROUTE, routes.is_empty(), || format!("{} IPv4 routes", routes.len()));
-    p.deny(&ops::CONNECT_PUBLIC, "a route to 1.1.1.1:443", || route_to(SocketAddrV4::new(Ipv4Addr::new(1, 1, 1, 1), 443)));
-    p.deny(&ops::CONNECT_PRIVATE, "a route to 10.0.0.1:80", || route_to(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80)));
+    let routes: Vec<&str> = routes
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    p.require(&ops::ROUTE, routes.is_empty(), || {
+        format!("{} IPv4 routes", routes.len())
+    });
+    p.deny(&ops::CONNECT_PUBLIC, "a route to 1.1.1.1:443", || {
+        route_to(SocketAddrV4::new(Ipv4Addr::new(1, 1, 1, 1), 443))
+    });
+    p.deny(&ops::CONNECT_PRIVATE, "a route to 10.0.0.1:80", || {
+        route_to(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80))
+    });
     resolver(p, &ops::RESOLVER);
 }

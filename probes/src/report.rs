@@ -75,7 +75,12 @@ impl<'a> Probe<'a> {
     }
 
     /// The forbidden action must fail. Its result, if any, is dropped unread.
-    pub fn deny<T>(&mut self, op: &Operation, what: &str, attempt: impl FnOnce() -> io::Result<T>) -> bool {
+    pub fn deny<T>(
+        &mut self,
+        op: &Operation,
+        what: &str,
+        attempt: impl FnOnce() -> io::Result<T>,
+    ) -> bool {
         if !self.runs(op) {
             return false;
         }
@@ -100,7 +105,12 @@ impl<'a> Probe<'a> {
 
     /// A syscall that a seccomp filter must refuse: called with arguments the kernel itself would
     /// reject with another errno (or accept), so refusal by a filter can be told apart.
-    pub fn deny_syscall(&mut self, op: &Operation, what: &str, attempt: impl FnOnce() -> io::Result<i64>) {
+    pub fn deny_syscall(
+        &mut self,
+        op: &Operation,
+        what: &str,
+        attempt: impl FnOnce() -> io::Result<i64>,
+    ) {
         if !self.runs(op) {
             return;
         }
@@ -113,7 +123,13 @@ impl<'a> Probe<'a> {
     }
 
     /// A fact that must hold; `id` picks among the operation's ids.
-    pub fn require_as(&mut self, op: &Operation, id: Id, holds: bool, evidence: impl FnOnce() -> String) {
+    pub fn require_as(
+        &mut self,
+        op: &Operation,
+        id: Id,
+        holds: bool,
+        evidence: impl FnOnce() -> String,
+    ) {
         if !self.runs(op) {
             return;
         }
@@ -158,6 +174,6 @@ pub fn check(rc: libc::c_long) -> io::Result<i64> {
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {
-        Ok(rc as i64)
+        Ok(rc)
     }
 }

@@ -1,12 +1,13 @@
 //! The truth table on the real engine.
 
 use cordon::gate::{self, cases, GateOptions, Layer};
-use cordon::labels::Owner;
+use cordon_contract::probe::ops;
 use cordon_contract::Id;
 use cordon_tests::{engine, image, serial};
 
-/// `cordon gate`: every case in both layers passes, every protection with a validator or init
-/// column has a case in that layer that observed exactly its id, and nothing is left behind.
+/// `cordon gate`: every case in all three layers passes; every protection with a validator, init
+/// or probe column has a passing case in that layer that observed its id; every probe operation
+/// reported its breach in some case; nothing is left behind.
 #[tokio::test]
 async fn gate_truth_table_passes_and_covers_every_protection() {
     let _serial = serial().await;
@@ -23,6 +24,12 @@ async fn gate_truth_table_passes_and_covers_every_protection() {
         report.leftovers
     );
     assert_eq!(report.cases.len(), report.passed);
+    let passing = |layer: Layer| {
+        report
+            .cases
+            .iter()
+            .filter(move |c| c.layer == layer && c.pass)
+    };
     for id in Id::ALL {
         let layers = id.layers();
         for (needed, layer) in [
@@ -31,57 +38,86 @@ async fn gate_truth_table_passes_and_covers_every_protection() {
         ] {
             if needed {
                 assert!(
-                    report.cases.iter().any(|c| c.removed == Some(*id)
-                        && c.layer == layer
-                        && c.pass
-                        && c.observed == [id.as_str()]),
+                    passing(layer).any(|c| c.removed == Some(*id) && c.observed == [id.as_str()]),
                     "{id} has no passing {layer:?} case"
                 );
             }
         }
+        if layers.probe {
+            let prefix = format!("{id}/");
+            assert!(
+                passing(Layer::Probe)
+                    .any(|c| c.removed == Some(*id)
+                        && c.observed.iter().any(|o| o.starts_with(&prefix))),
+                "{id} has no passing probe case that observed its breach"
+            );
+        }
     }
-    // C0 in every phase, both layers.
-    for phase in cordon_contract::Phase::ALL {
-        let name = format!("C0/{phase}/claude");
-        assert_eq!(
-            report
-                .cases
-                .iter()
-                .filter(|c| c.case == name && c.pass && c.observed.is_empty())
-                .count(),
-            2,
-            "{name}"
+    for op in ops::ALL {
+        let suffix = format!("/{}/{}", op.probe, op.action);
+        assert!(
+            passing(Layer::Probe).any(|c| c.observed.iter().any(|o| o.ends_with(&suffix))),
+            "no case made {}/{} report its breach",
+            op.probe,
+            op.action
         );
     }
-    assert_eq!(
-        report.cases.len(),
-        cases::all()
+    // C0 in every phase, all three layers, nothing observed.
+    for phase in cordon_contract::Phase::ALL {
+        let name = format!("C0/{phase}/claude");
+        let clean = report
+            .cases
             .iter()
-            .map(|c| usize::from(c.validator) + usize::from(c.init))
-            .sum::<usize>()
-    );
+            .filter(|c| c.case == name && c.pass && c.observed.is_empty())
+            .count();
+        assert_eq!(clean, 3, "{name}");
+    }
+    let cells: usize = cases::all()
+        .iter()
+        .map(|c| usize::from(c.validator) + usize::from(c.init) + usize::from(c.probe))
+        .sum();
+    assert_eq!(report.cases.len(), cells);
 }
 
-/// The gate's JSON has the documented shape.
+/// The gate's JSON has the documented shape, in all three layers.
 #[tokio::test]
 async fn gate_json_shape() {
     let engine = engine().await;
     let image = image(&engine).await;
     let options = GateOptions {
-        parallel: 2,
+        parallel: 3,
         filter: Some("rootfs-readonly".into()),
     };
     let report = gate::run(&engine, &image, &options)
         .await
         .expect("gate ran");
     let json = serde_json::to_value(&report).unwrap();
-    assert_eq!(json["passed"], 2);
-    assert_eq!(json["failed"], 0);
-    let case = &json["cases"][0];
-    for key in ["case", "layer", "removed", "expected", "observed", "pass"] {
-        assert!(case.get(key).is_some(), "missing {key} in {case}");
+    assert_eq!(json["failed"], 0, "{json}");
+    let rows = json["cases"].as_array().unwrap();
+    for layer in ["validator", "init", "probe"] {
+        let row = rows
+            .iter()
+            .find(|r| r["case"] == "rootfs-readonly" && r["layer"] == layer)
+            .unwrap_or_else(|| panic!("no {layer} row: {json}"));
+        for key in ["case", "layer", "removed", "expected", "observed", "pass"] {
+            assert!(row.get(key).is_some(), "missing {key} in {row}");
+        }
+        assert_eq!(row["removed"], "rootfs-readonly");
     }
-    assert_eq!(case["removed"], "rootfs-readonly");
-    assert_eq!(case["expected"], serde_json::json!(["rootfs-readonly"]));
-    let _ = Owner::random("unused");
+    let validator = rows.iter().find(|r| r["layer"] == "validator").unwrap();
+    assert_eq!(
+        validator["expected"],
+        serde_json::json!(["rootfs-readonly"])
+    );
+    let probe = rows
+        .iter()
+        .find(|r| r["case"] == "rootfs-readonly" && r["layer"] == "probe")
+        .unwrap();
+    assert_eq!(
+        probe["expected"],
+        serde_json::json!([
+            "rootfs-readonly/read-only-isolation/rootfs-create",
+            "rootfs-readonly/read-only-isolation/rootfs-statfs"
+        ])
+    );
 }

@@ -71,7 +71,11 @@ pub struct Case {
 impl Case {
     /// Every protection this row removes.
     pub fn removed_all(&self) -> Vec<Id> {
-        self.removed.iter().copied().chain(self.also.iter().copied()).collect()
+        self.removed
+            .iter()
+            .copied()
+            .chain(self.also.iter().copied())
+            .collect()
     }
 
     fn with_phase(mut self, phase: Phase) -> Case {
@@ -86,7 +90,6 @@ impl Case {
         self.probe = true;
         self
     }
-
 }
 
 /// The gitlink the gitlink cases mask.
@@ -165,7 +168,10 @@ fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case
         name: name.to_owned(),
         removed: Some(removed),
         also: vec![],
-        facet: name.split_once('/').map(|(_, f)| f).and_then(|f| FACETS.iter().find(|x| **x == f).copied()),
+        facet: name
+            .split_once('/')
+            .map(|(_, f)| f)
+            .and_then(|f| FACETS.iter().find(|x| **x == f).copied()),
         phase: Phase::Execute,
         vendor: Vendor::Claude,
         gitlinks: false,
@@ -400,22 +406,32 @@ pub fn all() -> Vec<Case> {
     // The same removals in the other read-only phases (seeds: every read-only phase, and the
     // metadata in planning, review and execute).
     let work_readonly = |phase| {
-        planning(case("work-readonly", Id::WorkReadonly, |m, _| m.make_writable(paths::WORK))).with_phase(phase)
+        planning(case("work-readonly", Id::WorkReadonly, |m, _| {
+            m.make_writable(paths::WORK)
+        }))
+        .with_phase(phase)
     };
     cases.push(work_readonly(Phase::Questions));
     cases.push(work_readonly(Phase::Review));
     let metadata = |phase| {
-        case("metadata-readonly", Id::MetadataReadonly, |m, _| m.make_writable(paths::METADATA)).with_phase(phase)
+        case("metadata-readonly", Id::MetadataReadonly, |m, _| {
+            m.make_writable(paths::METADATA)
+        })
+        .with_phase(phase)
     };
     cases.push(metadata(Phase::Planning));
     cases.push(metadata(Phase::Review));
     // The metadata inside the writable work tree instead of its own read-only mount: the only
     // way .git could be moved, or hard-linked into the tree.
-    let mut unmounted = case("metadata-readonly/unmounted", Id::MetadataReadonly, |m, _| {
-        if let Some(mounts) = m.host().mounts.as_mut() {
-            mounts.retain(|x| x.target.as_deref() != Some(paths::METADATA));
-        }
-    });
+    let mut unmounted = case(
+        "metadata-readonly/unmounted",
+        Id::MetadataReadonly,
+        |m, _| {
+            if let Some(mounts) = m.host().mounts.as_mut() {
+                mounts.retain(|x| x.target.as_deref() != Some(paths::METADATA));
+            }
+        },
+    );
     unmounted.metadata_in_work = true;
     cases.push(unmounted);
 
@@ -425,18 +441,30 @@ pub fn all() -> Vec<Case> {
         c.name = format!("{}+non-root-user", c.name);
         c.probe_only()
     };
-    cases.push(with_root(case("rootfs-readonly", Id::RootfsReadonly, |m, _| {
-        m.host().readonly_rootfs = Some(false);
-        m.create.user = Some("0:0".into());
-    })));
-    cases.push(with_root(case("control-readonly", Id::ControlReadonly, |m, _| {
-        m.make_writable(paths::CONTROL_DIR);
-        m.create.user = Some("0:0".into());
-    })));
-    cases.push(with_root(case("input-readonly", Id::InputReadonly, |m, _| {
-        m.make_writable(paths::INPUT_DIR);
-        m.create.user = Some("0:0".into());
-    })));
+    cases.push(with_root(case(
+        "rootfs-readonly",
+        Id::RootfsReadonly,
+        |m, _| {
+            m.host().readonly_rootfs = Some(false);
+            m.create.user = Some("0:0".into());
+        },
+    )));
+    cases.push(with_root(case(
+        "control-readonly",
+        Id::ControlReadonly,
+        |m, _| {
+            m.make_writable(paths::CONTROL_DIR);
+            m.create.user = Some("0:0".into());
+        },
+    )));
+    cases.push(with_root(case(
+        "input-readonly",
+        Id::InputReadonly,
+        |m, _| {
+            m.make_writable(paths::INPUT_DIR);
+            m.create.user = Some("0:0".into());
+        },
+    )));
     // A repository whose links leave the checkout (what the seeder refuses).
     let mut hostile = case("repo-links", Id::RepoLinks, |_, _| {}).probe_only();
     hostile.hostile = true;
@@ -445,7 +473,12 @@ pub fn all() -> Vec<Case> {
     // Without root, a writable control or input mount changes nothing the agent can do: the
     // probe rows above carry those protections.
     for c in cases.iter_mut() {
-        if c.also.is_empty() && matches!(c.removed, Some(Id::ControlReadonly) | Some(Id::InputReadonly)) {
+        if c.also.is_empty()
+            && matches!(
+                c.removed,
+                Some(Id::ControlReadonly) | Some(Id::InputReadonly)
+            )
+        {
             c.probe = false;
         }
     }
@@ -472,6 +505,12 @@ mod tests {
             }
             if layers.init {
                 assert!(has(false), "{id} has no init case");
+            }
+            if layers.probe {
+                assert!(
+                    cases.iter().any(|c| c.removed == Some(*id) && c.probe),
+                    "{id} has no probe case"
+                );
             }
         }
     }

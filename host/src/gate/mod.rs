@@ -159,20 +159,46 @@ const PROBE_METADATA: Area = Area {
     inodes: 64,
 };
 
-async fn probe_storage(engine: &Engine, owner: &Owner, image_id: &str, case: &Case) -> Result<TaskStorage> {
+async fn probe_storage(
+    engine: &Engine,
+    owner: &Owner,
+    image_id: &str,
+    case: &Case,
+) -> Result<TaskStorage> {
     let allocation = Allocation::new(owner, "gate")?;
-    let (mut work, metadata) = storage::task_volume_requests(&allocation, PROBE_WORK, PROBE_METADATA);
+    let (mut work, metadata) =
+        storage::task_volume_requests(&allocation, PROBE_WORK, PROBE_METADATA);
     drop_volume_option(&mut work, case.storage);
     let held_at = if case.metadata_in_work {
         "/run/cordon/metadata"
     } else {
         cordon_contract::paths::METADATA
     };
-    let storage = TaskStorage::create_held_at(engine, &allocation, image_id, (work, PROBE_WORK), (metadata, PROBE_METADATA), held_at).await?;
+    let storage = TaskStorage::create_held_at(
+        engine,
+        &allocation,
+        image_id,
+        (work, PROBE_WORK),
+        (metadata, PROBE_METADATA),
+        held_at,
+    )
+    .await?;
     let seeded = async {
-        storage.upload(engine, cordon_contract::paths::WORK, probe::work_tar(case.hostile, case.metadata_in_work)?).await?;
+        storage
+            .upload(
+                engine,
+                cordon_contract::paths::WORK,
+                probe::work_tar(case.hostile, case.metadata_in_work)?,
+            )
+            .await?;
         if !case.metadata_in_work {
-            storage.upload(engine, cordon_contract::paths::METADATA, probe::metadata_tar()?).await?;
+            storage
+                .upload(
+                    engine,
+                    cordon_contract::paths::METADATA,
+                    probe::metadata_tar()?,
+                )
+                .await?;
         }
         Ok::<_, Error>(())
     }
@@ -185,7 +211,13 @@ async fn probe_storage(engine: &Engine, owner: &Owner, image_id: &str, case: &Ca
 }
 
 /// The probe layer of a case: its own storage, cordon-probe as the agent.
-async fn run_probe_case(engine: &Engine, owner: &Owner, image_id: &str, env: &GateEnv, case: &Case) -> CaseResult {
+async fn run_probe_case(
+    engine: &Engine,
+    owner: &Owner,
+    image_id: &str,
+    env: &GateEnv,
+    case: &Case,
+) -> CaseResult {
     let started = std::time::Instant::now();
     let expected: Vec<String> = probe::expected(case).into_iter().collect();
     let row = |observed: Vec<String>, detail: String| CaseResult {
@@ -215,7 +247,11 @@ async fn run_probe_case(engine: &Engine, owner: &Owner, image_id: &str, env: &Ga
             command: vec![probe_path.clone(), "all".to_owned()],
             exec: vec![probe_path.clone()],
             env: vec![],
-            gitlinks: if case.gitlinks { vec![GATE_GITLINK.to_owned()] } else { vec![] },
+            gitlinks: if case.gitlinks {
+                vec![GATE_GITLINK.to_owned()]
+            } else {
+                vec![]
+            },
             pins: vec![],
             landlock_abi: DEFAULT_LANDLOCK_ABI,
         })?;
@@ -232,7 +268,11 @@ async fn run_probe_case(engine: &Engine, owner: &Owner, image_id: &str, env: &Ga
                     },
                     env,
                 );
-                prepared.plan.create.entrypoint = Some(vec![probe_path, "all".to_owned(), "--without-init".to_owned()]);
+                prepared.plan.create.entrypoint = Some(vec![
+                    probe_path,
+                    "all".to_owned(),
+                    "--without-init".to_owned(),
+                ]);
             }
         }
         let mut launch = launch::create(engine, &profile, prepared).await?;
@@ -255,7 +295,10 @@ async fn run_probe_case(engine: &Engine, owner: &Owner, image_id: &str, env: &Ga
             let detail = if clean == (code == 0) {
                 String::new()
             } else {
-                format!("exit {code} does not match the reports; stderr {:?}", output.stderr.chars().take(600).collect::<String>())
+                format!(
+                    "exit {code} does not match the reports; stderr {:?}",
+                    output.stderr.chars().take(600).collect::<String>()
+                )
             };
             let mut r = row(observed, detail);
             r.pass &= clean == (code == 0);

@@ -45,14 +45,19 @@ fn reached(op: &Operation, id: Id, case: &Case) -> bool {
     let root = removed.contains(&Id::NonRootUser);
     match (op.probe, op.action) {
         // Root-owned files: only root writes them once the mount is writable.
-        ("read-only-isolation", "image-binaries-write") | ("scratch-capacity", "control-write" | "input-write") => root,
+        ("read-only-isolation", "image-binaries-write")
+        | ("scratch-capacity", "control-write" | "input-write") => root,
         ("phase-worktree", "gitlink-write") => case.gitlinks,
         ("phase-worktree", _) => !writable_phase,
         ("task-capacity", _) => writable_phase,
-        ("scratch-capacity", "codex-home-fill-bytes" | "codex-home-fill-inodes") => case.vendor == Vendor::Codex,
+        ("scratch-capacity", "codex-home-fill-bytes" | "codex-home-fill-inodes") => {
+            case.vendor == Vendor::Codex
+        }
         // A mountpoint never moves, and hard links never cross filesystems: only metadata that is
         // a plain directory of the writable tree can be moved or linked.
-        ("metadata", "mv") | ("metadata-alias", "hardlink-config" | "hardlink-object") => case.metadata_in_work && writable_phase,
+        ("metadata", "mv") | ("metadata-alias", "hardlink-config" | "hardlink-object") => {
+            case.metadata_in_work && writable_phase
+        }
         // A protection removed by dropping its mount: the mount is missing too.
         ("mounts", "mount-missing") => id == Id::GitlinkMasks || case.metadata_in_work,
         ("lockdown", "pid-namespace") => case.facet == Some("pid"),
@@ -99,7 +104,14 @@ pub fn observed(stdout: &str) -> BTreeSet<String> {
     seen
 }
 
-fn append(builder: &mut tar::Builder<Vec<u8>>, path: &str, kind: tar::EntryType, mode: u32, data: &[u8], link: Option<&str>) -> Result<()> {
+fn append(
+    builder: &mut tar::Builder<Vec<u8>>,
+    path: &str,
+    kind: tar::EntryType,
+    mode: u32,
+    data: &[u8],
+    link: Option<&str>,
+) -> Result<()> {
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(kind);
     header.set_mode(mode);
@@ -118,15 +130,25 @@ fn append(builder: &mut tar::Builder<Vec<u8>>, path: &str, kind: tar::EntryType,
 pub fn work_tar(hostile: bool, metadata: bool) -> Result<Vec<u8>> {
     let mut b = tar::Builder::new(Vec::new());
     let mut dirs: BTreeSet<String> = BTreeSet::new();
-    let mut files: Vec<(String, &str)> = fixture::WORK_FILES.iter().map(|(p, c)| ((*p).to_owned(), *c)).collect();
+    let mut files: Vec<(String, &str)> = fixture::WORK_FILES
+        .iter()
+        .map(|(p, c)| ((*p).to_owned(), *c))
+        .collect();
     if metadata {
-        files.extend(fixture::METADATA_FILES.iter().map(|(p, c)| (format!(".git/{p}"), *c)));
+        files.extend(
+            fixture::METADATA_FILES
+                .iter()
+                .map(|(p, c)| (format!(".git/{p}"), *c)),
+        );
     }
     let mut links: Vec<(&str, &str)> = fixture::BENIGN_LINKS.to_vec();
     if hostile {
         links.extend_from_slice(fixture::HOSTILE_LINKS);
     }
-    let parents = files.iter().map(|(p, _)| p.as_str()).chain(links.iter().map(|(p, _)| *p));
+    let parents = files
+        .iter()
+        .map(|(p, _)| p.as_str())
+        .chain(links.iter().map(|(p, _)| *p));
     for path in parents {
         let mut dir = std::path::Path::new(path).parent();
         while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
@@ -136,13 +158,34 @@ pub fn work_tar(hostile: bool, metadata: bool) -> Result<Vec<u8>> {
     }
     dirs.extend(fixture::WORK_DIRS.iter().map(|d| (*d).to_owned()));
     for dir in &dirs {
-        append(&mut b, &format!("{dir}/"), tar::EntryType::Directory, 0o755, &[], None)?;
+        append(
+            &mut b,
+            &format!("{dir}/"),
+            tar::EntryType::Directory,
+            0o755,
+            &[],
+            None,
+        )?;
     }
     for (path, content) in &files {
-        append(&mut b, path, tar::EntryType::Regular, 0o644, content.as_bytes(), None)?;
+        append(
+            &mut b,
+            path,
+            tar::EntryType::Regular,
+            0o644,
+            content.as_bytes(),
+            None,
+        )?;
     }
     for (path, target) in &links {
-        append(&mut b, path, tar::EntryType::Symlink, 0o777, &[], Some(target))?;
+        append(
+            &mut b,
+            path,
+            tar::EntryType::Symlink,
+            0o777,
+            &[],
+            Some(target),
+        )?;
     }
     b.into_inner().map_err(|e| Error::io("fixture", e))
 }
@@ -150,10 +193,31 @@ pub fn work_tar(hostile: bool, metadata: bool) -> Result<Vec<u8>> {
 /// The metadata fixture, for the metadata volume (paths relative to /work/.git).
 pub fn metadata_tar() -> Result<Vec<u8>> {
     let mut b = tar::Builder::new(Vec::new());
-    append(&mut b, "objects/", tar::EntryType::Directory, 0o755, &[], None)?;
-    append(&mut b, "objects/ce/", tar::EntryType::Directory, 0o755, &[], None)?;
+    append(
+        &mut b,
+        "objects/",
+        tar::EntryType::Directory,
+        0o755,
+        &[],
+        None,
+    )?;
+    append(
+        &mut b,
+        "objects/ce/",
+        tar::EntryType::Directory,
+        0o755,
+        &[],
+        None,
+    )?;
     for (path, content) in fixture::METADATA_FILES {
-        append(&mut b, path, tar::EntryType::Regular, 0o644, content.as_bytes(), None)?;
+        append(
+            &mut b,
+            path,
+            tar::EntryType::Regular,
+            0o644,
+            content.as_bytes(),
+            None,
+        )?;
     }
     b.into_inner().map_err(|e| Error::io("metadata fixture", e))
 }
@@ -174,7 +238,12 @@ mod tests {
                 .filter(|c| c.probe && op.ids.iter().any(|id| reached(op, *id, c)))
                 .map(|c| c.name.as_str())
                 .collect();
-            assert!(!reached_by.is_empty(), "{}/{} is reached by no case", op.probe, op.action);
+            assert!(
+                !reached_by.is_empty(),
+                "{}/{} is reached by no case",
+                op.probe,
+                op.action
+            );
         }
     }
 
@@ -187,9 +256,14 @@ mod tests {
                 None => assert!(expected.is_empty(), "{}", case.name),
                 Some(_) => {
                     assert!(!expected.is_empty(), "{} expects no breach", case.name);
-                    let removed: Vec<String> = case.removed_all().iter().map(|i| format!("{i}/")).collect();
+                    let removed: Vec<String> =
+                        case.removed_all().iter().map(|i| format!("{i}/")).collect();
                     for e in &expected {
-                        assert!(removed.iter().any(|r| e.starts_with(r.as_str())), "{}: {e}", case.name);
+                        assert!(
+                            removed.iter().any(|r| e.starts_with(r.as_str())),
+                            "{}: {e}",
+                            case.name
+                        );
                     }
                 }
             }
