@@ -1,18 +1,37 @@
-//! `network`: only loopback exists, there is no route (not to a literal public address, not to a
-//! literal private one), and no DNS query can be sent to any configured resolver.
+//! `network`: only loopback exists, there is no route, a TCP connect to a literal public and a
+//! literal private address fails at once for want of a route, and no DNS query can be sent to any
+//! configured resolver.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
 
 use cordon_contract::probe::{ops, Operation};
 use cordon_contract::procfs;
 
 use crate::report::Probe;
 
-/// Whether the kernel has a route to `addr`: connect(2) on a UDP socket makes the routing
-/// decision and sends nothing, so the answer does not depend on what lies beyond this host.
-fn route_to(addr: SocketAddrV4) -> std::io::Result<()> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
-    socket.connect(addr)
+/// A TCP connect to `addr`. It is denied only when it fails at once for want of a route and the
+/// kernel confirms there is none (connect(2) on a UDP socket makes the routing decision and sends
+/// nothing), so the verdict does not depend on what lies beyond this host: an answer, a refusal,
+/// a timeout or an ICMP error from outside all mean a packet left.
+fn connect(addr: SocketAddrV4) -> std::io::Result<()> {
+    let tcp = std::net::TcpStream::connect_timeout(&addr.into(), Duration::from_millis(300));
+    let no_route = |e: &std::io::Error| {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::ENETUNREACH) | Some(libc::EADDRNOTAVAIL) | Some(libc::ENETDOWN)
+        )
+    };
+    match tcp {
+        Err(e) if no_route(&e) => {
+            let udp = std::net::UdpSocket::bind("0.0.0.0:0")?;
+            match udp.connect(addr) {
+                Err(route) if no_route(&route) => Err(e),
+                _ => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
 }
 
 fn nameservers() -> Vec<Ipv4Addr> {
@@ -60,11 +79,11 @@ pub fn run(p: &mut Probe<'_>) {
     p.require(&ops::ROUTE, routes.is_empty(), || {
         format!("{} IPv4 routes", routes.len())
     });
-    p.deny(&ops::CONNECT_PUBLIC, "a route to 1.1.1.1:443", || {
-        route_to(SocketAddrV4::new(Ipv4Addr::new(1, 1, 1, 1), 443))
+    p.deny(&ops::CONNECT_PUBLIC, "TCP connect to 1.1.1.1:443", || {
+        connect(SocketAddrV4::new(Ipv4Addr::new(1, 1, 1, 1), 443))
     });
-    p.deny(&ops::CONNECT_PRIVATE, "a route to 10.0.0.1:80", || {
-        route_to(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80))
+    p.deny(&ops::CONNECT_PRIVATE, "TCP connect to 10.0.0.1:80", || {
+        connect(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80))
     });
     resolver(p, &ops::RESOLVER);
 }

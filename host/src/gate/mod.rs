@@ -87,12 +87,21 @@ impl GateReport {
                 Layer::Init => "init",
                 Layer::Probe => "probe",
             };
+            // Probe rows name operations (`id/probe/action`): show the ids and a count, and the
+            // difference when the row fails.
             let show = |v: &[String]| {
                 if v.is_empty() {
-                    "-".to_owned()
-                } else {
-                    v.join(",")
+                    return "-".to_owned();
                 }
+                if c.layer != Layer::Probe {
+                    return v.join(",");
+                }
+                let mut ids: Vec<&str> = v
+                    .iter()
+                    .map(|o| o.split('/').next().unwrap_or(""))
+                    .collect();
+                ids.dedup();
+                format!("{} ({} ops)", ids.join(","), v.len())
             };
             out.push_str(&format!(
                 "{:<width$}  {:<9}  {:<28}  {:<28}  {}\n",
@@ -102,6 +111,21 @@ impl GateReport {
                 show(&c.observed),
                 if c.pass { "pass" } else { "FAIL" }
             ));
+            if !c.pass && c.layer == Layer::Probe {
+                let missing: Vec<&String> = c
+                    .expected
+                    .iter()
+                    .filter(|e| !c.observed.contains(e))
+                    .collect();
+                let extra: Vec<&String> = c
+                    .observed
+                    .iter()
+                    .filter(|o| !c.expected.contains(o))
+                    .collect();
+                out.push_str(&format!(
+                    "    missing {missing:?}\n    unexpected {extra:?}\n"
+                ));
+            }
         }
         out.push_str(&format!("{} passed, {} failed\n", self.passed, self.failed));
         for l in &self.leftovers {
