@@ -71,6 +71,14 @@ pub enum InitVerdict {
     },
 }
 
+impl InitVerdict {
+    /// The init enforced exactly the policy the host wrote, with nothing left out: the only verdict
+    /// under which the workload's output may be used.
+    pub fn trusted(&self) -> bool {
+        matches!(self, InitVerdict::Attested { digest_matches: true, skipped, .. } if skipped.is_empty())
+    }
+}
+
 /// Collected output of a finished container.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Output {

@@ -16,6 +16,7 @@ async fn full_profile_runs_and_attests_in_every_phase() {
         let profile = f.profile(&Run::vendor(phase, &["--version"]));
         let report = launch::run(&f.engine, &profile).await.expect("run");
         assert_eq!(report.exit_code, 0, "{phase}: {:?}", report.output);
+        assert!(report.verdict.trusted(), "{phase}: {:?}", report.verdict);
         match &report.verdict {
             InitVerdict::Attested {
                 digest_matches,
