@@ -4,6 +4,8 @@
 //! uses its own owner token and ends with [`assert_clean`], which fails if any container or volume
 //! with that owner's label survives.
 
+#![allow(clippy::unwrap_used)] // test set-up: a panic names the failing call, which is the report
+
 use std::time::Duration;
 
 use cordon::labels::{Allocation, Owner};
@@ -273,4 +275,134 @@ pub async fn launch_valid(engine: &Engine, profile: &Profile) -> Finished {
         "validator refused a valid profile: {refusals:?}"
     );
     finished
+}
+
+/// A git repository the test builds in a temporary directory (removed on drop).
+#[derive(Debug)]
+pub struct Repo {
+    pub dir: std::path::PathBuf,
+}
+
+impl Drop for Repo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Repo {
+    pub fn new(name: &str) -> Repo {
+        let dir = std::env::temp_dir().join(format!(
+            "cordon-test-repo-{name}-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).expect("repo dir");
+        let repo = Repo { dir };
+        repo.git(&["init", "--quiet", "--initial-branch=main"]);
+        repo
+    }
+
+    /// git in this (our own) repository, with no user or system config.
+    pub fn git(&self, args: &[&str]) -> String {
+        self.git_input(args, None)
+    }
+
+    pub fn git_input(&self, args: &[&str], input: Option<&[u8]>) -> String {
+        use std::io::Write;
+        let mut child = std::process::Command::new("git")
+            .current_dir(&self.dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.org")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.org")
+            .args(["-c", "core.hooksPath=/dev/null"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("git");
+        if let Some(input) = input {
+            child
+                .stdin
+                .take()
+                .expect("piped stdin")
+                .write_all(input)
+                .expect("git stdin");
+        }
+        drop(child.stdin.take());
+        let out = child.wait_with_output().expect("git");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    pub fn write(&self, path: &str, content: &[u8], mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        let full = self.dir.join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(&full, content).unwrap();
+        std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    pub fn symlink(&self, path: &str, target: &str) {
+        let full = self.dir.join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, full).unwrap();
+    }
+
+    /// Commit everything; the new head's id.
+    pub fn commit(&self) -> String {
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "--quiet", "--allow-empty", "-m", "test"]);
+        self.git(&["rev-parse", "HEAD"])
+    }
+
+    /// A commit whose root tree has exactly these entries (mode, name, blob content), made with
+    /// plumbing so that names `git add` would refuse can be built.
+    pub fn commit_tree(&self, entries: &[(&str, &str, &[u8])]) -> String {
+        let mut listing = String::new();
+        for (mode, name, content) in entries {
+            let oid = self.git_input(&["hash-object", "-w", "--stdin"], Some(content));
+            listing.push_str(&format!("{mode} blob {oid}\t{name}\n"));
+        }
+        let tree = self.git_input(&["mktree"], Some(listing.as_bytes()));
+        let commit = self.git(&["commit-tree", &tree, "-m", "crafted"]);
+        self.git(&["update-ref", "refs/heads/main", &commit]);
+        commit
+    }
+}
+
+/// A prepare request for `repo` at `head` in the fixture's owner.
+pub fn prepare_request(owner: &Owner, repo: &Repo, head: &str) -> cordon::task::PrepareRequest {
+    cordon::task::PrepareRequest {
+        repo: repo.dir.clone(),
+        head: head.to_owned(),
+        owner: owner.clone(),
+        attempt: "test".to_owned(),
+        allocation: None,
+        work: cordon::storage::DEFAULT_WORK,
+        deadline: Duration::from_secs(120),
+    }
+}
+
+/// No staging directory of `owner` is left on the host.
+pub fn assert_no_staging(owner: &Owner) {
+    let prefix = cordon::task::clone::staging_prefix(owner);
+    let left: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "staging directories left: {left:?}");
 }

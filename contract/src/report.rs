@@ -42,6 +42,8 @@ pub enum InitLine {
     Deadline { deadline_ms: u64 },
     /// A trusted helper role (the storage keeper) is up.
     Ready { role: String },
+    /// The `digest` role's result: sha256 over a tree read without following links.
+    Digest { digest: String, entries: u64 },
     /// The init failed (never a preflight verdict).
     Failure { reason: String },
     /// The init is exiting: the main child's status and how many survivors needed TERM or KILL.

@@ -301,3 +301,206 @@ impl GateBench {
         out
     }
 }
+
+/// Seeding against a plain upload of the same tree.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SeedBench {
+    pub files: usize,
+    pub tree_bytes: u64,
+    pub runs: usize,
+    /// The checkout streamed from the staged objects (cordon's seeder), ms per run.
+    pub seed_ms: Vec<f64>,
+    /// The same files as a plain tar from disk, ms per run.
+    pub plain_ms: Vec<f64>,
+    pub seed_median_ms: f64,
+    pub plain_median_ms: f64,
+    /// seed / plain (target: at most 1.2).
+    pub ratio: f64,
+    /// Staging (copy of the object store, head, connectivity, tree listing, link checks), ms.
+    pub stage_median_ms: f64,
+    /// The metadata upload, ms.
+    pub metadata_median_ms: f64,
+    /// Peak resident memory of this process while it seeded (KiB; target: under 64 MiB).
+    pub seed_peak_rss_kib: u64,
+    pub plain_peak_rss_kib: u64,
+}
+
+/// Reset the process's peak RSS (write 5 to clear_refs), then read it after `f`.
+async fn peak_rss<T>(f: impl std::future::Future<Output = T>) -> (T, u64) {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let value = f.await;
+    let hwm = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmHWM:")
+                    .map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))
+            })
+        })
+        .unwrap_or(0);
+    (value, hwm)
+}
+
+/// Write a repository of `files` files totalling about `bytes`, committed.
+fn generate_repository(dir: &std::path::Path, files: usize, bytes: u64) -> Result<u64> {
+    let each = (bytes / files.max(1) as u64) as usize;
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut total = 0;
+    let mut content = vec![0u8; each];
+    for i in 0..files {
+        for chunk in content.chunks_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let b = state.to_le_bytes();
+            chunk.copy_from_slice(&b[..chunk.len()]);
+        }
+        let path = dir.join(format!("d{:03}/f{i:05}.bin", i % 100));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::io("generating the repository", e))?;
+        }
+        std::fs::write(&path, &content).map_err(|e| Error::io("generating the repository", e))?;
+        total += each as u64;
+    }
+    crate::task::git::own_repository(dir, &["init", "--quiet"])?;
+    crate::task::git::own_repository(dir, &["add", "-A"])?;
+    crate::task::git::own_repository(dir, &["commit", "--quiet", "-m", "bench"])?;
+    Ok(total)
+}
+
+/// Seed a generated repository `runs` times, interleaved with a plain upload of the same tree.
+pub async fn seed(
+    engine: &Engine,
+    image_id: &str,
+    files: usize,
+    bytes: u64,
+    runs: usize,
+) -> Result<SeedBench> {
+    let owner = Owner::random("bench");
+    let dir = std::env::temp_dir().join(format!("cordon-bench-repo-{}", owner.as_str()));
+    let repo = dir.clone();
+    let tree_bytes = tokio::task::spawn_blocking(move || generate_repository(&repo, files, bytes))
+        .await
+        .map_err(|e| Error::Invalid(format!("generator: {e}")))?;
+    let tree_bytes = match tree_bytes {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
+    let area = crate::profile::Area {
+        bytes: (tree_bytes * 2).div_ceil(4096) * 4096,
+        inodes: files as u64 * 2 + 1024,
+    };
+    let mut report = SeedBench {
+        files,
+        tree_bytes,
+        runs,
+        seed_ms: vec![],
+        plain_ms: vec![],
+        seed_median_ms: 0.0,
+        plain_median_ms: 0.0,
+        ratio: 0.0,
+        stage_median_ms: 0.0,
+        metadata_median_ms: 0.0,
+        seed_peak_rss_kib: 0,
+        plain_peak_rss_kib: 0,
+    };
+    let (mut stage, mut metadata) = (vec![], vec![]);
+    let result = async {
+        for run in 0..runs {
+            let allocation = Allocation::new(&owner, "bench")?;
+            let deadline = Instant::now() + Duration::from_secs(900);
+            let t = Instant::now();
+            let staged =
+                crate::task::clone::stage(&dir, "HEAD", &owner, &allocation.id, deadline).await?;
+            stage.push(t.elapsed().as_secs_f64() * 1000.0);
+            let metadata_area = crate::profile::Area {
+                bytes: area.bytes,
+                inodes: area.inodes,
+            };
+            let owner = &owner;
+            let one = |plain: bool| {
+                let (allocation, staged, dir) = (&allocation, &staged, &dir);
+                async move {
+                    let a = if plain {
+                        Allocation::new(owner, "bench-plain")?
+                    } else {
+                        allocation.clone()
+                    };
+                    let s = TaskStorage::create(engine, &a, image_id, area, metadata_area).await?;
+                    let t = Instant::now();
+                    let (uploaded, rss) = if plain {
+                        peak_rss(crate::task::seed::upload_plain_dir(engine, &s, dir)).await
+                    } else {
+                        peak_rss(crate::task::seed::upload_work(engine, &s, staged)).await
+                    };
+                    let ms = t.elapsed().as_secs_f64() * 1000.0;
+                    let t = Instant::now();
+                    let meta = if plain {
+                        Ok(())
+                    } else {
+                        crate::task::seed::upload_metadata(engine, &s, staged).await
+                    };
+                    let meta_ms = t.elapsed().as_secs_f64() * 1000.0;
+                    s.remove(engine).await?;
+                    uploaded?;
+                    meta?;
+                    Ok::<_, Error>((ms, rss, meta_ms))
+                }
+            };
+            let order = if run % 2 == 0 {
+                [false, true]
+            } else {
+                [true, false]
+            };
+            for plain in order {
+                let (ms, rss, meta_ms) = one(plain).await?;
+                if plain {
+                    report.plain_ms.push(ms);
+                    report.plain_peak_rss_kib = report.plain_peak_rss_kib.max(rss);
+                } else {
+                    report.seed_ms.push(ms);
+                    report.seed_peak_rss_kib = report.seed_peak_rss_kib.max(rss);
+                    metadata.push(meta_ms);
+                }
+            }
+        }
+        Ok::<_, Error>(())
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result?;
+    report.seed_median_ms = median(&report.seed_ms);
+    report.plain_median_ms = median(&report.plain_ms);
+    report.ratio = report.seed_median_ms / report.plain_median_ms;
+    report.stage_median_ms = median(&stage);
+    report.metadata_median_ms = median(&metadata);
+    Ok(report)
+}
+
+impl SeedBench {
+    /// Plain text.
+    pub fn text(&self) -> String {
+        format!(
+            "seed: {} files, {:.1} MiB, {} interleaved runs\n\
+             seeder (checkout from the staged objects) median {:.0} ms\n\
+             plain tar upload of the same files      median {:.0} ms\n\
+             ratio seeder/plain                      {:.3} (target <= 1.2)\n\
+             staging median {:.0} ms, metadata upload median {:.0} ms\n\
+             peak RSS while seeding {:.1} MiB (plain {:.1} MiB; target < 64 MiB)\n",
+            self.files,
+            self.tree_bytes as f64 / 1_048_576.0,
+            self.runs,
+            self.seed_median_ms,
+            self.plain_median_ms,
+            self.ratio,
+            self.stage_median_ms,
+            self.metadata_median_ms,
+            self.seed_peak_rss_kib as f64 / 1024.0,
+            self.plain_peak_rss_kib as f64 / 1024.0
+        )
+    }
+}

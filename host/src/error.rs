@@ -55,6 +55,23 @@ pub enum Error {
     },
     #[error("cleanup could not confirm the removal of: {}", .0.join(", "))]
     Unreleased(Vec<String>),
+    #[error("unusable repository ({}): {}", .0.id(), .0)]
+    Unusable(crate::task::Unusable),
+    #[error("the repository does not fit task storage: {0}")]
+    Overflow(String),
+    #[error("allocation {0} is already in use")]
+    AllocationInUse(String),
+    #[error("git {context}: {message}")]
+    Git { context: String, message: String },
+    #[error("{0} passed its deadline")]
+    Deadline(String),
+    #[error("recovery incomplete: {message}")]
+    Recovery {
+        message: String,
+        removed: Vec<String>,
+    },
+    #[error("recovery refused: this process still holds task storage of owner {0}")]
+    RecoveryBusy(String),
 }
 
 fn join(refusals: &[Refusal]) -> String {
@@ -79,6 +96,13 @@ impl Error {
             Error::Build(_) => "image-build",
             Error::Io { .. } => "io",
             Error::Unreleased(_) => "unreleased",
+            Error::Unusable(u) => u.id(),
+            Error::Overflow(_) => "storage-overflow",
+            Error::AllocationInUse(_) => "allocation-in-use",
+            Error::Git { .. } => "git",
+            Error::Deadline(_) => "deadline",
+            Error::Recovery { .. } => "recovery-incomplete",
+            Error::RecoveryBusy(_) => "recovery-busy",
         }
     }
 

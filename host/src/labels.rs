@@ -54,9 +54,30 @@ pub enum Kind {
     Input,
     Egress,
     Probe,
+    /// A short-lived trusted tool (the metadata digest).
+    Tool,
 }
 
 impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 10] = [
+        Kind::Agent,
+        Kind::Keeper,
+        Kind::Loader,
+        Kind::Work,
+        Kind::Metadata,
+        Kind::Control,
+        Kind::Input,
+        Kind::Egress,
+        Kind::Probe,
+        Kind::Tool,
+    ];
+
+    /// The kind a label value names.
+    pub fn parse(value: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == value)
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Kind::Agent => "agent",
@@ -68,6 +89,7 @@ impl Kind {
             Kind::Input => "input",
             Kind::Egress => "egress",
             Kind::Probe => "probe",
+            Kind::Tool => "tool",
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod labels;
 pub mod launch;
 pub mod profile;
 pub mod storage;
+pub mod task;
 pub mod validate;
 
 pub use engine::Engine;

@@ -49,6 +49,52 @@ enum Command {
         #[command(subcommand)]
         action: BenchAction,
     },
+    /// Task storage: prepare (stage, check, allocate, seed) and remove.
+    Task {
+        #[command(subcommand)]
+        action: TaskAction,
+    },
+    /// Remove what an owner left (containers, networks, interrupted storage) and hand back its
+    /// intact task storage.
+    Recover {
+        #[arg(long)]
+        owner: String,
+        /// Also list other owners' objects (never touched).
+        #[arg(long)]
+        foreign: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TaskAction {
+    /// Give a repository's head its own bounded storage; prints the storage handle.
+    Prepare {
+        #[arg(long)]
+        repo: PathBuf,
+        #[arg(long)]
+        head: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long)]
+        attempt: String,
+        /// A lowercase UUID v4 you recorded first (generated when absent).
+        #[arg(long)]
+        allocation: Option<String>,
+        #[arg(long, default_value_t = cordon::storage::DEFAULT_WORK.bytes)]
+        work_bytes: u64,
+        #[arg(long, default_value_t = cordon::storage::DEFAULT_WORK.inodes)]
+        work_inodes: u64,
+        #[arg(long, default_value_t = 600)]
+        deadline_secs: u64,
+    },
+    /// Remove task storage: by its handle (JSON, or @FILE), or by --allocation (and --owner).
+    Remove {
+        handle: Option<String>,
+        #[arg(long)]
+        allocation: Option<String>,
+        #[arg(long)]
+        owner: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,6 +114,15 @@ enum BenchAction {
     Gate {
         #[arg(long, default_value_t = 6)]
         parallel: usize,
+    },
+    /// Seeding a generated repository against a plain upload of the same tree.
+    Seed {
+        #[arg(long, default_value_t = 20_000)]
+        files: usize,
+        #[arg(long, default_value_t = 200)]
+        mib: u64,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
     },
 }
 
@@ -143,6 +198,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
+        Command::Task { action } => task(&engine, &cli, action).await,
+        Command::Bench {
+            action: BenchAction::Seed { files, mib, runs },
+        } => {
+            let built = build(&engine, &cli).await?;
+            let report = bench::seed(&engine, &built.id, *files, mib * 1024 * 1024, *runs)
+                .await
+                .context("benchmarking seeding")?;
+            print(cli.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Recover { owner, foreign } => {
+            let owner = cordon::labels::Owner::new(owner)?;
+            let bar = spinner(cli.json);
+            bar.set_message("recovering");
+            let report = cordon::task::recover::recover(&engine, &owner, *foreign).await;
+            bar.finish_and_clear();
+            let report = report?;
+            print(cli.json, &report, || {
+                serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench {
             action: BenchAction::Gate { parallel },
         } => {
@@ -165,6 +243,93 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await
                 .context("benchmarking launch")?;
             print(cli.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn spinner(json: bool) -> indicatif::ProgressBar {
+    let bar = if json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new_spinner()
+    };
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result<ExitCode> {
+    match action {
+        TaskAction::Prepare {
+            repo,
+            head,
+            owner,
+            attempt,
+            allocation,
+            work_bytes,
+            work_inodes,
+            deadline_secs,
+        } => {
+            let request = cordon::task::PrepareRequest {
+                repo: repo.clone(),
+                head: head.clone(),
+                owner: cordon::labels::Owner::new(owner)?,
+                attempt: attempt.clone(),
+                allocation: allocation
+                    .as_deref()
+                    .map(cordon::task::parse_allocation)
+                    .transpose()?,
+                work: cordon::profile::Area {
+                    bytes: *work_bytes,
+                    inodes: *work_inodes,
+                },
+                deadline: std::time::Duration::from_secs(*deadline_secs),
+            };
+            let built = build(engine, cli).await?;
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            let handle = cordon::task::prepare_with(engine, &built.id, &request, |_| {}, &|step| {
+                bar.set_message(step.to_owned())
+            })
+            .await;
+            bar.finish_and_clear();
+            let handle = handle?;
+            print(cli.json, &handle, || {
+                format!("{}\n", serde_json::to_string(&handle).unwrap_or_default())
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        TaskAction::Remove {
+            handle,
+            allocation,
+            owner,
+        } => {
+            let handle: cordon::task::StorageHandle = match (handle, allocation, owner) {
+                (Some(text), None, None) => {
+                    let text = match text.strip_prefix('@') {
+                        Some(path) => std::fs::read_to_string(path)
+                            .with_context(|| format!("reading {path}"))?,
+                        None => text.clone(),
+                    };
+                    serde_json::from_str(&text).context("the handle is not a storage handle")?
+                }
+                (None, Some(allocation), owner) => {
+                    let allocation = cordon::task::parse_allocation(allocation)?;
+                    // The owner, when not given, is the one every object of the id names.
+                    let owner = match owner {
+                        Some(owner) => cordon::labels::Owner::new(owner)?,
+                        None => cordon::task::owner_of_allocation(engine, &allocation).await?,
+                    };
+                    cordon::task::find(engine, &owner, &allocation).await?
+                }
+                _ => anyhow::bail!("give a handle or --allocation (with --owner to require it)"),
+            };
+            cordon::task::remove(engine, &handle).await?;
+            print(
+                cli.json,
+                &serde_json::json!({"removed": handle.allocation}),
+                || format!("removed {}\n", handle.allocation),
+            )?;
             Ok(ExitCode::SUCCESS)
         }
     }

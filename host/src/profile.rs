@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind};
 
 /// A bounded area: exact byte and inode totals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Area {
     pub bytes: u64,
     pub inodes: u64,

@@ -123,6 +123,72 @@ pub fn task_volume_requests(
 }
 
 impl TaskStorage {
+    /// Storage made elsewhere (a handle): removal goes by these ids.
+    pub fn from_parts(
+        allocation: Allocation,
+        work_volume: String,
+        work: Area,
+        metadata_volume: String,
+        metadata: Area,
+        keeper: String,
+    ) -> TaskStorage {
+        let created = Created {
+            containers: vec![keeper.clone()],
+            volumes: vec![work_volume.clone(), metadata_volume.clone()],
+        };
+        TaskStorage {
+            allocation,
+            work_volume,
+            work,
+            metadata_volume,
+            metadata,
+            keeper,
+            created,
+        }
+    }
+
+    /// As [`TaskStorage::create_held_at`], and right after the first create, check that nothing
+    /// but that object carries the allocation id; if anything does, remove what was made and
+    /// refuse (the check before the create and the create are not atomic).
+    pub async fn create_checked(
+        engine: &Engine,
+        allocation: &Allocation,
+        image_id: &str,
+        work: (VolumeCreateRequest, Area),
+        metadata: (VolumeCreateRequest, Area),
+        metadata_at: &str,
+    ) -> Result<TaskStorage> {
+        TaskStorage::create_inner(
+            engine,
+            allocation,
+            image_id,
+            work,
+            metadata,
+            metadata_at,
+            true,
+        )
+        .await
+    }
+
+    /// The keeper's name while its storage is being seeded: recovery hands back only storage
+    /// whose keeper carries the final name, given once seeding and the baseline succeeded.
+    pub fn seeding_name(allocation: &Allocation) -> String {
+        format!("cordon-seeding-{}", allocation.id)
+    }
+
+    /// Give the keeper its final name: the storage is complete.
+    pub async fn mark_seeded(&self, engine: &Engine) -> Result<()> {
+        let options = bollard::query_parameters::RenameContainerOptions {
+            name: self.allocation.name(Kind::Keeper),
+        };
+        bounded(
+            "rename keeper",
+            CALL_TIMEOUT,
+            engine.docker().rename_container(&self.keeper, options),
+        )
+        .await
+    }
+
     /// What an agent container of `invocation` mounts: this storage, and the invocation's own
     /// control, input and egress volumes (named after the invocation's allocation).
     pub fn mounts_for(&self, invocation: &Allocation) -> StorageRef {
@@ -179,10 +245,47 @@ impl TaskStorage {
         metadata: (VolumeCreateRequest, Area),
         metadata_at: &str,
     ) -> Result<TaskStorage> {
+        TaskStorage::create_inner(
+            engine,
+            allocation,
+            image_id,
+            work,
+            metadata,
+            metadata_at,
+            false,
+        )
+        .await
+    }
+
+    async fn create_inner(
+        engine: &Engine,
+        allocation: &Allocation,
+        image_id: &str,
+        work: (VolumeCreateRequest, Area),
+        metadata: (VolumeCreateRequest, Area),
+        metadata_at: &str,
+        check_unique: bool,
+    ) -> Result<TaskStorage> {
         let mut created = Created::default();
         let result = async {
             let work_volume = create_volume(engine, work.0, &mut created).await?;
+            if check_unique {
+                let holders = crate::task::objects_with_allocation(engine, &allocation.id).await?;
+                let ours = format!("volume {work_volume}");
+                if holders.iter().any(|h| *h != ours) {
+                    return Err(Error::AllocationInUse(format!(
+                        "{} (also on {})",
+                        allocation.id,
+                        holders.join(", ")
+                    )));
+                }
+            }
             let metadata_volume = create_volume(engine, metadata.0, &mut created).await?;
+            let keeper_name = if check_unique {
+                TaskStorage::seeding_name(allocation)
+            } else {
+                allocation.name(Kind::Keeper)
+            };
             let body = helper_body(
                 image_id,
                 allocation.labels(Kind::Keeper),
@@ -192,9 +295,7 @@ impl TaskStorage {
                     volume_mount(&metadata_volume, metadata_at, false),
                 ],
             );
-            let keeper =
-                create_container(engine, &allocation.name(Kind::Keeper), body, &mut created)
-                    .await?;
+            let keeper = create_container(engine, &keeper_name, body, &mut created).await?;
             bounded(
                 "start keeper",
                 CALL_TIMEOUT,

@@ -5,10 +5,12 @@
 //! refusal is one JSON line on stderr and exit code 120; see `cordon_contract::report`.
 //!
 //! Roles (argv[1]): none is the agent role. `keeper` holds task storage mounted (a tmpfs volume
-//! lives only while some container mounts it) until it is told to stop. `self-test-panic` is the
+//! lives only while some container mounts it) until it is told to stop. `digest DIR` prints the
+//! digest of a tree read without following links (the seeder's metadata baseline). `self-test-panic` is the
 //! agent role with a panic once the workload runs, so tests can prove that a panicking init takes
 //! the container down.
 
+mod digest;
 mod judge;
 mod landlock;
 mod observe;
@@ -192,6 +194,18 @@ fn main() {
         None => agent(started, &mask, false),
         Some("self-test-panic") => agent(started, &mask, true),
         Some("keeper") => keeper(&mask),
+        Some("digest") => {
+            let root = std::env::args()
+                .nth(2)
+                .unwrap_or_else(|| fail("digest needs a directory"));
+            match digest::tree(std::path::Path::new(&root)) {
+                Ok((digest, entries)) => {
+                    emit(&InitLine::Digest { digest, entries });
+                    std::process::exit(0);
+                }
+                Err(e) => fail(format!("digest of {root}: {e}")),
+            }
+        }
         Some(other) => fail(format!("unknown role {other:?}")),
     }
 }

@@ -4,4 +4,5 @@ mod gate;
 mod image;
 mod init;
 mod launch;
+mod task;
 mod validator;

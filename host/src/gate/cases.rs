@@ -33,6 +33,8 @@ pub struct GateEnv {
     pub socket: String,
     /// An empty directory the gate made on the host (the host-path bind case).
     pub host_dir: String,
+    /// The probe fixture as a git repository, for the task seeder.
+    pub fixture_repo: std::path::PathBuf,
 }
 
 /// Which task storage a case mounts.

@@ -183,12 +183,59 @@ const PROBE_METADATA: Area = Area {
     inodes: 64,
 };
 
+/// The probe layer's storage: seeded by the task seeder from the fixture repository, except where
+/// the case is about content the seeder refuses or never makes (a hostile repository, metadata
+/// inside the tree), which is uploaded into the keeper as a fixture directly.
+enum ProbeStorage {
+    Seeded(Box<(crate::task::StorageHandle, TaskStorage)>),
+    Uploaded(Box<TaskStorage>),
+}
+
+impl ProbeStorage {
+    fn storage(&self) -> &TaskStorage {
+        match self {
+            ProbeStorage::Seeded(seeded) => &seeded.1,
+            ProbeStorage::Uploaded(s) => s,
+        }
+    }
+
+    async fn remove(&self, engine: &Engine) -> Result<()> {
+        match self {
+            ProbeStorage::Seeded(seeded) => crate::task::remove(engine, &seeded.0).await,
+            ProbeStorage::Uploaded(storage) => storage.remove(engine).await,
+        }
+    }
+}
+
 async fn probe_storage(
     engine: &Engine,
     owner: &Owner,
     image_id: &str,
     case: &Case,
-) -> Result<TaskStorage> {
+    env: &GateEnv,
+) -> Result<ProbeStorage> {
+    if !case.hostile && !case.metadata_in_work {
+        let request = crate::task::PrepareRequest {
+            repo: env.fixture_repo.clone(),
+            head: "HEAD".to_owned(),
+            owner: owner.clone(),
+            attempt: "gate".to_owned(),
+            allocation: None,
+            work: PROBE_WORK,
+            deadline: Duration::from_secs(120),
+        };
+        let variant = case.storage;
+        let handle = crate::task::prepare_with(
+            engine,
+            image_id,
+            &request,
+            |w| drop_volume_option(w, variant),
+            &|_| {},
+        )
+        .await?;
+        let storage = handle.storage()?;
+        return Ok(ProbeStorage::Seeded(Box::new((handle, storage))));
+    }
     let allocation = Allocation::new(owner, "gate")?;
     let (mut work, metadata) =
         storage::task_volume_requests(&allocation, PROBE_WORK, PROBE_METADATA);
@@ -231,7 +278,7 @@ async fn probe_storage(
         storage.remove(engine).await?;
         return Err(e);
     }
-    Ok(storage)
+    Ok(ProbeStorage::Uploaded(Box::new(storage)))
 }
 
 /// The probe layer of a case: its own storage, cordon-probe as the agent.
@@ -254,7 +301,7 @@ async fn run_probe_case(
         detail,
         ms: started.elapsed().as_millis() as u64,
     };
-    let storage = match probe_storage(engine, owner, image_id, case).await {
+    let storage = match probe_storage(engine, owner, image_id, case, env).await {
         Ok(s) => s,
         Err(e) => return row(vec![format!("error: {e}")], e.to_string()),
     };
@@ -265,7 +312,7 @@ async fn run_probe_case(
             phase: case.phase,
             vendor: case.vendor,
             image_id: image_id.to_owned(),
-            storage: storage.mounts_for(&allocation),
+            storage: storage.storage().mounts_for(&allocation),
             allocation,
             limits: probe_limits(),
             command: vec![probe_path.clone(), "all".to_owned()],
@@ -564,12 +611,18 @@ pub async fn run(engine: &Engine, image_id: &str, options: &GateOptions) -> Resu
     let host_dir = std::env::temp_dir().join(format!("cordon-gate-{}", owner.as_str()));
     std::fs::create_dir(&host_dir)
         .map_err(|e| Error::io(format!("creating {}", host_dir.display()), e))?;
+    let fixture_repo = std::env::temp_dir().join(format!("cordon-gate-fixture-{}", owner.as_str()));
     let env = GateEnv {
         socket: engine.info().socket.clone(),
         host_dir: host_dir.to_string_lossy().into_owned(),
+        fixture_repo: fixture_repo.clone(),
     };
-    let result = run_owned(engine, image_id, options, &owner, &env).await;
+    let result = match probe::fixture_repository(&fixture_repo) {
+        Ok(()) => run_owned(engine, image_id, options, &owner, &env).await,
+        Err(e) => Err(e),
+    };
     let _ = std::fs::remove_dir(&host_dir);
+    let _ = std::fs::remove_dir_all(&fixture_repo);
     let leftovers = match cleanup::list_owned(engine, &owner).await {
         Ok((c, v)) => c
             .into_iter()

@@ -190,6 +190,36 @@ pub fn work_tar(hostile: bool, metadata: bool) -> Result<Vec<u8>> {
     b.into_inner().map_err(|e| Error::io("fixture", e))
 }
 
+/// The probe fixture as a git repository, for the task seeder: the work files, the benign links,
+/// the empty directories as gitlinks (a checkout's empty directories), and `probe/hello.txt`
+/// whose blob is the loose object the metadata probes alias.
+pub fn fixture_repository(dir: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("creating the fixture repository", e))?;
+    crate::task::git::own_repository(dir, &["init", "--quiet"])?;
+    let mut files: Vec<(&str, &str)> = fixture::WORK_FILES.to_vec();
+    files.push(("probe/hello.txt", "hello\n"));
+    for (path, content) in files {
+        let full = dir.join(path);
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io("fixture", e))?;
+        }
+        std::fs::write(&full, content).map_err(|e| Error::io("fixture", e))?;
+    }
+    for (path, target) in fixture::BENIGN_LINKS {
+        let full = dir.join(path);
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io("fixture", e))?;
+        }
+        std::os::unix::fs::symlink(target, &full).map_err(|e| Error::io("fixture", e))?;
+    }
+    crate::task::git::own_repository(dir, &["add", "-A"])?;
+    for empty in fixture::WORK_DIRS {
+        let info = format!("160000,1234567890123456789012345678901234567890,{empty}");
+        crate::task::git::own_repository(dir, &["update-index", "--add", "--cacheinfo", &info])?;
+    }
+    crate::task::git::own_repository(dir, &["commit", "--quiet", "-m", "cordon probe fixture"])
+}
+
 /// The metadata fixture, for the metadata volume (paths relative to /work/.git).
 pub fn metadata_tar() -> Result<Vec<u8>> {
     let mut b = tar::Builder::new(Vec::new());

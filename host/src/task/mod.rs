@@ -1,0 +1,516 @@
+//! Task storage for one repository: stage it, check it, allocate bounded storage, seed it, record
+//! the metadata baseline, hand out a handle; remove by handle; recover by owner.
+//!
+//! Every failure after the first create removes everything the allocation made before it returns;
+//! nothing partial is handed out.
+
+pub mod clone;
+pub mod git;
+pub mod recover;
+pub mod seed;
+pub mod tree;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bollard::models::VolumeCreateRequest;
+use cordon_contract::{paths, InitLine};
+
+use crate::cleanup::Created;
+use crate::engine::{bounded, Engine, CALL_TIMEOUT};
+use crate::error::{Error, Result};
+use crate::labels::{Allocation, Kind, Owner, ALLOCATION, ATTEMPT, KIND, OWNER};
+use crate::profile::Area;
+use crate::storage::{self, TaskStorage};
+
+/// Why a repository cannot be seeded. Report it to the user as a repository the agent cannot run
+/// on; do not retry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "unusable", rename_all = "kebab-case")]
+pub enum Unusable {
+    AbsoluteLink {
+        path: String,
+        target: String,
+    },
+    EscapingLink {
+        path: String,
+        reaches: String,
+    },
+    MetadataLink {
+        path: String,
+    },
+    BadName {
+        path: String,
+    },
+    Alternates,
+    NotARepository {
+        path: String,
+        reason: String,
+    },
+    TooLarge {
+        what: String,
+        needs_bytes: u64,
+        needs_inodes: u64,
+        limit_bytes: u64,
+        limit_inodes: u64,
+    },
+}
+
+impl Unusable {
+    /// The stable id.
+    pub fn id(&self) -> &'static str {
+        match self {
+            Unusable::AbsoluteLink { .. } => "repo-absolute-link",
+            Unusable::EscapingLink { .. } => "repo-escaping-link",
+            Unusable::MetadataLink { .. } => "repo-metadata-link",
+            Unusable::BadName { .. } => "repo-bad-name",
+            Unusable::Alternates => "repo-alternates",
+            Unusable::NotARepository { .. } => "repo-not-a-repository",
+            Unusable::TooLarge { .. } => "repo-too-large",
+        }
+    }
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unusable::AbsoluteLink { path, target } => write!(f, "the link {path:?} has an absolute target {target:?}"),
+            Unusable::EscapingLink { path, reaches } => write!(f, "the link {path:?} leads out of the checkout, to {reaches}"),
+            Unusable::MetadataLink { path } => write!(f, "the git metadata holds a link or special file at {path:?}"),
+            Unusable::BadName { path } => write!(f, "git would not check out {path:?}"),
+            Unusable::Alternates => write!(f, "the object store borrows objects from another (objects/info/alternates)"),
+            Unusable::NotARepository { path, reason } => write!(f, "{path}: {reason}"),
+            Unusable::TooLarge { what, needs_bytes, needs_inodes, limit_bytes, limit_inodes } => write!(
+                f,
+                "the {what} needs {needs_bytes} bytes and {needs_inodes} entries; the limit is {limit_bytes} bytes and {limit_inodes} entries"
+            ),
+        }
+    }
+}
+
+/// What `prepare` returns and `remove` takes: everything needed to mount and to remove the storage.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StorageHandle {
+    pub owner: String,
+    pub attempt: String,
+    pub allocation: uuid::Uuid,
+    pub work_volume: String,
+    pub metadata_volume: String,
+    pub keeper: String,
+    pub work: Area,
+    pub metadata: Area,
+    /// The commit the storage was seeded from (absent in a recovered handle).
+    pub head: Option<String>,
+    /// The metadata digest the seeder recorded (absent in a recovered handle: pass back the one
+    /// you recorded).
+    pub metadata_baseline: Option<String>,
+}
+
+impl StorageHandle {
+    /// The storage as the launch code uses it.
+    pub fn storage(&self) -> Result<TaskStorage> {
+        let owner = Owner::new(&self.owner)?;
+        let mut allocation = Allocation::new(&owner, &self.attempt)?;
+        allocation.id = self.allocation;
+        Ok(TaskStorage::from_parts(
+            allocation,
+            self.work_volume.clone(),
+            self.work,
+            self.metadata_volume.clone(),
+            self.metadata,
+            self.keeper.clone(),
+        ))
+    }
+}
+
+/// Allocation ids held by this process, and each owner's live storage.
+static HELD: Mutex<BTreeMap<uuid::Uuid, String>> = Mutex::new(BTreeMap::new());
+
+fn hold(id: uuid::Uuid, owner: &Owner) -> Result<()> {
+    let mut held = HELD
+        .lock()
+        .map_err(|_| Error::Invalid("allocation registry poisoned".into()))?;
+    if held.contains_key(&id) {
+        return Err(Error::AllocationInUse(id.to_string()));
+    }
+    held.insert(id, owner.as_str().to_owned());
+    Ok(())
+}
+
+fn release(id: &uuid::Uuid) {
+    if let Ok(mut held) = HELD.lock() {
+        held.remove(id);
+    }
+}
+
+/// Whether this process holds storage of `owner`.
+pub fn holds_storage_of(owner: &Owner) -> bool {
+    HELD.lock()
+        .map(|h| h.values().any(|o| o == owner.as_str()))
+        .unwrap_or(true)
+}
+
+/// An allocation id callers record first: a lowercase UUID v4.
+pub fn parse_allocation(text: &str) -> Result<uuid::Uuid> {
+    let id = uuid::Uuid::parse_str(text)
+        .map_err(|_| Error::Invalid(format!("allocation {text:?} is not a UUID")))?;
+    if id.get_version_num() != 4 || id.to_string() != text {
+        return Err(Error::Invalid(format!(
+            "allocation {text:?} is not a lowercase UUID v4"
+        )));
+    }
+    Ok(id)
+}
+
+/// Every container, volume and network carrying this allocation id.
+pub async fn objects_with_allocation(engine: &Engine, id: &uuid::Uuid) -> Result<Vec<String>> {
+    Ok(labelled_with_allocation(engine, id)
+        .await?
+        .into_iter()
+        .map(|(what, _)| what)
+        .collect())
+}
+
+/// The owner of an allocation, from its objects' labels: every object carrying the id must name
+/// the same owner, or nothing is touched.
+pub async fn owner_of_allocation(engine: &Engine, id: &uuid::Uuid) -> Result<Owner> {
+    let objects = labelled_with_allocation(engine, id).await?;
+    let owners: std::collections::BTreeSet<Option<&String>> = objects
+        .iter()
+        .map(|(_, labels)| labels.get(OWNER))
+        .collect();
+    match owners.into_iter().collect::<Vec<_>>().as_slice() {
+        [Some(owner)] => Owner::new(owner),
+        [] => Err(Error::Invalid(format!("no object carries allocation {id}"))),
+        _ => Err(Error::Invalid(format!(
+            "the objects of allocation {id} do not name one owner: {}",
+            objects
+                .iter()
+                .map(|(what, labels)| format!(
+                    "{what} (owner {})",
+                    labels.get(OWNER).map_or("none", String::as_str)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// Every container, volume and network carrying the allocation id, with its labels.
+async fn labelled_with_allocation(
+    engine: &Engine,
+    id: &uuid::Uuid,
+) -> Result<Vec<(String, std::collections::HashMap<String, String>)>> {
+    let filter = label_filter(ALLOCATION, &id.to_string());
+    let docker = engine.docker();
+    let containers = bounded(
+        "list containers",
+        CALL_TIMEOUT,
+        docker.list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(filter.clone()),
+            ..Default::default()
+        })),
+    )
+    .await?;
+    let volumes = bounded(
+        "list volumes",
+        CALL_TIMEOUT,
+        docker.list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+            filters: Some(filter.clone()),
+        })),
+    )
+    .await?;
+    let networks = bounded(
+        "list networks",
+        CALL_TIMEOUT,
+        docker.list_networks(Some(bollard::query_parameters::ListNetworksOptions {
+            filters: Some(filter),
+        })),
+    )
+    .await?;
+    let mut found: Vec<_> = containers
+        .into_iter()
+        .map(|c| {
+            let what = format!("container {}", c.id.unwrap_or_default());
+            (what, c.labels.unwrap_or_default())
+        })
+        .collect();
+    found.extend(
+        volumes
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| (format!("volume {}", v.name), v.labels)),
+    );
+    found.extend(networks.into_iter().map(|n| {
+        let what = format!("network {}", n.id.unwrap_or_default());
+        (what, n.labels.unwrap_or_default())
+    }));
+    Ok(found)
+}
+
+/// A label filter for list calls.
+fn label_filter(key: &str, value: &str) -> std::collections::HashMap<String, Vec<String>> {
+    std::collections::HashMap::from([("label".to_owned(), vec![format!("{key}={value}")])])
+}
+
+/// What `prepare` needs.
+#[derive(Debug, Clone)]
+pub struct PrepareRequest {
+    pub repo: std::path::PathBuf,
+    pub head: String,
+    pub owner: Owner,
+    pub attempt: String,
+    /// Recorded by the caller first; generated when absent.
+    pub allocation: Option<uuid::Uuid>,
+    pub work: Area,
+    pub deadline: Duration,
+}
+
+/// Size the metadata volume from what the clone needs, with room for git's own files.
+fn metadata_area(needs: tree::Needs) -> Area {
+    let bytes = (needs.bytes + needs.bytes / 4 + 16 * 1024 * 1024).div_ceil(4096) * 4096;
+    Area {
+        bytes,
+        inodes: needs.inodes + 1024,
+    }
+}
+
+/// Stage, check, allocate, seed, record the baseline. `edit_work` changes the work volume's
+/// request before it is made (only the gate uses it, to make a breach case).
+pub async fn prepare_with(
+    engine: &Engine,
+    image_id: &str,
+    request: &PrepareRequest,
+    edit_work: impl FnOnce(&mut VolumeCreateRequest),
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<StorageHandle> {
+    let deadline = Instant::now() + request.deadline;
+    let mut allocation = Allocation::new(&request.owner, &request.attempt)?;
+    if let Some(id) = request.allocation {
+        allocation.id = id;
+    }
+    hold(allocation.id, &request.owner)?;
+    let result = async {
+        // Everything about the repository is decided before anything exists in Docker.
+        progress("staging the repository");
+        let staged = clone::stage(
+            &request.repo,
+            &request.head,
+            &request.owner,
+            &allocation.id,
+            deadline,
+        )
+        .await?;
+        tree::check_fits(staged.work_needs, request.work, "checkout").map_err(Error::Unusable)?;
+        let metadata = metadata_area(staged.metadata_needs);
+        let taken = objects_with_allocation(engine, &allocation.id).await?;
+        if !taken.is_empty() {
+            return Err(Error::AllocationInUse(format!(
+                "{} ({})",
+                allocation.id,
+                taken.join(", ")
+            )));
+        }
+        let (mut work_request, metadata_request) =
+            storage::task_volume_requests(&allocation, request.work, metadata);
+        edit_work(&mut work_request);
+        progress("allocating task storage");
+        let storage = TaskStorage::create_checked(
+            engine,
+            &allocation,
+            image_id,
+            (work_request, request.work),
+            (metadata_request, metadata),
+            paths::METADATA,
+        )
+        .await?;
+        progress("seeding");
+        let seeded = async {
+            tokio::time::timeout(
+                deadline.saturating_duration_since(Instant::now()),
+                seed::upload(engine, &storage, &staged),
+            )
+            .await
+            .map_err(|_| Error::Deadline("seeding".into()))??;
+            let baseline = metadata_digest(engine, image_id, &storage).await?;
+            storage.mark_seeded(engine).await?;
+            Ok(baseline)
+        }
+        .await;
+        match seeded {
+            Ok(baseline) => Ok(StorageHandle {
+                owner: request.owner.as_str().to_owned(),
+                attempt: request.attempt.clone(),
+                allocation: allocation.id,
+                work_volume: storage.work_volume.clone(),
+                metadata_volume: storage.metadata_volume.clone(),
+                keeper: storage.keeper.clone(),
+                work: request.work,
+                metadata,
+                head: Some(staged.head.clone()),
+                metadata_baseline: Some(baseline),
+            }),
+            Err(e) => {
+                storage.remove(engine).await?;
+                Err(e)
+            }
+        }
+    }
+    .await;
+    if result.is_err() {
+        release(&allocation.id);
+    }
+    result
+}
+
+/// [`prepare_with`] as runners call it.
+pub async fn prepare(
+    engine: &Engine,
+    image_id: &str,
+    request: &PrepareRequest,
+) -> Result<StorageHandle> {
+    prepare_with(engine, image_id, request, |_| {}, &|_| {}).await
+}
+
+/// The handle of an allocation's storage, found by its labels (all three parts must carry the
+/// owner's labels and agree).
+pub async fn find(
+    engine: &Engine,
+    owner: &Owner,
+    allocation: &uuid::Uuid,
+) -> Result<StorageHandle> {
+    if holds_storage_of(owner)
+        && HELD
+            .lock()
+            .map(|h| h.contains_key(allocation))
+            .unwrap_or(false)
+    {
+        return Err(Error::Invalid(
+            "this process holds that storage: remove it by its handle".into(),
+        ));
+    }
+    let report = recover::recover_one(engine, owner, allocation).await?;
+    report.ok_or_else(|| {
+        Error::Invalid(format!(
+            "no intact storage of owner {} with allocation {allocation}",
+            owner.as_str()
+        ))
+    })
+}
+
+/// The metadata volume's digest, read inside a hardened container with the volume read-only.
+pub async fn metadata_digest(
+    engine: &Engine,
+    image_id: &str,
+    storage: &TaskStorage,
+) -> Result<String> {
+    volume_digest(engine, image_id, storage, &storage.metadata_volume).await
+}
+
+/// The digest of one of the storage's volumes (cordon-init's `digest` role, the volume mounted
+/// read-only in a hardened container; nothing on the host reads agent-writable content).
+pub async fn volume_digest(
+    engine: &Engine,
+    image_id: &str,
+    storage: &TaskStorage,
+    volume: &str,
+) -> Result<String> {
+    let body = storage::helper_body(
+        image_id,
+        storage.allocation.labels(Kind::Tool),
+        vec![
+            paths::INIT.to_owned(),
+            "digest".to_owned(),
+            "/tree".to_owned(),
+        ],
+        vec![crate::profile::volume_mount(volume, "/tree", true, None)],
+    );
+    let mut created = Created::default();
+    let result = async {
+        let name = format!("cordon-tool-{}", uuid::Uuid::new_v4());
+        let id = storage::create_container(engine, &name, body, &mut created).await?;
+        let mut run = crate::launch::Launch::adopt(id);
+        run.start(engine).await?;
+        let code = run.wait(engine, Duration::from_secs(120)).await?;
+        let output = run.output(engine).await?;
+        match output.stderr.lines().next().and_then(InitLine::parse) {
+            Some(InitLine::Digest { digest, .. }) if code == 0 => Ok(digest),
+            _ => Err(Error::Invalid(format!(
+                "digest of {volume} failed (exit {code}): {}",
+                output.stderr.chars().take(300).collect::<String>()
+            ))),
+        }
+    }
+    .await;
+    created.remove_all(engine, Duration::from_secs(30)).await?;
+    result
+}
+
+/// Remove storage by its handle: the keeper and both volumes, each only if it still carries the
+/// handle's owner labels. Idempotent; names what it could not confirm removed.
+pub async fn remove(engine: &Engine, handle: &StorageHandle) -> Result<()> {
+    let want = |kind: Kind| {
+        BTreeMap::from([
+            (OWNER.to_owned(), handle.owner.clone()),
+            (ATTEMPT.to_owned(), handle.attempt.clone()),
+            (ALLOCATION.to_owned(), handle.allocation.to_string()),
+            (KIND.to_owned(), kind.as_str().to_owned()),
+        ])
+    };
+    let matches = |labels: &std::collections::HashMap<String, String>, kind: Kind| {
+        want(kind).iter().all(|(k, v)| labels.get(k) == Some(v))
+    };
+    let mut foreign = Vec::new();
+    let mut created = Created::default();
+    match engine
+        .docker()
+        .inspect_container(&handle.keeper, None)
+        .await
+    {
+        Ok(c) => {
+            let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+            if matches(&labels, Kind::Keeper) {
+                created.containers.push(handle.keeper.clone());
+            } else {
+                foreign.push(format!("container {} (labels differ)", handle.keeper));
+            }
+        }
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => {}
+        Err(source) => {
+            return Err(Error::Docker {
+                context: "inspect keeper".into(),
+                source,
+            })
+        }
+    }
+    for (name, kind) in [
+        (&handle.work_volume, Kind::Work),
+        (&handle.metadata_volume, Kind::Metadata),
+    ] {
+        match engine.docker().inspect_volume(name).await {
+            Ok(v) if matches(&v.labels, kind) => created.volumes.push(name.clone()),
+            Ok(_) => foreign.push(format!("volume {name} (labels differ)")),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {}
+            Err(source) => {
+                return Err(Error::Docker {
+                    context: "inspect volume".into(),
+                    source,
+                })
+            }
+        }
+    }
+    created.remove_all(engine, Duration::from_secs(60)).await?;
+    release(&handle.allocation);
+    if foreign.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Unreleased(foreign))
+    }
+}

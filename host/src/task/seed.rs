@@ -1,0 +1,361 @@
+//! Seeding: the checkout and the metadata as tar streams built here (uid/gid 10001; regular files,
+//! directories and links only), uploaded into the running keeper. Nothing is buffered whole: file
+//! contents stream from `git cat-file --batch` through a bounded channel into the upload.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use bollard::query_parameters::UploadToContainerOptions;
+use bytes::Bytes;
+use cordon_contract::paths;
+use futures_util::StreamExt;
+
+use super::clone::Staged;
+use super::tree::{Entry, Kind};
+use crate::engine::{bounded, Engine, CALL_TIMEOUT};
+use crate::error::{Error, Result};
+use crate::storage::TaskStorage;
+
+/// Chunks in flight between the tar builder and the upload (16 x 256 KiB).
+const CHUNK: usize = 256 * 1024;
+const IN_FLIGHT: usize = 16;
+
+/// A `Write` that hands full chunks to the async side.
+struct ChannelWriter {
+    tx: tokio::sync::mpsc::Sender<io::Result<Bytes>>,
+    buffer: Vec<u8>,
+}
+
+impl ChannelWriter {
+    fn send(&mut self) -> io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(
+            &mut self.buffer,
+            Vec::with_capacity(CHUNK),
+        ));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the upload stopped reading"))
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buffer.extend_from_slice(data);
+        if self.buffer.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send()
+    }
+}
+
+fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_uid(u64::from(paths::AGENT_UID));
+    h.set_gid(u64::from(paths::AGENT_GID));
+    h.set_mtime(0);
+    h.set_size(size);
+    h
+}
+
+fn os_path(bytes: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+}
+
+/// Write the checkout: directories, files (contents from cat-file), links, gitlinks as empty
+/// directories.
+fn write_work(
+    staged_git: &super::git::Git,
+    entries: &[Entry],
+    links: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    out: ChannelWriter,
+) -> Result<()> {
+    let mut builder = tar::Builder::new(out);
+    let mut child = staged_git
+        .command()
+        .into_std()
+        .args(["cat-file", "--batch", "--buffer"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| Error::io("running git cat-file", e))?;
+    let mut requests = child
+        .stdin
+        .take()
+        .ok_or_else(|| Error::Invalid("cat-file stdin".into()))?;
+    let files: Vec<String> = entries
+        .iter()
+        .filter(|e| matches!(e.kind, Kind::File { .. }))
+        .map(|e| e.oid.clone())
+        .collect();
+    let feeder = std::thread::spawn(move || {
+        for oid in files {
+            if writeln!(requests, "{oid}").is_err() {
+                break;
+            }
+        }
+    });
+    let mut blobs = BufReader::with_capacity(
+        CHUNK,
+        child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Invalid("cat-file stdout".into()))?,
+    );
+    let tar_err = |e: io::Error| Error::io("writing the work tree tar", e);
+    for entry in entries {
+        let path = os_path(&entry.path);
+        match &entry.kind {
+            Kind::Dir | Kind::Gitlink => {
+                let mut h = header(tar::EntryType::Directory, 0o755, 0);
+                builder
+                    .append_data(&mut h, path, io::empty())
+                    .map_err(tar_err)?;
+            }
+            Kind::Link => {
+                let target = links
+                    .get(&entry.path)
+                    .ok_or_else(|| Error::Invalid("link without a target".into()))?;
+                let mut h = header(tar::EntryType::Symlink, 0o777, 0);
+                builder
+                    .append_link(&mut h, path, os_path(target))
+                    .map_err(tar_err)?;
+            }
+            Kind::File { executable, size } => {
+                let mut line = String::new();
+                blobs.read_line(&mut line).map_err(tar_err)?;
+                let reported: Option<u64> =
+                    line.split_whitespace().nth(2).and_then(|s| s.parse().ok());
+                if !line.starts_with(&entry.oid) || reported != Some(*size) {
+                    return Err(Error::Git {
+                        context: "cat-file".into(),
+                        message: format!("unexpected {line:?}"),
+                    });
+                }
+                let mut h = header(
+                    tar::EntryType::Regular,
+                    if *executable { 0o755 } else { 0o644 },
+                    *size,
+                );
+                builder
+                    .append_data(&mut h, path, (&mut blobs).take(*size))
+                    .map_err(tar_err)?;
+                let mut newline = [0u8; 1];
+                blobs.read_exact(&mut newline).map_err(tar_err)?;
+            }
+        }
+    }
+    let _ = feeder.join();
+    let _ = child.wait();
+    builder
+        .into_inner()
+        .map_err(tar_err)?
+        .flush()
+        .map_err(tar_err)
+}
+
+/// Write the metadata: HEAD (the head, detached), a minimal config of ours, the copied objects and
+/// refs, and an index of the head's tree.
+fn write_metadata(repo: &Path, head: &str, index: &Path, out: ChannelWriter) -> Result<()> {
+    let mut builder = tar::Builder::new(out);
+    let tar_err = |e: io::Error| Error::io("writing the metadata tar", e);
+    let config = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = false\n";
+    for (name, content) in [("HEAD", format!("{head}\n")), ("config", config.to_owned())] {
+        let mut h = header(tar::EntryType::Regular, 0o644, content.len() as u64);
+        builder
+            .append_data(&mut h, name, content.as_bytes())
+            .map_err(tar_err)?;
+    }
+    let index_len = std::fs::metadata(index).map_err(tar_err)?.len();
+    let mut h = header(tar::EntryType::Regular, 0o644, index_len);
+    builder
+        .append_data(
+            &mut h,
+            "index",
+            std::fs::File::open(index).map_err(tar_err)?,
+        )
+        .map_err(tar_err)?;
+    let mut stack = vec![PathBuf::from("objects"), PathBuf::from("refs")];
+    if repo.join("packed-refs").is_file() {
+        let len = std::fs::metadata(repo.join("packed-refs"))
+            .map_err(tar_err)?
+            .len();
+        let mut h = header(tar::EntryType::Regular, 0o644, len);
+        builder
+            .append_data(
+                &mut h,
+                "packed-refs",
+                std::fs::File::open(repo.join("packed-refs")).map_err(tar_err)?,
+            )
+            .map_err(tar_err)?;
+    }
+    while let Some(rel) = stack.pop() {
+        let mut h = header(tar::EntryType::Directory, 0o755, 0);
+        builder
+            .append_data(&mut h, &rel, io::empty())
+            .map_err(tar_err)?;
+        let mut names: Vec<_> = std::fs::read_dir(repo.join(&rel))
+            .map_err(tar_err)?
+            .flatten()
+            .collect();
+        names.sort_by_key(std::fs::DirEntry::file_name);
+        for entry in names {
+            let meta = std::fs::symlink_metadata(entry.path()).map_err(tar_err)?;
+            let child = rel.join(entry.file_name());
+            if meta.is_dir() {
+                stack.push(child);
+            } else if meta.is_file() {
+                let mut h = header(tar::EntryType::Regular, 0o444, meta.len());
+                builder
+                    .append_data(
+                        &mut h,
+                        &child,
+                        std::fs::File::open(entry.path()).map_err(tar_err)?,
+                    )
+                    .map_err(tar_err)?;
+            }
+        }
+    }
+    builder
+        .into_inner()
+        .map_err(tar_err)?
+        .flush()
+        .map_err(tar_err)
+}
+
+/// Run a blocking tar writer and upload what it writes into the keeper at `dir`.
+async fn upload_stream<F>(engine: &Engine, storage: &TaskStorage, dir: &str, write: F) -> Result<()>
+where
+    F: FnOnce(ChannelWriter) -> Result<()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<Bytes>>(IN_FLIGHT);
+    let writer = tokio::task::spawn_blocking(move || {
+        let out = ChannelWriter {
+            tx: tx.clone(),
+            buffer: Vec::with_capacity(CHUNK),
+        };
+        let result = write(out);
+        if let Err(e) = &result {
+            let _ = tx.blocking_send(Err(io::Error::other(e.to_string())));
+        }
+        result
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+    .boxed();
+    let options = UploadToContainerOptions {
+        path: dir.to_owned(),
+        ..Default::default()
+    };
+    let uploaded = bounded(
+        "upload into task storage",
+        CALL_TIMEOUT * 10,
+        engine.docker().upload_to_container(
+            &storage.keeper,
+            Some(options),
+            bollard::body_try_stream(body),
+        ),
+    )
+    .await;
+    let written = writer
+        .await
+        .map_err(|e| Error::Invalid(format!("tar writer: {e}")))?;
+    match uploaded {
+        Err(Error::Docker { source, .. })
+            if source.to_string().contains("no space left on device") =>
+        {
+            Err(Error::Overflow(format!("{dir}: {source}")))
+        }
+        Err(e) => Err(e),
+        Ok(()) => written,
+    }
+}
+
+/// Upload the staged checkout into /work and the metadata into /work/.git of the keeper.
+pub async fn upload(engine: &Engine, storage: &TaskStorage, staged: &Staged) -> Result<()> {
+    upload_work(engine, storage, staged).await?;
+    upload_metadata(engine, storage, staged).await
+}
+
+/// The checkout, streamed from the staged objects into /work.
+pub async fn upload_work(engine: &Engine, storage: &TaskStorage, staged: &Staged) -> Result<()> {
+    let git = staged.git.clone();
+    let entries = staged.entries.clone();
+    let links = staged.links.clone();
+    upload_stream(engine, storage, paths::WORK, move |out| {
+        write_work(&git, &entries, &links, out)
+    })
+    .await
+}
+
+/// The metadata (with an index of the head's tree) into /work/.git.
+pub async fn upload_metadata(
+    engine: &Engine,
+    storage: &TaskStorage,
+    staged: &Staged,
+) -> Result<()> {
+    let index = staged.dir.path().join("index");
+    let mut read_tree = staged.git.command();
+    read_tree
+        .env("GIT_INDEX_FILE", &index)
+        .args(["read-tree", &staged.head]);
+    let status = read_tree
+        .status()
+        .await
+        .map_err(|e| Error::io("git read-tree", e))?;
+    if !status.success() {
+        return Err(Error::Git {
+            context: "read-tree".into(),
+            message: status.to_string(),
+        });
+    }
+    let repo = staged.git.git_dir.clone();
+    let head = staged.head.clone();
+    upload_stream(engine, storage, paths::METADATA, move |out| {
+        write_metadata(&repo, &head, &index, out)
+    })
+    .await
+}
+
+/// The benchmark's baseline: a plain tar of a directory on disk (links as links, the same
+/// ownership), streamed into /work the same way.
+pub async fn upload_plain_dir(engine: &Engine, storage: &TaskStorage, dir: &Path) -> Result<()> {
+    let dir = dir.to_path_buf();
+    upload_stream(engine, storage, paths::WORK, move |out| {
+        let mut builder = tar::Builder::new(out);
+        builder.follow_symlinks(false);
+        builder.mode(tar::HeaderMode::Deterministic);
+        let tar_err = |e: io::Error| Error::io("baseline tar", e);
+        for entry in std::fs::read_dir(&dir).map_err(tar_err)?.flatten() {
+            let name = entry.file_name();
+            if name == ".git" {
+                continue;
+            }
+            let path = entry.path();
+            if std::fs::symlink_metadata(&path).map_err(tar_err)?.is_dir() {
+                builder.append_dir_all(&name, &path).map_err(tar_err)?;
+            } else {
+                builder
+                    .append_path_with_name(&path, &name)
+                    .map_err(tar_err)?;
+            }
+        }
+        builder
+            .into_inner()
+            .map_err(tar_err)?
+            .flush()
+            .map_err(tar_err)
+    })
+    .await
+}

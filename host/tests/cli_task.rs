@@ -1,0 +1,231 @@
+//! `cordon task prepare`, `cordon task remove` and `cordon recover` as processes: a prepare killed
+//! with SIGKILL at any point leaves nothing that `cordon recover` (and removing the storage it hands
+//! back) does not clear.
+
+#![allow(clippy::unwrap_used)] // a test panics with the failing call in its message
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn cordon() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cordon"))
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let status = Command::new("git")
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.org",
+            "-c",
+            "core.hooksPath=/dev/null",
+        ])
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .expect("git");
+    assert!(status.success(), "git {args:?}");
+}
+
+/// A repository big enough that a prepare takes a few seconds (4,000 files, 40 MiB).
+fn repository() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("cordon-kill-repo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for i in 0..4000u32 {
+        let path = dir.join(format!("d{}/f{i}", i % 40));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let content: Vec<u8> = (0..10_240u32)
+            .map(|j| ((i * 31 + j * 7) % 251) as u8)
+            .collect();
+        std::fs::write(path, content).unwrap();
+    }
+    git(&dir, &["init", "--quiet"]);
+    git(&dir, &["add", "-A"]);
+    git(&dir, &["commit", "--quiet", "-m", "big"]);
+    dir
+}
+
+fn json(output: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {} / {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn leftovers(owner: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (containers, volumes) = runtime.block_on(async {
+        let engine = cordon::Engine::connect().await.expect("the Docker engine");
+        cordon::cleanup::list_owned(&engine, &cordon::labels::Owner::new(owner).unwrap())
+            .await
+            .unwrap()
+    });
+    let mut left: Vec<String> = containers.into_iter().chain(volumes).collect();
+    let prefix = format!("cordon-stage-{owner}-");
+    left.extend(
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&prefix)),
+    );
+    left
+}
+
+#[test]
+fn killed_prepare_then_recover_leaves_nothing() {
+    let repo = repository();
+    // Warm the image so the kills land in staging, allocation and seeding, not in the build.
+    assert!(cordon()
+        .args(["image", "build", "--json"])
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let owner = format!("t-kill-{}", std::process::id());
+    for delay_ms in [150u64, 600, 1200, 2000, 3000, 4500] {
+        let mut child = cordon()
+            .args(["task", "prepare", "--json", "--repo"])
+            .arg(&repo)
+            .args([
+                "--head",
+                "HEAD",
+                "--owner",
+                &owner,
+                "--attempt",
+                &format!("kill-{delay_ms}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+    }
+    let recovered = cordon()
+        .args(["recover", "--json", "--owner", &owner])
+        .output()
+        .unwrap();
+    assert!(
+        recovered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recovered.stderr)
+    );
+    let report = json(&recovered);
+    eprintln!("recovery report: {report}");
+    for handle in report["storage"].as_array().unwrap() {
+        let removed = cordon()
+            .args(["task", "remove", &handle.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            removed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&removed.stderr)
+        );
+    }
+    let left = leftovers(&owner);
+    let _ = std::fs::remove_dir_all(&repo);
+    assert!(
+        left.is_empty(),
+        "left behind after recovery: {left:?} (report {report})"
+    );
+}
+
+#[test]
+fn remove_by_allocation_and_owner() {
+    let dir = std::env::temp_dir().join(format!("cordon-rm-repo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("README"), "r\n").unwrap();
+    git(&dir, &["init", "--quiet"]);
+    git(&dir, &["add", "-A"]);
+    git(&dir, &["commit", "--quiet", "-m", "r"]);
+    let owner = format!("t-rm-{}", std::process::id());
+    let allocation = uuid_v4();
+    let out = cordon()
+        .args(["task", "prepare", "--json", "--repo"])
+        .arg(&dir)
+        .args([
+            "--head",
+            "HEAD",
+            "--owner",
+            &owner,
+            "--attempt",
+            "a",
+            "--allocation",
+            &allocation,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out)["allocation"], allocation.as_str());
+    // A second process cannot take the same id while the storage exists.
+    let again = cordon()
+        .args(["task", "prepare", "--json", "--repo"])
+        .arg(&dir)
+        .args([
+            "--head",
+            "HEAD",
+            "--owner",
+            &owner,
+            "--attempt",
+            "b",
+            "--allocation",
+            &allocation,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(json(&again)["error"], "allocation-in-use");
+    // Another owner's name does not reach it.
+    let wrong = cordon()
+        .args([
+            "task",
+            "remove",
+            "--json",
+            "--allocation",
+            &allocation,
+            "--owner",
+            &format!("{owner}-other"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(2));
+    assert_eq!(json(&wrong)["error"], "invalid-input");
+    // By the id alone: the owner is the one all its objects name.
+    let removed = cordon()
+        .args(["task", "remove", "--allocation", &allocation])
+        .output()
+        .unwrap();
+    assert!(
+        removed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(leftovers(&owner).is_empty());
+}
+
+fn uuid_v4() -> String {
+    let bytes = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap();
+    bytes.trim().to_owned()
+}

@@ -1,0 +1,554 @@
+//! Task storage on the real engine: a repository round-trips byte for byte; unusable and
+//! oversized repositories are refused with nothing left; allocation ids are unique; owners never
+//! see or touch each other.
+
+use cordon::error::Error;
+use cordon::labels::Owner;
+use cordon::task::{self, recover};
+use cordon_contract::InitLine;
+use cordon_tests::{assert_clean, assert_no_staging, engine, image, prepare_request, Repo};
+
+/// The digest cordon-init computes over a host directory (the same code that runs in containers).
+fn host_digest(dir: &std::path::Path) -> String {
+    let init = cordon::image::default_workspace()
+        .join("target/static")
+        .join(cordon::image::TARGET)
+        .join(cordon::image::PROFILE)
+        .join("cordon-init");
+    let out = std::process::Command::new(init)
+        .arg("digest")
+        .arg(dir)
+        .output()
+        .expect("cordon-init digest");
+    let line = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned();
+    match InitLine::parse(&line) {
+        Some(InitLine::Digest { digest, .. }) => digest,
+        other => panic!("host digest: {other:?} from {line:?}"),
+    }
+}
+
+/// Copy the work tree of `repo` (not its .git) as it would be checked out, with an empty `.git`
+/// directory where the metadata is mounted.
+fn expected_tree(repo: &Repo) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let out =
+        std::env::temp_dir().join(format!("cordon-expected-{}", uuid::Uuid::new_v4().simple()));
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap().flatten() {
+            let name = entry.file_name();
+            if name == ".git" {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(entry.path()).unwrap();
+            let target = to.join(&name);
+            if meta.file_type().is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), target)
+                    .unwrap();
+            } else if meta.is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), &target).unwrap();
+            }
+        }
+    }
+    copy(&repo.dir, &out);
+    std::fs::create_dir(out.join(".git")).unwrap();
+    std::fs::set_permissions(out.join(".git"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    out
+}
+
+/// Files of every mode, nested directories, an empty and a binary file, odd names, links inside
+/// the checkout (relative, chained, dangling, a cycle) and a submodule arrive byte for byte:
+/// content, modes, links as links.
+#[tokio::test]
+async fn normal_repository_round_trips_byte_for_byte() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-seed");
+    let repo = Repo::new("normal");
+    repo.write("README.md", b"# hello\n", 0o644);
+    repo.write("bin/run.sh", b"#!/bin/sh\necho run\n", 0o755);
+    repo.write("src/deep/er/lib.rs", b"pub fn f() {}\n", 0o644);
+    repo.write("empty", b"", 0o644);
+    repo.write(
+        "data/blob.bin",
+        &(0..1_048_576u64)
+            .map(|i| (i.wrapping_mul(2_654_435_761) % 251) as u8)
+            .collect::<Vec<_>>(),
+        0o644,
+    );
+    repo.write("names/with space", b"x", 0o644);
+    repo.write("names/ünïcødé", b"y", 0o644);
+    repo.symlink("src/link", "deep/er/lib.rs");
+    repo.symlink("up/and/back", "../../README.md");
+    repo.symlink("dangling", "nowhere/../README.md");
+    repo.symlink("loop-a", "loop-b");
+    repo.symlink("loop-b", "loop-a");
+    repo.git(&["add", "-A"]);
+    repo.git(&[
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        "160000,1234567890123456789012345678901234567890,vendor/sub",
+    ]);
+    repo.git(&["commit", "--quiet", "-m", "all kinds"]);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    std::fs::create_dir_all(repo.dir.join("vendor/sub")).unwrap();
+
+    let handle = task::prepare(&engine, &image, &prepare_request(&owner, &repo, "main"))
+        .await
+        .expect("prepare");
+    assert_eq!(handle.head.as_deref(), Some(head.as_str()));
+    assert!(handle
+        .metadata_baseline
+        .as_deref()
+        .is_some_and(|d| d.starts_with("sha256:")));
+    let storage = handle.storage().unwrap();
+    let seeded = task::volume_digest(&engine, &image, &storage, &handle.work_volume)
+        .await
+        .expect("digest");
+    let expected_dir = expected_tree(&repo);
+    let expected = host_digest(&expected_dir);
+    let _ = std::fs::remove_dir_all(&expected_dir);
+    assert_eq!(
+        seeded, expected,
+        "the seeded tree differs from the repository's"
+    );
+    // The baseline is what a later digest of the untouched metadata gives.
+    let again = task::metadata_digest(&engine, &image, &storage)
+        .await
+        .unwrap();
+    assert_eq!(Some(again), handle.metadata_baseline);
+    task::remove(&engine, &handle).await.expect("remove");
+    task::remove(&engine, &handle)
+        .await
+        .expect("remove is idempotent");
+    assert_clean(&engine, &owner).await;
+    assert_no_staging(&owner);
+}
+
+async fn refused(repo: &Repo, head: &str, want: &str) {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-unusable");
+    let err = task::prepare(&engine, &image, &prepare_request(&owner, repo, head))
+        .await
+        .expect_err(want);
+    assert_eq!(err.id(), want, "{err}");
+    assert_clean(&engine, &owner).await;
+    assert_no_staging(&owner);
+}
+
+/// Every class of unusable repository is refused with its id, and nothing is left.
+#[tokio::test]
+async fn unusable_repositories_are_refused_with_nothing_left() {
+    // (repository name, links as (path, target), the refusal id)
+    type LinkCase<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let links: &[LinkCase] = &[
+        ("absolute", &[("x", "/etc/passwd")], "repo-absolute-link"),
+        ("escaping", &[("a/x", "../../..")], "repo-escaping-link"),
+        (
+            "chained",
+            &[
+                ("deep/er/top", "../.."),
+                ("chained", "deep/er/top/../run/cordon/control/policy.json"),
+            ],
+            "repo-escaping-link",
+        ),
+        (
+            "into-metadata",
+            &[("x", ".git/config")],
+            "repo-escaping-link",
+        ),
+        (
+            "created-dir",
+            &[("x", "made/by/agent/../../../../etc")],
+            "repo-escaping-link",
+        ),
+    ];
+    for (name, pairs, want) in links {
+        let repo = Repo::new(name);
+        repo.write("README", b"r\n", 0o644);
+        for (path, target) in *pairs {
+            repo.symlink(path, target);
+        }
+        let head = repo.commit();
+        refused(&repo, &head, want).await;
+    }
+    // A link in the git metadata.
+    let repo = Repo::new("metadata-link");
+    repo.write("README", b"r\n", 0o644);
+    let head = repo.commit();
+    std::os::unix::fs::symlink("/etc/passwd", repo.dir.join(".git/objects/evil")).unwrap();
+    refused(&repo, &head, "repo-metadata-link").await;
+    // An object store that borrows another.
+    let repo = Repo::new("alternates");
+    repo.write("README", b"r\n", 0o644);
+    let head = repo.commit();
+    std::fs::write(
+        repo.dir.join(".git/objects/info/alternates"),
+        "/tmp/elsewhere/objects\n",
+    )
+    .unwrap();
+    refused(&repo, &head, "repo-alternates").await;
+    // Names git would not check out, built with plumbing.
+    for (mode, name) in [
+        ("100644", ".GIT"),
+        ("100644", "git~1"),
+        ("100644", "a\\b"),
+        ("120000", ".gitmodules"),
+    ] {
+        let repo = Repo::new("bad-name");
+        let head = repo.commit_tree(&[(mode, name, b"x"), ("100644", "ok", b"y")]);
+        refused(&repo, &head, "repo-bad-name").await;
+    }
+    // Not a repository at all, and a revision that is not one.
+    let plain = Repo::new("plain");
+    std::fs::remove_dir_all(plain.dir.join(".git")).unwrap();
+    refused(&plain, "HEAD", "repo-not-a-repository").await;
+    let repo = Repo::new("bad-rev");
+    repo.commit();
+    refused(&repo, "--upload-pack=evil", "invalid-input").await;
+}
+
+/// A tree exactly at the limit fits (and fills the volume to it); one byte or one entry more is
+/// refused before anything exists.
+#[tokio::test]
+async fn one_byte_or_one_inode_over_fails_closed() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-limit");
+    let area = cordon::profile::Area {
+        bytes: 64 * 1024,
+        inodes: 8,
+    };
+    let try_repo = |files: Vec<(String, usize)>| {
+        let repo = Repo::new("limit");
+        for (name, size) in &files {
+            repo.write(name, &vec![b'z'; *size], 0o644);
+        }
+        let head = repo.commit();
+        (repo, head)
+    };
+    // Bytes: one file of exactly the area, then one byte more.
+    for (size, fits) in [(64 * 1024, true), (64 * 1024 + 1, false)] {
+        let (repo, head) = try_repo(vec![("f".into(), size)]);
+        let mut request = prepare_request(&owner, &repo, &head);
+        request.work = area;
+        let result = task::prepare(&engine, &image, &request).await;
+        match (result, fits) {
+            (Ok(handle), true) => task::remove(&engine, &handle).await.unwrap(),
+            (Err(e), false) => assert_eq!(e.id(), "repo-too-large", "{e}"),
+            (other, _) => panic!("{size} bytes: {other:?}"),
+        }
+    }
+    // Entries: the root and the .git mountpoint take two of the eight.
+    for (count, fits) in [(6, true), (7, false)] {
+        let (repo, head) = try_repo((0..count).map(|i| (format!("f{i}"), 1)).collect());
+        let mut request = prepare_request(&owner, &repo, &head);
+        request.work = cordon::profile::Area {
+            bytes: 1024 * 1024,
+            inodes: 8,
+        };
+        let result = task::prepare(&engine, &image, &request).await;
+        match (result, fits) {
+            (Ok(handle), true) => task::remove(&engine, &handle).await.unwrap(),
+            (Err(e), false) => assert_eq!(e.id(), "repo-too-large", "{e}"),
+            (other, _) => panic!("{count} files: {other:?}"),
+        }
+    }
+    assert_clean(&engine, &owner).await;
+    assert_no_staging(&owner);
+}
+
+/// When the volume itself is smaller than the check assumed, the upload overflows midway: the
+/// error names it and everything the allocation made is removed.
+#[tokio::test]
+async fn an_overflowing_upload_removes_everything() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-overflow");
+    let repo = Repo::new("overflow");
+    for i in 0..16 {
+        repo.write(&format!("f{i}"), &vec![b'o'; 64 * 1024], 0o644);
+    }
+    let head = repo.commit();
+    let shrink = |request: &mut bollard::models::VolumeCreateRequest| {
+        if let Some(o) = request.driver_opts.as_mut().and_then(|d| d.get_mut("o")) {
+            *o = o.replace("size=536870912", "size=65536");
+        }
+    };
+    let err = task::prepare_with(
+        &engine,
+        &image,
+        &prepare_request(&owner, &repo, &head),
+        shrink,
+        &|_| {},
+    )
+    .await
+    .expect_err("overflow");
+    assert!(matches!(err, Error::Overflow(_)), "{err}");
+    assert_clean(&engine, &owner).await;
+    assert_no_staging(&owner);
+}
+
+/// An allocation id is used once: a second prepare with it is refused in this process, and so is
+/// one in another process while the storage exists (its objects carry the id).
+#[tokio::test]
+async fn a_duplicate_allocation_is_refused() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-dup");
+    let repo = Repo::new("dup");
+    repo.write("README", b"r\n", 0o644);
+    let head = repo.commit();
+    let mut request = prepare_request(&owner, &repo, &head);
+    request.allocation = Some(uuid::Uuid::new_v4());
+    let handle = task::prepare(&engine, &image, &request)
+        .await
+        .expect("first");
+    let err = task::prepare(&engine, &image, &request)
+        .await
+        .expect_err("second");
+    assert_eq!(err.id(), "allocation-in-use", "{err}");
+    // Another process sees the id on the objects (the in-process registry is not there).
+    let taken = task::objects_with_allocation(&engine, &request.allocation.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        taken.len(),
+        3,
+        "keeper and both volumes carry the id: {taken:?}"
+    );
+    task::remove(&engine, &handle).await.unwrap();
+    // Free again once removed.
+    let handle = task::prepare(&engine, &image, &request)
+        .await
+        .expect("after removal");
+    task::remove(&engine, &handle).await.unwrap();
+    assert_clean(&engine, &owner).await;
+}
+
+/// Two owners on one daemon: recovery of one neither sees nor touches the other's storage (it is
+/// only listed, when asked), and recovery refuses while this process holds the owner's storage.
+#[tokio::test]
+async fn two_owners_do_not_touch_each_other() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let (a, b) = (Owner::random("t-owner-a"), Owner::random("t-owner-b"));
+    let repo = Repo::new("owners");
+    repo.write("README", b"r\n", 0o644);
+    let head = repo.commit();
+    let handle = task::prepare(&engine, &image, &prepare_request(&a, &repo, &head))
+        .await
+        .unwrap();
+    let report = recover::recover(&engine, &b, false)
+        .await
+        .expect("recover b");
+    assert!(
+        report.storage.is_empty() && report.removed.is_empty() && report.foreign.is_empty(),
+        "{report:?}"
+    );
+    let report = recover::recover(&engine, &b, true)
+        .await
+        .expect("recover b, listing others");
+    assert!(
+        report.foreign.iter().any(|f| f.contains(&handle.keeper)),
+        "{report:?}"
+    );
+    assert!(report.removed.is_empty());
+    match recover::recover(&engine, &a, false).await {
+        Err(Error::RecoveryBusy(owner)) => assert_eq!(owner, a.as_str()),
+        other => panic!("recovery while holding storage: {other:?}"),
+    }
+    // A's storage is intact.
+    let storage = handle.storage().unwrap();
+    assert_eq!(
+        task::metadata_digest(&engine, &image, &storage).await.ok(),
+        handle.metadata_baseline
+    );
+    task::remove(&engine, &handle).await.unwrap();
+    assert_clean(&engine, &a).await;
+    assert_clean(&engine, &b).await;
+}
+
+/// The check right after the first create: an object with the same allocation id that appeared
+/// after the pre-check (here: made by another owner before `create_checked`, which skips the
+/// pre-check) makes the controller remove what it made and refuse; the other object is untouched.
+#[tokio::test]
+async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let (ours, theirs) = (Owner::random("t-race-ours"), Owner::random("t-race-theirs"));
+    let allocation = cordon::labels::Allocation::new(&ours, "race").unwrap();
+    let intruder = cordon::labels::Allocation {
+        owner: theirs.clone(),
+        ..allocation.clone()
+    };
+    let (work, _) = cordon::storage::task_volume_requests(
+        &intruder,
+        cordon::storage::DEFAULT_WORK,
+        cordon::storage::DEFAULT_METADATA,
+    );
+    let intruder_volume = engine
+        .docker()
+        .create_volume(bollard::models::VolumeCreateRequest {
+            name: Some(format!("intruder-{}", allocation.id)),
+            ..work
+        })
+        .await
+        .expect("intruder volume")
+        .name;
+    let (work, metadata) = cordon::storage::task_volume_requests(
+        &allocation,
+        cordon::storage::DEFAULT_WORK,
+        cordon::storage::DEFAULT_METADATA,
+    );
+    let err = cordon::storage::TaskStorage::create_checked(
+        &engine,
+        &allocation,
+        &image,
+        (work, cordon::storage::DEFAULT_WORK),
+        (metadata, cordon::storage::DEFAULT_METADATA),
+        cordon_contract::paths::METADATA,
+    )
+    .await
+    .expect_err("a second holder of the id");
+    assert_eq!(err.id(), "allocation-in-use", "{err}");
+    assert!(err.to_string().contains(&intruder_volume), "{err}");
+    assert_clean(&engine, &ours).await;
+    // The other owner's object is still there, untouched.
+    let (_, volumes) = cordon::cleanup::list_owned(&engine, &theirs).await.unwrap();
+    assert_eq!(volumes, vec![intruder_volume.clone()]);
+    engine
+        .docker()
+        .remove_volume(
+            &intruder_volume,
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await
+        .unwrap();
+    assert_clean(&engine, &theirs).await;
+}
+
+/// Objects whose labels do not prove they are one allocation's storage are never touched: parts
+/// that disagree (two attempts), an unknown kind and a cordon object without an owner are only
+/// listed by recovery; removal of a handle naming an object that lacks the handle's labels
+/// reports it and leaves it.
+#[tokio::test]
+async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
+    use bollard::models::VolumeCreateRequest;
+    use cordon::labels::{ALLOCATION, ATTEMPT, KIND, OWNER};
+    let engine = engine().await;
+    let owner = Owner::random("t-labels");
+    let allocation = uuid::Uuid::new_v4();
+    let labels = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    let alloc = allocation.to_string();
+    let made = [
+        (
+            format!("cordon-work-{allocation}"),
+            labels(&[
+                (OWNER, owner.as_str()),
+                (ATTEMPT, "one"),
+                (ALLOCATION, &alloc),
+                (KIND, "work"),
+            ]),
+        ),
+        (
+            format!("cordon-metadata-{allocation}"),
+            labels(&[
+                (OWNER, owner.as_str()),
+                (ATTEMPT, "two"),
+                (ALLOCATION, &alloc),
+                (KIND, "metadata"),
+            ]),
+        ),
+        (
+            format!("cordon-bogus-{allocation}"),
+            labels(&[
+                (OWNER, owner.as_str()),
+                (ATTEMPT, "one"),
+                (ALLOCATION, &alloc),
+                (KIND, "bogus"),
+            ]),
+        ),
+        (
+            format!("cordon-unowned-{allocation}"),
+            labels(&[(ATTEMPT, "one"), (ALLOCATION, &alloc), (KIND, "work")]),
+        ),
+    ];
+    for (name, labels) in &made {
+        engine
+            .docker()
+            .create_volume(VolumeCreateRequest {
+                name: Some(name.clone()),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("volume");
+    }
+    let report = recover::recover(&engine, &owner, false)
+        .await
+        .expect("recover");
+    assert!(
+        report.storage.is_empty() && report.removed.is_empty(),
+        "{report:?}"
+    );
+    for name in &made[..3] {
+        assert!(
+            report.untouched.iter().any(|u| u.contains(&name.0)),
+            "{} not listed as untouched: {report:?}",
+            name.0
+        );
+    }
+    assert!(
+        report.unowned.iter().any(|u| u.contains(&made[3].0)),
+        "{report:?}"
+    );
+    // A handle that names the unowned volume as its work volume: found by name only, it lacks the
+    // owner label, so removal reports it and leaves it.
+    let handle = task::StorageHandle {
+        owner: owner.as_str().to_owned(),
+        attempt: "one".to_owned(),
+        allocation,
+        work_volume: made[3].0.clone(),
+        metadata_volume: made[1].0.clone(),
+        keeper: format!("cordon-keeper-{allocation}"),
+        work: cordon::storage::DEFAULT_WORK,
+        metadata: cordon::storage::DEFAULT_METADATA,
+        head: None,
+        metadata_baseline: None,
+    };
+    match task::remove(&engine, &handle).await {
+        Err(Error::Unreleased(left)) => {
+            assert_eq!(left.len(), 2, "{left:?}");
+            assert!(left.iter().any(|l| l.contains(&made[3].0)), "{left:?}");
+            assert!(left.iter().any(|l| l.contains(&made[1].0)), "{left:?}");
+        }
+        other => panic!("removal of objects without the handle's labels: {other:?}"),
+    }
+    for (name, _) in &made {
+        engine
+            .docker()
+            .inspect_volume(name)
+            .await
+            .unwrap_or_else(|e| panic!("{name} was touched: {e}"));
+        engine
+            .docker()
+            .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
+            .await
+            .unwrap();
+    }
+    assert_clean(&engine, &owner).await;
+}
