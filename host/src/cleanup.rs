@@ -3,9 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use bollard::query_parameters::{
-    ListContainersOptions, ListVolumesOptions, RemoveContainerOptions, RemoveVolumeOptions,
-};
+use bollard::query_parameters::{RemoveContainerOptions, RemoveVolumeOptions};
 
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
@@ -108,42 +106,62 @@ impl Created {
     }
 }
 
-fn owner_filter(owner: &Owner) -> HashMap<String, Vec<String>> {
-    HashMap::from([(
-        "label".to_owned(),
-        vec![format!("{OWNER}={}", owner.as_str())],
-    )])
-}
-
 /// Every container and volume carrying this owner's label: `(containers, volumes)`.
 pub async fn list_owned(engine: &Engine, owner: &Owner) -> Result<(Vec<String>, Vec<String>)> {
-    let containers = bounded(
-        "list containers",
-        CALL_TIMEOUT,
-        engine.docker().list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(owner_filter(owner)),
-            ..Default::default()
-        })),
-    )
-    .await?
-    .into_iter()
-    .filter_map(|c| c.id)
-    .collect();
-    let volumes = bounded(
-        "list volumes",
-        CALL_TIMEOUT,
-        engine.docker().list_volumes(Some(ListVolumesOptions {
-            filters: Some(owner_filter(owner)),
-        })),
-    )
-    .await?
-    .volumes
-    .unwrap_or_default()
-    .into_iter()
-    .map(|v| v.name)
-    .collect();
-    Ok((containers, volumes))
+    let listed = Listed::with_label(engine, &format!("{OWNER}={}", owner.as_str())).await?;
+    Ok((
+        listed.containers.into_iter().filter_map(|c| c.id).collect(),
+        listed.volumes.into_iter().map(|v| v.name).collect(),
+    ))
+}
+
+/// The containers (stopped ones too), volumes and networks that carry a label (`key` or
+/// `key=value`), as the engine lists them.
+#[derive(Debug)]
+pub struct Listed {
+    pub containers: Vec<bollard::models::ContainerSummary>,
+    pub volumes: Vec<bollard::models::Volume>,
+    pub networks: Vec<bollard::models::Network>,
+}
+
+impl Listed {
+    pub async fn with_label(engine: &Engine, label: &str) -> Result<Listed> {
+        let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
+        let docker = engine.docker();
+        let containers = bounded(
+            "list containers",
+            CALL_TIMEOUT,
+            docker.list_containers(Some(bollard::query_parameters::ListContainersOptions {
+                all: true,
+                filters: Some(filters.clone()),
+                ..Default::default()
+            })),
+        )
+        .await?;
+        let volumes = bounded(
+            "list volumes",
+            CALL_TIMEOUT,
+            docker.list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+                filters: Some(filters.clone()),
+            })),
+        )
+        .await?
+        .volumes
+        .unwrap_or_default();
+        let networks = bounded(
+            "list networks",
+            CALL_TIMEOUT,
+            docker.list_networks(Some(bollard::query_parameters::ListNetworksOptions {
+                filters: Some(filters),
+            })),
+        )
+        .await?;
+        Ok(Listed {
+            containers,
+            volumes,
+            networks,
+        })
+    }
 }
 
 /// Remove everything an owner left (tests and the gate use this as a last resort; recovery proper

@@ -11,6 +11,16 @@ fn cordon() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cordon"))
 }
 
+/// `cordon task prepare --json` of `repo` at HEAD for `owner` and `attempt`.
+fn prepare(repo: &std::path::Path, owner: &str, attempt: &str) -> Command {
+    let mut command = cordon();
+    command
+        .args(["task", "prepare", "--json", "--repo"])
+        .arg(repo)
+        .args(["--head", "HEAD", "--owner", owner, "--attempt", attempt]);
+    command
+}
+
 fn git(dir: &std::path::Path, args: &[&str]) {
     let status = Command::new("git")
         .current_dir(dir)
@@ -50,6 +60,17 @@ fn repository() -> std::path::PathBuf {
     git(&dir, &["add", "-A"]);
     git(&dir, &["commit", "--quiet", "-m", "big"]);
     dir
+}
+
+/// Run `command` and require that it succeeded (its stderr is the message otherwise).
+fn succeeded(command: &mut Command) -> std::process::Output {
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
 }
 
 fn json(output: &std::process::Output) -> serde_json::Value {
@@ -97,17 +118,7 @@ fn killed_prepare_then_recover_leaves_nothing() {
         .success());
     let owner = format!("t-kill-{}", std::process::id());
     for delay_ms in [150u64, 600, 1200, 2000, 3000, 4500] {
-        let mut child = cordon()
-            .args(["task", "prepare", "--json", "--repo"])
-            .arg(&repo)
-            .args([
-                "--head",
-                "HEAD",
-                "--owner",
-                &owner,
-                "--attempt",
-                &format!("kill-{delay_ms}"),
-            ])
+        let mut child = prepare(&repo, &owner, &format!("kill-{delay_ms}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -116,27 +127,11 @@ fn killed_prepare_then_recover_leaves_nothing() {
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();
     }
-    let recovered = cordon()
-        .args(["recover", "--json", "--owner", &owner])
-        .output()
-        .unwrap();
-    assert!(
-        recovered.status.success(),
-        "{}",
-        String::from_utf8_lossy(&recovered.stderr)
-    );
+    let recovered = succeeded(cordon().args(["recover", "--json", "--owner", &owner]));
     let report = json(&recovered);
     eprintln!("recovery report: {report}");
     for handle in report["storage"].as_array().unwrap() {
-        let removed = cordon()
-            .args(["task", "remove", &handle.to_string()])
-            .output()
-            .unwrap();
-        assert!(
-            removed.status.success(),
-            "{}",
-            String::from_utf8_lossy(&removed.stderr)
-        );
+        succeeded(cordon().args(["task", "remove", &handle.to_string()]));
     }
     let left = leftovers(&owner);
     let _ = std::fs::remove_dir_all(&repo);
@@ -157,41 +152,11 @@ fn remove_by_allocation_and_owner() {
     git(&dir, &["commit", "--quiet", "-m", "r"]);
     let owner = format!("t-rm-{}", std::process::id());
     let allocation = uuid_v4();
-    let out = cordon()
-        .args(["task", "prepare", "--json", "--repo"])
-        .arg(&dir)
-        .args([
-            "--head",
-            "HEAD",
-            "--owner",
-            &owner,
-            "--attempt",
-            "a",
-            "--allocation",
-            &allocation,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(prepare(&dir, &owner, "a").args(["--allocation", &allocation]));
     assert_eq!(json(&out)["allocation"], allocation.as_str());
     // A second process cannot take the same id while the storage exists.
-    let again = cordon()
-        .args(["task", "prepare", "--json", "--repo"])
-        .arg(&dir)
-        .args([
-            "--head",
-            "HEAD",
-            "--owner",
-            &owner,
-            "--attempt",
-            "b",
-            "--allocation",
-            &allocation,
-        ])
+    let again = prepare(&dir, &owner, "b")
+        .args(["--allocation", &allocation])
         .output()
         .unwrap();
     assert_eq!(again.status.code(), Some(2));
@@ -212,15 +177,7 @@ fn remove_by_allocation_and_owner() {
     assert_eq!(wrong.status.code(), Some(2));
     assert_eq!(json(&wrong)["error"], "invalid-input");
     // By the id alone: the owner is the one all its objects name.
-    let removed = cordon()
-        .args(["task", "remove", "--allocation", &allocation])
-        .output()
-        .unwrap();
-    assert!(
-        removed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&removed.stderr)
-    );
+    succeeded(cordon().args(["task", "remove", "--allocation", &allocation]));
     let _ = std::fs::remove_dir_all(&dir);
     assert!(leftovers(&owner).is_empty());
 }

@@ -18,7 +18,7 @@ use bollard::models::VolumeCreateRequest;
 use cordon_contract::{paths, InitLine};
 
 use crate::cleanup::Created;
-use crate::engine::{bounded, Engine, CALL_TIMEOUT};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind, Owner, ALLOCATION, ATTEMPT, KIND, OWNER};
 use crate::profile::Area;
@@ -202,35 +202,9 @@ async fn labelled_with_allocation(
     engine: &Engine,
     id: &uuid::Uuid,
 ) -> Result<Vec<(String, std::collections::HashMap<String, String>)>> {
-    let filter = label_filter(ALLOCATION, &id.to_string());
-    let docker = engine.docker();
-    let containers = bounded(
-        "list containers",
-        CALL_TIMEOUT,
-        docker.list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: Some(filter.clone()),
-            ..Default::default()
-        })),
-    )
-    .await?;
-    let volumes = bounded(
-        "list volumes",
-        CALL_TIMEOUT,
-        docker.list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
-            filters: Some(filter.clone()),
-        })),
-    )
-    .await?;
-    let networks = bounded(
-        "list networks",
-        CALL_TIMEOUT,
-        docker.list_networks(Some(bollard::query_parameters::ListNetworksOptions {
-            filters: Some(filter),
-        })),
-    )
-    .await?;
-    let mut found: Vec<_> = containers
+    let listed = crate::cleanup::Listed::with_label(engine, &format!("{ALLOCATION}={id}")).await?;
+    let mut found: Vec<_> = listed
+        .containers
         .into_iter()
         .map(|c| {
             let what = format!("container {}", c.id.unwrap_or_default());
@@ -238,22 +212,16 @@ async fn labelled_with_allocation(
         })
         .collect();
     found.extend(
-        volumes
+        listed
             .volumes
-            .unwrap_or_default()
             .into_iter()
             .map(|v| (format!("volume {}", v.name), v.labels)),
     );
-    found.extend(networks.into_iter().map(|n| {
+    found.extend(listed.networks.into_iter().map(|n| {
         let what = format!("network {}", n.id.unwrap_or_default());
         (what, n.labels.unwrap_or_default())
     }));
     Ok(found)
-}
-
-/// A label filter for list calls.
-fn label_filter(key: &str, value: &str) -> std::collections::HashMap<String, Vec<String>> {
-    std::collections::HashMap::from([("label".to_owned(), vec![format!("{key}={value}")])])
 }
 
 /// What `prepare` needs.

@@ -6,12 +6,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use bollard::query_parameters::{
-    ListContainersOptions, ListNetworksOptions, ListVolumesOptions, RemoveContainerOptions,
-};
+use bollard::query_parameters::RemoveContainerOptions;
 
 use super::{clone, holds_storage_of, StorageHandle};
-use crate::cleanup::Created;
+use crate::cleanup::{Created, Listed};
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::labels::{Kind, Owner, ALLOCATION, ATTEMPT, KIND, OWNER};
@@ -79,58 +77,13 @@ pub async fn recover(engine: &Engine, owner: &Owner, foreign: bool) -> Result<Re
     if holds_storage_of(owner) {
         return Err(Error::RecoveryBusy(owner.as_str().to_owned()));
     }
-    let docker = engine.docker();
     // Everything with any cordon label: sorted below, so nothing of another owner is ever removed.
-    let filters = HashMap::from([("label".to_owned(), vec![KIND.to_owned()])]);
-    let owned_filter = HashMap::from([("label".to_owned(), vec![OWNER.to_owned()])]);
-    let containers = bounded(
-        "list containers",
-        CALL_TIMEOUT,
-        docker.list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(filters.clone()),
-            ..Default::default()
-        })),
-    )
-    .await?;
-    let owned_containers = bounded(
-        "list containers",
-        CALL_TIMEOUT,
-        docker.list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(owned_filter.clone()),
-            ..Default::default()
-        })),
-    )
-    .await?;
-    let volumes = bounded(
-        "list volumes",
-        CALL_TIMEOUT,
-        docker.list_volumes(Some(ListVolumesOptions {
-            filters: Some(filters.clone()),
-        })),
-    )
-    .await?
-    .volumes
-    .unwrap_or_default();
-    let owned_volumes = bounded(
-        "list volumes",
-        CALL_TIMEOUT,
-        docker.list_volumes(Some(ListVolumesOptions {
-            filters: Some(owned_filter.clone()),
-        })),
-    )
-    .await?
-    .volumes
-    .unwrap_or_default();
-    let networks = bounded(
-        "list networks",
-        CALL_TIMEOUT,
-        docker.list_networks(Some(ListNetworksOptions {
-            filters: Some(owned_filter),
-        })),
-    )
-    .await?;
+    let docker = engine.docker();
+    let any = Listed::with_label(engine, KIND).await?;
+    let owned = Listed::with_label(engine, OWNER).await?;
+    let (containers, owned_containers) = (any.containers, owned.containers);
+    let (volumes, owned_volumes) = (any.volumes, owned.volumes);
+    let networks = owned.networks;
 
     let mut report = RecoveryReport::default();
     let mut seen = std::collections::BTreeSet::new();
@@ -337,31 +290,11 @@ pub async fn recover_one(
     owner: &Owner,
     allocation: &uuid::Uuid,
 ) -> Result<Option<StorageHandle>> {
-    let docker = engine.docker();
-    let filter = HashMap::from([(
-        "label".to_owned(),
-        vec![format!("{ALLOCATION}={allocation}")],
-    )]);
-    let containers = bounded(
-        "list containers",
-        CALL_TIMEOUT,
-        docker.list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(filter.clone()),
-            ..Default::default()
-        })),
-    )
-    .await?;
-    let volumes = bounded(
-        "list volumes",
-        CALL_TIMEOUT,
-        docker.list_volumes(Some(ListVolumesOptions {
-            filters: Some(filter),
-        })),
-    )
-    .await?
-    .volumes
-    .unwrap_or_default();
+    let Listed {
+        containers,
+        volumes,
+        ..
+    } = Listed::with_label(engine, &format!("{ALLOCATION}={allocation}")).await?;
     let mut keeper = None;
     let mut work = None;
     let mut metadata = None;
