@@ -552,3 +552,55 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
     }
     assert_clean(&engine, &owner).await;
 }
+
+/// A prepare past its deadline fails with `deadline` and leaves nothing; a prepare whose future is
+/// dropped (cancelled) at any point releases its claim, so recovery of the owner runs, removes
+/// what it made and leaves nothing.
+#[tokio::test]
+async fn a_prepare_past_its_deadline_or_cancelled_leaves_nothing_after_recovery() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-cancel");
+    let repo = Repo::new("cancel");
+    for i in 0..1500u32 {
+        let content: Vec<u8> = (0..8192u32).map(|j| ((i * 7 + j) % 251) as u8).collect();
+        repo.write(&format!("d{}/f{i}", i % 30), &content, 0o644);
+    }
+    let head = repo.commit();
+    let mut request = prepare_request(&owner, &repo, &head);
+    request.deadline = std::time::Duration::from_millis(1);
+    let err = task::prepare(&engine, &image, &request)
+        .await
+        .expect_err("past the deadline");
+    assert_eq!(err.id(), "deadline", "{err}");
+    assert_clean(&engine, &owner).await;
+    assert_no_staging(&owner);
+
+    let request = prepare_request(&owner, &repo, &head);
+    let mut finished = 0;
+    for after_ms in [20u64, 300, 700, 1200, 2000, 3500] {
+        let cancelled = tokio::time::timeout(
+            std::time::Duration::from_millis(after_ms),
+            task::prepare(&engine, &image, &request),
+        )
+        .await;
+        if let Ok(done) = cancelled {
+            task::remove(&engine, &done.expect("prepare"))
+                .await
+                .unwrap();
+            finished += 1;
+        }
+    }
+    assert!(finished < 6, "no prepare was cancelled midway");
+    // A create the engine was already doing when its request was dropped may still land.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let report = recover::recover(&engine, &owner, false)
+        .await
+        .expect("recovery is not refused after a cancelled prepare");
+    for handle in &report.storage {
+        task::remove(&engine, handle).await.unwrap();
+    }
+    assert!(report.untouched.is_empty(), "{report:?}");
+    assert_clean(&engine, &owner).await;
+    assert_no_staging(&owner);
+}

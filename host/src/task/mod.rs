@@ -127,15 +127,36 @@ impl StorageHandle {
 /// Allocation ids held by this process, and each owner's live storage.
 static HELD: Mutex<BTreeMap<uuid::Uuid, String>> = Mutex::new(BTreeMap::new());
 
-fn hold(id: uuid::Uuid, owner: &Owner) -> Result<()> {
-    let mut held = HELD
-        .lock()
-        .map_err(|_| Error::Invalid("allocation registry poisoned".into()))?;
-    if held.contains_key(&id) {
-        return Err(Error::AllocationInUse(id.to_string()));
+/// This process's claim on an allocation id while it prepares storage. Dropped without being
+/// handed out (a failure, or the prepare future cancelled), it releases the id, so recovery of
+/// the owner is not refused forever; what a cancelled prepare made carries the seeding name and
+/// is removed by recovery.
+struct Hold(Option<uuid::Uuid>);
+
+impl Hold {
+    fn claim(id: uuid::Uuid, owner: &Owner) -> Result<Hold> {
+        let mut held = HELD
+            .lock()
+            .map_err(|_| Error::Invalid("allocation registry poisoned".into()))?;
+        if held.contains_key(&id) {
+            return Err(Error::AllocationInUse(id.to_string()));
+        }
+        held.insert(id, owner.as_str().to_owned());
+        Ok(Hold(Some(id)))
     }
-    held.insert(id, owner.as_str().to_owned());
-    Ok(())
+
+    /// The storage is handed out: the id stays held until it is removed.
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(id) = self.0.take() {
+            release(&id);
+        }
+    }
 }
 
 fn release(id: &uuid::Uuid) {
@@ -260,7 +281,7 @@ pub async fn prepare_with(
     if let Some(id) = request.allocation {
         allocation.id = id;
     }
-    hold(allocation.id, &request.owner)?;
+    let hold = Hold::claim(allocation.id, &request.owner)?;
     let result = async {
         // Everything about the repository is decided before anything exists in Docker.
         progress("staging the repository");
@@ -328,8 +349,8 @@ pub async fn prepare_with(
         }
     }
     .await;
-    if result.is_err() {
-        release(&allocation.id);
+    if result.is_ok() {
+        hold.keep();
     }
     result
 }
