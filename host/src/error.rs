@@ -65,13 +65,43 @@ pub enum Error {
     Git { context: String, message: String },
     #[error("{0} passed its deadline")]
     Deadline(String),
-    #[error("recovery incomplete: {message}")]
+    #[error(
+        "recovery incomplete: {message}; removed: {}",
+        bounded_list(removed, 2000)
+    )]
     Recovery {
         message: String,
         removed: Vec<String>,
     },
     #[error("recovery refused: this process still holds task storage of owner {0}")]
     RecoveryBusy(String),
+}
+
+/// `items` joined with ", ", cut at a character boundary to at most about `max` bytes, with the
+/// count of what was left out: an error message stays bounded whatever the engine returned.
+pub fn bounded_list(items: &[String], max: usize) -> String {
+    let mut out = String::new();
+    for (shown, item) in items.iter().enumerate() {
+        let next = if shown == 0 {
+            item.clone()
+        } else {
+            format!(", {item}")
+        };
+        if out.len() + next.len() > max {
+            let mut cut = max.saturating_sub(out.len());
+            while !next.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.push_str(&next[..cut]);
+            out.push_str(&format!("… (+{} more)", items.len() - shown - 1));
+            return out;
+        }
+        out.push_str(&next);
+    }
+    if items.is_empty() {
+        out.push_str("nothing");
+    }
+    out
 }
 
 fn join(refusals: &[Refusal]) -> String {
@@ -116,3 +146,20 @@ impl Error {
 
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_list_cuts_at_a_character_boundary_and_counts_the_rest() {
+        let items: Vec<String> = (0..100).map(|i| format!("volume ü{i:03}ü")).collect();
+        for max in 0..60 {
+            let text = bounded_list(&items, max);
+            assert!(text.len() <= max + "… (+100 more)".len(), "{max}: {text}");
+        }
+        assert_eq!(bounded_list(&items[..2], 100), "volume ü000ü, volume ü001ü");
+        assert!(bounded_list(&items, 30).ends_with("… (+97 more)"));
+        assert_eq!(bounded_list(&[], 10), "nothing");
+    }
+}

@@ -269,10 +269,11 @@ pub async fn recover(engine: &Engine, owner: &Owner, foreign: bool) -> Result<Re
         }
     }
     if !failed.is_empty() {
-        let mut message = format!("could not confirm removal of {}", failed.join("; "));
-        message.truncate(1000);
         return Err(Error::Recovery {
-            message,
+            message: format!(
+                "could not confirm removal of {}",
+                crate::error::bounded_list(&failed, 2000)
+            ),
             removed: report.removed,
         });
     }
