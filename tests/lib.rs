@@ -202,6 +202,7 @@ pub fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage, run: &Run) 
         env: vec![],
         gitlinks: vec![],
         pins: vec![],
+        input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
     })
     .expect("profile")

@@ -62,6 +62,7 @@ fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<Profi
         env: vec![],
         gitlinks: vec![],
         pins: vec![],
+        input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
     })
 }

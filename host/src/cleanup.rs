@@ -1,6 +1,6 @@
 //! Removing what cordon made: by the id captured at create, and listing by owner label.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::{RemoveContainerOptions, RemoveVolumeOptions};
@@ -15,6 +15,37 @@ use crate::labels::{Owner, OWNER};
 pub struct Created {
     pub containers: Vec<String>,
     pub volumes: Vec<String>,
+    /// Creates cut before the engine answered (cancelled, timed out): the object may exist. It is
+    /// touched only by name, and only while it carries exactly the labels it was created with.
+    pub pending: Vec<Pending>,
+    /// The labels each object was created with, by id (containers) or name (volumes).
+    pub labels: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// A container or a volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ObjectKind {
+    Container,
+    Volume,
+}
+
+/// A create whose answer never came.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub kind: ObjectKind,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// An object whose removal could not be confirmed: its create-time id when known, and the owner
+/// labels a caller must find on it before removing it later.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Leftover {
+    pub kind: ObjectKind,
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub labels: BTreeMap<String, String>,
 }
 
 fn not_found(e: &Error) -> bool {
@@ -25,6 +56,18 @@ fn not_found(e: &Error) -> bool {
                 status_code: 404,
                 ..
             },
+            ..
+        }
+    )
+}
+
+/// The engine answered (with a refusal): the create made nothing. Anything else (a timeout, a cut
+/// connection) leaves it open whether the object exists.
+pub fn engine_answered(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Docker {
+            source: bollard::errors::Error::DockerResponseServerError { .. },
             ..
         }
     )
@@ -62,47 +105,175 @@ async fn remove_volume(engine: &Engine, name: &str) -> Result<()> {
     }
 }
 
+/// Resolve a pending create by name: `Ok(None)` when nothing of ours exists under that name (never
+/// made, or made by someone else), `Ok(Some(id))` when our object exists.
+async fn resolve_pending(engine: &Engine, pending: &Pending) -> Result<Option<String>> {
+    let docker = engine.docker();
+    let found = match pending.kind {
+        ObjectKind::Container => bounded(
+            "inspect container",
+            CALL_TIMEOUT,
+            docker.inspect_container(&pending.name, None),
+        )
+        .await
+        .map(|c| {
+            let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+            (c.id.unwrap_or_default(), labels)
+        }),
+        ObjectKind::Volume => bounded(
+            "inspect volume",
+            CALL_TIMEOUT,
+            docker.inspect_volume(&pending.name),
+        )
+        .await
+        .map(|v| (v.name, v.labels)),
+    };
+    match found {
+        Ok((id, labels)) => {
+            let labels: BTreeMap<String, String> = labels.into_iter().collect();
+            Ok((labels == pending.labels && !id.is_empty()).then_some(id))
+        }
+        Err(e) if not_found(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl Created {
-    /// Containers first (they hold the volumes), then volumes; failures are retried every second
-    /// until `budget` runs out, then named.
+    /// Before a create: the object may exist from here on.
+    pub fn begin(&mut self, kind: ObjectKind, name: &str, labels: &HashMap<String, String>) {
+        self.pending.push(Pending {
+            kind,
+            name: name.to_owned(),
+            labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        });
+    }
+
+    /// After the create's answer: made (with its id) or refused (nothing exists).
+    pub fn answered(&mut self, kind: ObjectKind, name: &str, id: Option<&str>) {
+        let Some(at) = self
+            .pending
+            .iter()
+            .rposition(|p| p.kind == kind && p.name == name)
+        else {
+            return;
+        };
+        let pending = self.pending.remove(at);
+        if let Some(id) = id {
+            self.labels.insert(id.to_owned(), pending.labels);
+            match kind {
+                ObjectKind::Container => self.containers.push(id.to_owned()),
+                ObjectKind::Volume => self.volumes.push(id.to_owned()),
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.containers.is_empty() && self.volumes.is_empty() && self.pending.is_empty()
+    }
+
+    /// One removal pass: containers first (they hold the volumes), then volumes, then pending
+    /// creates resolved by name. Returns what is left.
+    pub async fn remove_once(&self, engine: &Engine) -> Created {
+        let mut left = Created {
+            labels: self.labels.clone(),
+            ..Created::default()
+        };
+        let mut pending_containers = Vec::new();
+        let mut pending_volumes = Vec::new();
+        for pending in &self.pending {
+            match resolve_pending(engine, pending).await {
+                Ok(None) => {}
+                Ok(Some(id)) if pending.kind == ObjectKind::Container => {
+                    pending_containers.push((id, pending))
+                }
+                Ok(Some(id)) => pending_volumes.push((id, pending)),
+                Err(_) => left.pending.push(pending.clone()),
+            }
+        }
+        for (id, pending) in &pending_containers {
+            if remove_container(engine, id).await.is_err() {
+                left.containers.push(id.clone());
+                left.labels.insert(id.clone(), pending.labels.clone());
+            }
+        }
+        for id in &self.containers {
+            if remove_container(engine, id).await.is_err() {
+                left.containers.push(id.clone());
+            }
+        }
+        for name in &self.volumes {
+            if remove_volume(engine, name).await.is_err() {
+                left.volumes.push(name.clone());
+            }
+        }
+        for (name, pending) in &pending_volumes {
+            if remove_volume(engine, name).await.is_err() {
+                left.volumes.push(name.clone());
+                left.labels.insert(name.clone(), pending.labels.clone());
+            }
+        }
+        left
+    }
+
+    /// What is left, as a caller records it: ids when known, owner labels always.
+    pub fn leftovers(&self) -> Vec<Leftover> {
+        let labels = |key: &str| self.labels.get(key).cloned().unwrap_or_default();
+        let mut out: Vec<Leftover> = self
+            .containers
+            .iter()
+            .map(|id| Leftover {
+                kind: ObjectKind::Container,
+                id: Some(id.clone()),
+                name: None,
+                labels: labels(id),
+            })
+            .collect();
+        out.extend(self.volumes.iter().map(|name| Leftover {
+            kind: ObjectKind::Volume,
+            id: Some(name.clone()),
+            name: Some(name.clone()),
+            labels: labels(name),
+        }));
+        out.extend(self.pending.iter().map(|p| Leftover {
+            kind: p.kind,
+            id: None,
+            name: Some(p.name.clone()),
+            labels: p.labels.clone(),
+        }));
+        out
+    }
+
+    /// Remove everything; failures are retried every second until `budget` runs out, then named.
     pub async fn remove_all(&self, engine: &Engine, budget: Duration) -> Result<()> {
         let start = Instant::now();
-        let mut containers = self.containers.clone();
-        let mut volumes = self.volumes.clone();
-        loop {
-            let mut left_containers = Vec::new();
-            for id in &containers {
-                if remove_container(engine, id).await.is_err() {
-                    left_containers.push(id.clone());
-                }
-            }
-            let mut left_volumes = Vec::new();
-            for name in &volumes {
-                if remove_volume(engine, name).await.is_err() {
-                    left_volumes.push(name.clone());
-                }
-            }
-            containers = left_containers;
-            volumes = left_volumes;
-            if containers.is_empty() && volumes.is_empty() {
-                return Ok(());
-            }
+        let mut left = self.remove_once(engine).await;
+        while !left.is_empty() {
             if start.elapsed() >= budget {
-                let mut unreleased: Vec<String> = containers
+                let mut unreleased: Vec<String> = left
+                    .containers
                     .iter()
                     .map(|c| format!("container {c}"))
                     .collect();
-                unreleased.extend(volumes.iter().map(|v| format!("volume {v}")));
+                unreleased.extend(left.volumes.iter().map(|v| format!("volume {v}")));
+                unreleased.extend(
+                    left.pending
+                        .iter()
+                        .map(|p| format!("{:?} {} (create unanswered)", p.kind, p.name)),
+                );
                 return Err(Error::Unreleased(unreleased));
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
+            left = left.remove_once(engine).await;
         }
+        Ok(())
     }
 
     /// Add another record's objects.
     pub fn extend(&mut self, other: Created) {
         self.containers.extend(other.containers);
         self.volumes.extend(other.volumes);
+        self.pending.extend(other.pending);
+        self.labels.extend(other.labels);
     }
 }
 
@@ -171,6 +342,7 @@ pub async fn remove_owned(engine: &Engine, owner: &Owner) -> Result<()> {
     Created {
         containers,
         volumes,
+        ..Created::default()
     }
     .remove_all(engine, Duration::from_secs(10))
     .await

@@ -6,6 +6,8 @@
 //! request, so what we send is exactly the version the daemon said it speaks.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::{ClientVersion, Docker};
@@ -71,6 +73,15 @@ pub struct Engine {
     docker: Docker,
     api: ApiVersion,
     info: EngineInfo,
+    faults: Arc<Faults>,
+}
+
+/// Injected engine errors, for tests of cleanup failures: while `failing_removals` is non-zero,
+/// each removal request is sent at an API version the daemon refuses (a real engine error, 400),
+/// and the count goes down by one.
+#[derive(Debug, Default)]
+struct Faults {
+    failing_removals: AtomicUsize,
 }
 
 /// The unix socket to use: `DOCKER_HOST=unix://...` or the default. Anything else is refused:
@@ -102,12 +113,19 @@ pub fn pin_path(path_and_query: &str, api: ApiVersion) -> String {
     }
 }
 
-fn pinned(docker: Docker, api: ApiVersion) -> Docker {
+fn pinned(docker: Docker, api: ApiVersion, faults: Arc<Faults>) -> Docker {
     docker.with_request_modifier(move |mut request| {
         let uri = request.uri().clone();
         let mut parts = uri.into_parts();
+        let refused = ApiVersion { major: 0, minor: 1 };
+        let fail = request.method() == http::Method::DELETE
+            && faults
+                .failing_removals
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
         if let Some(pq) = &parts.path_and_query {
-            if let Ok(new) = pin_path(pq.as_str(), api).parse() {
+            let path = pin_path(pq.as_str(), if fail { refused } else { api });
+            if let Ok(new) = path.parse() {
                 parts.path_and_query = Some(new);
             }
         }
@@ -118,13 +136,13 @@ fn pinned(docker: Docker, api: ApiVersion) -> Docker {
     })
 }
 
-fn connect_raw(socket: &str, api: ApiVersion) -> Result<Docker> {
+fn connect_raw(socket: &str, api: ApiVersion, faults: Arc<Faults>) -> Result<Docker> {
     let version = ClientVersion {
         major_version: api.major as usize,
         minor_version: api.minor as usize,
     };
     Docker::connect_with_unix(socket, CALL_TIMEOUT.as_secs(), &version)
-        .map(|d| pinned(d, api))
+        .map(|d| pinned(d, api, faults))
         .map_err(|e| Error::Unreachable {
             socket: socket.to_owned(),
             reason: e.to_string(),
@@ -161,7 +179,7 @@ impl Engine {
     /// prove the pin reaches the wire).
     pub async fn connect_at(socket: &str, force_api: Option<ApiVersion>) -> Result<Engine> {
         // The version endpoint answers at any version; ask it at the minimum.
-        let probe = connect_raw(socket, MIN_API)?;
+        let probe = connect_raw(socket, MIN_API, Arc::default())?;
         let version = bounded("version", CALL_TIMEOUT, probe.version())
             .await
             .map_err(|e| Error::Unreachable {
@@ -180,7 +198,8 @@ impl Engine {
             });
         }
         let pin = force_api.unwrap_or(api);
-        let docker = connect_raw(socket, pin)?;
+        let faults = Arc::<Faults>::default();
+        let docker = connect_raw(socket, pin, faults.clone())?;
         let info = bounded("info", CALL_TIMEOUT, docker.info()).await?;
         let info = EngineInfo {
             socket: socket.to_owned(),
@@ -205,7 +224,14 @@ impl Engine {
             docker,
             api: pin,
             info,
+            faults,
         })
+    }
+
+    /// Make the next `count` removal requests of this engine (and its clones) fail with a real
+    /// engine error; 0 stops it. Tests use this to prove what cleanup does when removal fails.
+    pub fn inject_removal_failures(&self, count: usize) {
+        self.faults.failing_removals.store(count, Ordering::SeqCst);
     }
 
     /// The bollard client (pinned).

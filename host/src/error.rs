@@ -75,6 +75,20 @@ pub enum Error {
     },
     #[error("recovery refused: this process still holds task storage of owner {0}")]
     RecoveryBusy(String),
+    #[error("schema: {0}")]
+    SchemaMismatch(String),
+    #[error("schema refused: {0}")]
+    Schema(String),
+    #[error("{0}")]
+    VendorRefused(String),
+    #[error("attempt {0} was already captured: a new attempt needs a new attempt id")]
+    AttemptCaptured(String),
+    #[error("attempt {0} is still owned: {1}")]
+    AttemptOwned(String, String),
+    #[error(
+        "profile of allocation {0} is retired: an earlier launch could not confirm its cleanup"
+    )]
+    Retired(String),
 }
 
 /// `items` joined with ", ", cut at a character boundary to at most about `max` bytes, with the
@@ -133,6 +147,12 @@ impl Error {
             Error::Deadline(_) => "deadline",
             Error::Recovery { .. } => "recovery-incomplete",
             Error::RecoveryBusy(_) => "recovery-busy",
+            Error::Retired(_) => "profile-retired",
+            Error::SchemaMismatch(_) => "schema-mismatch",
+            Error::Schema(_) => "schema-invalid",
+            Error::VendorRefused(_) => "vendor-refused",
+            Error::AttemptCaptured(_) => "attempt-captured",
+            Error::AttemptOwned(..) => "attempt-owned",
         }
     }
 

@@ -22,8 +22,30 @@ use crate::profile::{invocation_volume_requests, LaunchPlan, Profile};
 use crate::storage::InvocationVolumes;
 use crate::validate::{self, Observed};
 
-/// Output kept per stream; the engine's log driver bounds what it stores too.
+/// Output kept per stream by default; the rest is drained and counted, never stored.
 pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
+/// Profiles that settled with objects whose removal could not be confirmed, by allocation: every
+/// launch path refuses them while their cleanup may still be running elsewhere.
+static RETIRED: std::sync::Mutex<std::collections::BTreeSet<uuid::Uuid>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Retire a profile's allocation: no launch path will use it again in this process.
+pub fn retire(allocation: &uuid::Uuid) {
+    if let Ok(mut retired) = RETIRED.lock() {
+        retired.insert(*allocation);
+    }
+}
+
+/// Refuse a retired profile (a poisoned registry refuses everything: fail closed).
+pub fn check_not_retired(profile: &Profile) -> Result<()> {
+    let id = profile.allocation().id;
+    let retired = RETIRED.lock().map(|r| r.contains(&id)).unwrap_or(true);
+    if retired {
+        return Err(Error::Retired(id.to_string()));
+    }
+    Ok(())
+}
 
 /// What will be created: the plan and the invocation volume requests (the gate mutates these).
 #[derive(Debug, Clone)]
@@ -31,6 +53,8 @@ pub struct Prepared {
     pub plan: LaunchPlan,
     pub volumes: BTreeMap<Kind, VolumeCreateRequest>,
     pub input_files: Vec<(String, Vec<u8>)>,
+    /// Bytes kept of each output stream.
+    pub max_output: usize,
 }
 
 impl Prepared {
@@ -39,7 +63,8 @@ impl Prepared {
         Ok(Prepared {
             plan: profile.plan(engine.api())?,
             volumes: invocation_volume_requests(profile.allocation()),
-            input_files: Vec::new(),
+            input_files: profile.input_files().to_vec(),
+            max_output: MAX_OUTPUT_BYTES,
         })
     }
 }
@@ -79,12 +104,52 @@ impl InitVerdict {
     }
 }
 
-/// Collected output of a finished container.
+/// Collected output of a finished container: the raw bytes as the workload wrote them (bounded),
+/// and lossy text for diagnostics. Only [`Output::strict`] decides what a caller may use.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Output {
     pub stdout: String,
     pub stderr: String,
     pub truncated: bool,
+    #[serde(skip)]
+    pub raw: RawOutput,
+}
+
+/// One container's output streams, byte for byte up to the bound.
+#[derive(Debug, Clone, Default)]
+pub struct RawOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Bytes written to each stream in all (kept or not).
+    pub stdout_total: u64,
+    pub stderr_total: u64,
+}
+
+impl RawOutput {
+    fn new() -> RawOutput {
+        RawOutput::default()
+    }
+
+    fn push(&mut self, stderr: bool, bytes: &[u8], max: usize) {
+        let (buffer, total) = if stderr {
+            (&mut self.stderr, &mut self.stderr_total)
+        } else {
+            (&mut self.stdout, &mut self.stdout_total)
+        };
+        *total += bytes.len() as u64;
+        let room = max.saturating_sub(buffer.len());
+        buffer.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    fn output(self) -> Output {
+        Output {
+            stdout: String::from_utf8_lossy(&self.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&self.stderr).into_owned(),
+            truncated: self.stdout_total > self.stdout.len() as u64
+                || self.stderr_total > self.stderr.len() as u64,
+            raw: self,
+        }
+    }
 }
 
 /// Where the time went (milliseconds).
@@ -111,6 +176,55 @@ pub struct Launch {
     pub policy_digest: String,
     pub timings: Timings,
     created: Created,
+    /// The attach stream's collector, started before the container is: the output comes byte for
+    /// byte from the container's pipes, not from the log driver (which rewrites invalid UTF-8 and
+    /// rotates the start of a long output away).
+    capture: Option<tokio::task::JoinHandle<Result<RawOutput>>>,
+    collected: Option<Output>,
+    /// The profile's allocation (checked against the retired set before start).
+    allocation: Option<uuid::Uuid>,
+}
+
+/// Attach to a created container's stdout and stderr and collect them in the background, keeping
+/// `max` bytes of each and draining the rest.
+async fn attach(
+    engine: &Engine,
+    container: &str,
+    max: usize,
+) -> Result<tokio::task::JoinHandle<Result<RawOutput>>> {
+    let options = bollard::query_parameters::AttachContainerOptions {
+        stdout: true,
+        stderr: true,
+        stream: true,
+        logs: false,
+        stdin: false,
+        detach_keys: None,
+    };
+    let attached = bounded(
+        "attach container",
+        CALL_TIMEOUT,
+        engine.docker().attach_container(container, Some(options)),
+    )
+    .await?;
+    let mut stream = attached.output;
+    Ok(tokio::spawn(async move {
+        let mut raw = RawOutput::new();
+        while let Some(item) = stream.next().await {
+            let item = item.map_err(|source| Error::Docker {
+                context: "attach".into(),
+                source,
+            })?;
+            match item {
+                bollard::container::LogOutput::StdErr { message } => raw.push(true, &message, max),
+                bollard::container::LogOutput::StdOut { message }
+                | bollard::container::LogOutput::Console { message } => {
+                    raw.push(false, &message, max)
+                }
+                bollard::container::LogOutput::StdIn { .. } => {}
+            }
+        }
+        Ok(raw)
+    }))
 }
 
 /// Read back a created container and every volume the profile mounts.
@@ -147,10 +261,33 @@ pub async fn read_back(engine: &Engine, container: &str, profile: &Profile) -> R
 /// Everything made is removed if a step fails; on success the caller owns it (see [`Launch::finish`]).
 pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> Result<Launch> {
     let mut created = Created::default();
+    match create_into(engine, profile, prepared, &mut created).await {
+        Ok(mut launch) => {
+            launch.created = created;
+            Ok(launch)
+        }
+        Err(e) => {
+            created.remove_all(engine, Duration::from_secs(10)).await?;
+            Err(e)
+        }
+    }
+}
+
+/// [`create`] that records what it makes in `created` and leaves cleanup to the caller: an
+/// invocation owns the record, so a cancelled or failed setup still knows what may exist. The
+/// returned launch owns nothing ([`Launch::finish`] removes nothing of it).
+pub async fn create_into(
+    engine: &Engine,
+    profile: &Profile,
+    prepared: Prepared,
+    created: &mut Created,
+) -> Result<Launch> {
+    check_not_retired(profile)?;
     let mut timings = Timings::default();
     let policy_bytes = prepared.plan.policy.to_bytes();
     let tty = prepared.plan.create.tty == Some(true);
     let policy_digest = policy::digest(&policy_bytes);
+    let max_output = prepared.max_output;
     let result = async {
         let t = Instant::now();
         let inputs: Vec<(&str, &[u8])> = prepared
@@ -165,7 +302,7 @@ pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> R
             prepared.volumes,
             &policy_bytes,
             &inputs,
-            &mut created,
+            created,
         )
         .await?;
         timings.volumes_ms = ms(t);
@@ -174,7 +311,7 @@ pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> R
             engine,
             &prepared.plan.name,
             prepared.plan.create,
-            &mut created,
+            created,
         )
         .await?;
         timings.create_ms = ms(t);
@@ -182,23 +319,22 @@ pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> R
         let observed = read_back(engine, &id, profile).await?;
         let refusals = validate::validate(profile, &observed);
         timings.validate_ms = ms(t);
-        Ok::<_, Error>((id, refusals))
+        let capture = attach(engine, &id, max_output).await?;
+        Ok::<_, Error>((id, refusals, capture))
     }
     .await;
-    match result {
-        Ok((container, refusals)) => Ok(Launch {
-            container,
-            tty,
-            refusals,
-            policy_digest,
-            timings,
-            created,
-        }),
-        Err(e) => {
-            created.remove_all(engine, Duration::from_secs(10)).await?;
-            Err(e)
-        }
-    }
+    let (container, refusals, capture) = result?;
+    Ok(Launch {
+        container,
+        tty,
+        refusals,
+        policy_digest,
+        timings,
+        created: Created::default(),
+        capture: Some(capture),
+        collected: None,
+        allocation: Some(profile.allocation().id),
+    })
 }
 
 /// Read the init's verdict from its first line: the first stderr line, written before any
@@ -247,11 +383,20 @@ impl Launch {
             policy_digest: String::new(),
             timings: Timings::default(),
             created: Created::default(),
+            capture: None,
+            collected: None,
+            allocation: None,
         }
     }
 
     /// Start the container (whatever the validator said: callers decide).
     pub async fn start(&mut self, engine: &Engine) -> Result<()> {
+        if let Some(id) = self.allocation {
+            let retired = RETIRED.lock().map(|r| r.contains(&id)).unwrap_or(true);
+            if retired {
+                return Err(Error::Retired(id.to_string()));
+            }
+        }
         let t = Instant::now();
         bounded(
             "start container",
@@ -306,8 +451,34 @@ impl Launch {
         Ok(code)
     }
 
-    /// The container's output so far, bounded per stream.
-    pub async fn output(&self, engine: &Engine) -> Result<Output> {
+    /// The container's output: for a container this module created, everything its attach stream
+    /// carried (call after the container exited); for an adopted one, what its log holds so far.
+    pub async fn output(&mut self, engine: &Engine) -> Result<Output> {
+        if let Some(output) = &self.collected {
+            return Ok(output.clone());
+        }
+        let raw = match self.capture.take() {
+            Some(collector) => match tokio::time::timeout(CALL_TIMEOUT, collector).await {
+                Ok(Ok(raw)) => raw?,
+                Ok(Err(e)) => return Err(Error::Invalid(format!("output collector: {e}"))),
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        context: "output".into(),
+                        after: CALL_TIMEOUT,
+                    })
+                }
+            },
+            None => self.logs(engine).await?,
+        };
+        let output = raw.output();
+        if self.allocation.is_some() {
+            self.collected = Some(output.clone());
+        }
+        Ok(output)
+    }
+
+    /// What the log driver holds (helpers, and tests that look at a running container).
+    async fn logs(&self, engine: &Engine) -> Result<RawOutput> {
         let options = LogsOptions {
             stdout: true,
             stderr: true,
@@ -316,26 +487,23 @@ impl Launch {
             ..Default::default()
         };
         let mut stream = engine.docker().logs(&self.container, Some(options));
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let mut truncated = false;
+        let mut raw = RawOutput::new();
         let collect = async {
             while let Some(item) = stream.next().await {
                 let item = item.map_err(|source| Error::Docker {
                     context: "logs".into(),
                     source,
                 })?;
-                let (buffer, bytes) = match item {
-                    bollard::container::LogOutput::StdErr { message } => (&mut err, message),
+                match item {
+                    bollard::container::LogOutput::StdErr { message } => {
+                        raw.push(true, &message, MAX_OUTPUT_BYTES)
+                    }
                     bollard::container::LogOutput::StdOut { message }
-                    | bollard::container::LogOutput::Console { message } => (&mut out, message),
-                    bollard::container::LogOutput::StdIn { .. } => continue,
-                };
-                let room = MAX_OUTPUT_BYTES.saturating_sub(buffer.len());
-                if bytes.len() > room {
-                    truncated = true;
+                    | bollard::container::LogOutput::Console { message } => {
+                        raw.push(false, &message, MAX_OUTPUT_BYTES)
+                    }
+                    bollard::container::LogOutput::StdIn { .. } => {}
                 }
-                buffer.extend_from_slice(&bytes[..bytes.len().min(room)]);
             }
             Ok::<_, Error>(())
         };
@@ -348,11 +516,7 @@ impl Launch {
                 })
             }
         }
-        Ok(Output {
-            stdout: String::from_utf8_lossy(&out).into_owned(),
-            stderr: String::from_utf8_lossy(&err).into_owned(),
-            truncated,
-        })
+        Ok(raw)
     }
 
     /// The init's verdict in this container's output.

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod gate;
 pub mod image;
+pub mod invoke;
 pub mod labels;
 pub mod launch;
 pub mod profile;

@@ -54,6 +54,45 @@ enum Command {
         #[command(subcommand)]
         action: TaskAction,
     },
+    /// Run one agent invocation on a repository: prepare its storage, run, settle, remove the
+    /// storage, print the result (exit 0 with an answer, 1 without).
+    Run {
+        #[arg(long)]
+        phase: cordon_contract::Phase,
+        #[arg(long)]
+        repo: PathBuf,
+        #[arg(long, default_value = "HEAD")]
+        head: String,
+        #[arg(
+            long,
+            conflicts_with = "prompt_file",
+            required_unless_present = "prompt_file"
+        )]
+        prompt: Option<String>,
+        #[arg(long)]
+        prompt_file: Option<PathBuf>,
+        /// The planning answer's JSON schema (`schema.json`).
+        #[arg(long)]
+        schema: Option<PathBuf>,
+        /// `test` runs the fake vendor CLI of the test image (no credential); `claude` needs
+        /// `--image` with the real CLI and CLAUDE_CODE_OAUTH_TOKEN in the environment.
+        #[arg(long, default_value = "test")]
+        vendor: String,
+        /// The image for `--vendor claude`.
+        #[arg(long)]
+        image: Option<String>,
+        /// Owner token for every object made (generated when absent).
+        #[arg(long)]
+        owner: Option<String>,
+        /// Attempt id (generated when absent).
+        #[arg(long)]
+        attempt: Option<String>,
+        /// Echoed in the result (defaults to the commit the storage was seeded from).
+        #[arg(long)]
+        code_hash: Option<String>,
+        #[arg(long, default_value_t = 600)]
+        deadline_secs: u64,
+    },
     /// Remove what an owner left (containers, networks, interrupted storage) and hand back its
     /// intact task storage.
     Recover {
@@ -199,6 +238,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Task { action } => task(&engine, &cli, action).await,
+        Command::Run { .. } => run_invocation(&engine, &cli).await,
         Command::Bench {
             action: BenchAction::Seed { files, mib, runs },
         } => {
@@ -333,6 +373,122 @@ async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> {
+    let Command::Run {
+        phase,
+        repo,
+        head,
+        prompt,
+        prompt_file,
+        schema,
+        vendor,
+        image,
+        owner,
+        attempt,
+        code_hash,
+        deadline_secs,
+    } = &cli.command
+    else {
+        anyhow::bail!("not a run command");
+    };
+    let prompt = match (prompt, prompt_file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
+        }
+        (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
+    };
+    let (vendor, image_id, credential) = match vendor.as_str() {
+        "test" => (
+            cordon_contract::Vendor::Claude,
+            build(engine, cli).await?.id,
+            None,
+        ),
+        "claude" => {
+            let Some(image) = image else {
+                anyhow::bail!("--vendor claude needs --image (an image with the real Claude CLI)");
+            };
+            let token = std::env::var("CLAUDE_CODE_OAUTH_TOKEN")
+                .context("--vendor claude needs CLAUDE_CODE_OAUTH_TOKEN in the environment")?;
+            (
+                cordon_contract::Vendor::Claude,
+                image.clone(),
+                Some(cordon::invoke::Credential::new(token)?),
+            )
+        }
+        other => (
+            other
+                .parse::<cordon_contract::Vendor>()
+                .map_err(anyhow::Error::msg)?,
+            String::new(),
+            None,
+        ),
+    };
+    let token = || uuid::Uuid::new_v4().simple().to_string();
+    let owner = match owner {
+        Some(o) => cordon::labels::Owner::new(o)?,
+        None => cordon::labels::Owner::random("run"),
+    };
+    let run = cordon::invoke::oneshot::OneShot {
+        phase: *phase,
+        vendor,
+        repo: repo.clone(),
+        head: head.clone(),
+        prompt,
+        schema: schema.clone(),
+        owner,
+        attempt: attempt
+            .clone()
+            .unwrap_or_else(|| format!("run-{}", &token()[..12])),
+        referenced_code_hash: code_hash.clone(),
+        deadline: std::time::Duration::from_secs(*deadline_secs),
+        credential,
+        work: cordon::storage::DEFAULT_WORK,
+    };
+    // A refused vendor is refused before anything is prepared.
+    if cordon::invoke::allowed_phases(vendor).is_empty() {
+        return Err(cordon::Error::VendorRefused(format!(
+            "{vendor} is refused in every phase: use claude (or --vendor test)"
+        ))
+        .into());
+    }
+    let bar = spinner(cli.json);
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let report = cordon::invoke::oneshot::oneshot(engine, &image_id, &run, shutdown, &|step| {
+        bar.set_message(step.to_owned())
+    })
+    .await;
+    bar.finish_and_clear();
+    let report = report?;
+    let result = &report.result;
+    print(cli.json, &report, || {
+        let mut text = String::new();
+        match (&result.answer, &result.failure) {
+            (Some(answer), _) => text.push_str(&format!("{answer}\n")),
+            (None, Some(f)) => text.push_str(&format!("no answer: {} ({})\n", f.id, f.message)),
+            (None, None) => text.push_str("no answer\n"),
+        }
+        text.push_str(&format!(
+            "attempt {}, code {}, exit {:?}, attested: {}, {:.0} ms\n",
+            result.attempt,
+            result.referenced_code_hash,
+            result.exit_code,
+            result.attestation.is_some(),
+            report.timings.total_ms
+        ));
+        text
+    })?;
+    Ok(
+        if result.answer.is_some() && report.storage_left.is_none() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        },
+    )
 }
 
 #[tokio::main]

@@ -121,8 +121,9 @@ pub const MAX_GITLINKS: usize = 256;
 /// Container logs are bounded by the engine too.
 pub const LOG_MAX_SIZE: &str = "1m";
 
-/// Everything a profile is built from.
-#[derive(Debug, Clone)]
+/// Everything a profile is built from. Its `Debug` names environment variables but never shows
+/// their values (a credential travels there).
+#[derive(Clone)]
 pub struct ProfileSpec {
     pub phase: Phase,
     pub vendor: Vendor,
@@ -142,6 +143,73 @@ pub struct ProfileSpec {
     /// Directories under /work pinned by a subpath mount of the work volume (needs API 1.45).
     pub pins: Vec<String>,
     pub landlock_abi: u8,
+    /// Files written into the read-only input dir (name, content), such as `schema.json`.
+    pub input_files: Vec<(String, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for ProfileSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        let inputs: Vec<(&str, usize)> = self
+            .input_files
+            .iter()
+            .map(|(n, c)| (n.as_str(), c.len()))
+            .collect();
+        f.debug_struct("ProfileSpec")
+            .field("phase", &self.phase)
+            .field("vendor", &self.vendor)
+            .field("image_id", &self.image_id)
+            .field("allocation", &self.allocation)
+            .field("limits", &self.limits)
+            .field("storage", &self.storage)
+            .field("command", &self.command)
+            .field("exec", &self.exec)
+            .field("env (values withheld)", &env)
+            .field("gitlinks", &self.gitlinks)
+            .field("pins", &self.pins)
+            .field("landlock_abi", &self.landlock_abi)
+            .field("input_files (bytes)", &inputs)
+            .finish()
+    }
+}
+
+/// The input file a `--json-schema` argument must equal, byte for byte.
+pub const SCHEMA_FILE: &str = "schema.json";
+/// At most this many input files, this many bytes in all.
+pub const MAX_INPUT_FILES: usize = 16;
+pub const MAX_INPUT_BYTES: usize = 1024 * 1024;
+
+/// The command's `--json-schema` text must be exactly the mounted `schema.json`: what the agent is
+/// told to answer and what a reader of the input dir sees cannot differ.
+fn check_schema_argument(command: &[String], input_files: &[(String, Vec<u8>)]) -> Result<()> {
+    if command.iter().any(|a| a.starts_with("--json-schema=")) {
+        return Err(Error::SchemaMismatch(
+            "the schema must be passed as a separate argument".into(),
+        ));
+    }
+    let at: Vec<usize> = command
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| *a == "--json-schema")
+        .map(|(i, _)| i)
+        .collect();
+    let mounted = input_files
+        .iter()
+        .find(|(name, _)| name == SCHEMA_FILE)
+        .map(|(_, content)| content.as_slice());
+    match (at.as_slice(), mounted) {
+        ([], _) => Ok(()),
+        ([i], Some(mounted)) if command.get(i + 1).map(String::as_bytes) == Some(mounted) => Ok(()),
+        ([_], Some(_)) => Err(Error::SchemaMismatch(format!(
+            "the --json-schema text differs from the mounted {SCHEMA_FILE}"
+        ))),
+        ([_], None) => Err(Error::SchemaMismatch(format!(
+            "--json-schema without a mounted {SCHEMA_FILE}"
+        ))),
+        _ => Err(Error::SchemaMismatch(
+            "--json-schema given more than once".into(),
+        )),
+    }
 }
 
 /// An immutable, checked profile.
@@ -228,6 +296,26 @@ impl Profile {
                 )));
             }
         }
+        if spec.input_files.len() > MAX_INPUT_FILES
+            || spec.input_files.iter().map(|(_, c)| c.len()).sum::<usize>() > MAX_INPUT_BYTES
+        {
+            return Err(Error::Invalid(format!(
+                "more than {MAX_INPUT_FILES} input files or {MAX_INPUT_BYTES} bytes of input"
+            )));
+        }
+        for (name, _) in &spec.input_files {
+            let plain = !name.is_empty()
+                && name.len() <= 255
+                && name != "."
+                && name != ".."
+                && !name.contains(['/', '\0']);
+            if !plain {
+                return Err(Error::Invalid(format!(
+                    "input file name {name:?} is not a plain file name"
+                )));
+            }
+        }
+        check_schema_argument(&spec.command, &spec.input_files)?;
         if !policy::LANDLOCK_ABI_RANGE.contains(&spec.landlock_abi) {
             return Err(Error::Invalid(format!(
                 "Landlock ABI {} unsupported",
@@ -257,6 +345,9 @@ impl Profile {
     }
     pub fn spec(&self) -> &ProfileSpec {
         &self.spec
+    }
+    pub fn input_files(&self) -> &[(String, Vec<u8>)] {
+        &self.spec.input_files
     }
 
     /// The container's environment (without the HOSTNAME the engine adds).
@@ -704,6 +795,7 @@ mod tests {
             env: vec![],
             gitlinks: vec![],
             pins: vec![],
+            input_files: vec![],
             landlock_abi: DEFAULT_LANDLOCK_ABI,
         }
     }

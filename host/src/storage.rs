@@ -14,7 +14,7 @@ use bollard::models::{ContainerCreateBody, Mount, VolumeCreateRequest};
 use bollard::query_parameters::{CreateContainerOptions, UploadToContainerOptions};
 use cordon_contract::paths;
 
-use crate::cleanup::Created;
+use crate::cleanup::{Created, ObjectKind};
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind};
@@ -64,14 +64,39 @@ async fn create_volume(
     if name.is_empty() {
         return Err(Error::Invalid("volume request without a name".into()));
     }
-    let volume = bounded(
+    created.begin(
+        ObjectKind::Volume,
+        &name,
+        &request.labels.clone().unwrap_or_default(),
+    );
+    let result = bounded(
         "create volume",
         CALL_TIMEOUT,
         engine.docker().create_volume(request),
     )
-    .await?;
-    created.volumes.push(volume.name.clone());
-    Ok(volume.name)
+    .await;
+    answered(created, ObjectKind::Volume, &name, result.map(|v| v.name))
+}
+
+/// Record a create's answer; an error the engine did not answer leaves the object pending.
+fn answered(
+    created: &mut Created,
+    kind: ObjectKind,
+    name: &str,
+    result: Result<String>,
+) -> Result<String> {
+    match result {
+        Ok(id) => {
+            created.answered(kind, name, Some(&id));
+            Ok(id)
+        }
+        Err(e) => {
+            if crate::cleanup::engine_answered(&e) {
+                created.answered(kind, name, None);
+            }
+            Err(e)
+        }
+    }
 }
 
 pub(crate) async fn create_container(
@@ -84,14 +109,18 @@ pub(crate) async fn create_container(
         name: Some(name.to_owned()),
         ..Default::default()
     };
-    let response = bounded(
+    created.begin(
+        ObjectKind::Container,
+        name,
+        &body.labels.clone().unwrap_or_default(),
+    );
+    let result = bounded(
         "create container",
         CALL_TIMEOUT,
         engine.docker().create_container(Some(options), body),
     )
-    .await?;
-    created.containers.push(response.id.clone());
-    Ok(response.id)
+    .await;
+    answered(created, ObjectKind::Container, name, result.map(|r| r.id))
 }
 
 /// A task's work and metadata volumes and the keeper that holds them.
@@ -135,6 +164,7 @@ impl TaskStorage {
         let created = Created {
             containers: vec![keeper.clone()],
             volumes: vec![work_volume.clone(), metadata_volume.clone()],
+            ..Created::default()
         };
         TaskStorage {
             allocation,
@@ -432,7 +462,7 @@ impl InvocationVolumes {
         // The loader never runs. Remove it now; if that fails, the caller's cleanup retries it.
         let _ = Created {
             containers: vec![loader],
-            volumes: vec![],
+            ..Created::default()
         }
         .remove_all(engine, Duration::ZERO)
         .await;

@@ -324,6 +324,7 @@ async fn run_probe_case(
                 vec![]
             },
             pins: vec![],
+            input_files: vec![],
             landlock_abi: DEFAULT_LANDLOCK_ABI,
         })?;
         let mut prepared = Prepared::new(engine, &profile)?;
@@ -513,6 +514,7 @@ async fn run_validator_init(
             vec![]
         },
         pins: vec![],
+        input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
     };
     let profile = match Profile::new(spec) {

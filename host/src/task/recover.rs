@@ -236,8 +236,8 @@ pub async fn recover(engine: &Engine, owner: &Owner, foreign: bool) -> Result<Re
         }
     }
     let volumes_only = Created {
-        containers: vec![],
         volumes: remove.volumes.clone(),
+        ..Created::default()
     };
     match volumes_only
         .remove_all(engine, Duration::from_secs(10))

@@ -1,47 +1,499 @@
 //! A fake Claude CLI for the test image. It follows the documented output envelope of
 //! `claude -p --output-format json`, needs no network and no credential, and never runs another
-//! process. Later issues drive invocations through it.
+//! process.
 //!
 //! - `claude --version` prints a version line.
-//! - `claude -p PROMPT --output-format json [--json-schema SCHEMA]` prints one result envelope.
-//!   With a schema, `structured_output` is an object; the prompt `FAIL` gives an error result.
+//! - `claude -p --output-format json [--json-schema SCHEMA] [--] PROMPT` prints one single-line result
+//!   envelope as the last line on stdout. Unknown flags are accepted and ignored.
+//!
+//! The first word of the prompt picks a mode (anything else is `normal`):
+//!
+//! - `normal`: success, `result` = `fake answer: N bytes of prompt; allowed tools: T`. With
+//!   `--json-schema`, `structured_output` is an instance generated from the schema; a schema that
+//!   is not JSON turns any success into `schema-violation`.
+//! - `cordon-fake:schema-violation`: `error_max_structured_output_retries`, exit 1.
+//! - `cordon-fake:invalid-utf8`: raw non-UTF-8 bytes on stdout, then success.
+//! - `cordon-fake:flood` / `cordon-fake:stderr-flood`: 10 MiB on stdout / stderr, then success.
+//! - `cordon-fake:hang`: sleeps forever, prints nothing.
+//! - `cordon-fake:signal`: dies of SIGABRT, no envelope.
+//! - `cordon-fake:exit-N` (N in 0..=255): success envelope, exit code N.
+//! - `cordon-fake:write-outside`: tries to write where the sandbox must deny it; success
+//!   `write-outside: denied N of N`, or `error_during_execution` `write-outside: WROTE ...` and
+//!   exit 3.
+//! - `cordon-fake:steal-credential`: searches /proc and the scratch and work areas for test tokens
+//!   other than its own; success `foreign tokens: [...]`. Its own token is never printed.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
 
 const VERSION: &str = "0.0.0 (Claude Code; cordon fake)";
+const MODE_PREFIX: &str = "cordon-fake:";
+
+/// Flags whose next argument is their value; every other flag is taken as boolean. As in the real
+/// CLI, `-p`/`--print` is boolean and the prompt is the positional argument (after `--`, every
+/// argument is positional, so a prompt may start with a dash).
+const VALUE_FLAGS: &[&str] = &[
+    "--allowedTools",
+    "--disallowedTools",
+    "--mcp-config",
+    "--json-schema",
+    "--output-format",
+    "--permission-mode",
+    "--model",
+];
+
+/// What the fake needs from its argv.
+#[derive(Debug, Default)]
+struct Cli {
+    version: bool,
+    prompt: Option<String>,
+    allowed_tools: Option<String>,
+    schema: Option<String>,
+}
+
+impl Cli {
+    fn parse(args: &[String]) -> Self {
+        let mut cli = Cli::default();
+        let mut args = args.iter();
+        let mut positional = false;
+        while let Some(arg) = args.next() {
+            if positional || !arg.starts_with('-') {
+                if cli.prompt.is_none() {
+                    cli.prompt = Some(arg.clone());
+                }
+                continue;
+            }
+            if arg == "--" {
+                positional = true;
+                continue;
+            }
+            // `--flag=value` is accepted too.
+            let (flag, value) = match arg.split_once('=') {
+                Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_owned())),
+                _ => (arg.as_str(), None),
+            };
+            if flag == "--version" || flag == "-v" {
+                cli.version = true;
+                continue;
+            }
+            if !VALUE_FLAGS.contains(&flag) {
+                continue; // boolean, unknown, or positional: ignored
+            }
+            let value = value.or_else(|| args.next().cloned());
+            match flag {
+                "--allowedTools" => cli.allowed_tools = value,
+                "--json-schema" => cli.schema = value,
+                _ => {}
+            }
+        }
+        cli
+    }
+}
+
+/// The envelope to print last and the exit code to leave with.
+#[derive(Debug)]
+struct Outcome {
+    envelope: Value,
+    code: i32,
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--version" || a == "-v") {
+    let cli = Cli::parse(&args);
+    if cli.version {
         println!("{VERSION}");
         return;
     }
-    let value_of = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let Some(prompt) = value_of("-p").or_else(|| value_of("--print")) else {
-        eprintln!("claude (fake): only --version and -p PROMPT are supported");
+    let Some(prompt) = cli.prompt.as_deref() else {
+        eprintln!("claude (fake): only --version and -p [--] PROMPT are supported");
         std::process::exit(2);
     };
-    let schema = value_of("--json-schema");
-    let failed = prompt == "FAIL";
-    let mut envelope = serde_json::json!({
+    let mode = prompt
+        .split_whitespace()
+        .next()
+        .filter(|word| word.starts_with(MODE_PREFIX))
+        .unwrap_or("normal");
+    let outcome = match mode {
+        "cordon-fake:schema-violation" => schema_violation(),
+        "cordon-fake:invalid-utf8" => invalid_utf8(&cli),
+        "cordon-fake:flood" => flood(&cli, io::stdout().lock()),
+        "cordon-fake:stderr-flood" => flood(&cli, io::stderr().lock()),
+        "cordon-fake:hang" => hang(),
+        "cordon-fake:signal" => signal(),
+        "cordon-fake:write-outside" => write_outside(&cli),
+        "cordon-fake:steal-credential" => steal_credential(&cli),
+        other => match exit_code_of(other) {
+            Some(code) => exit_with(&cli, code),
+            None => normal(&cli, prompt),
+        },
+    };
+    finish(&outcome)
+}
+
+/// Prints the envelope as the last stdout line and exits. A closed stdout changes nothing.
+fn finish(outcome: &Outcome) -> ! {
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{}", outcome.envelope);
+    let _ = out.flush();
+    std::process::exit(outcome.code)
+}
+
+fn envelope(subtype: &str, is_error: bool, result: &str) -> Value {
+    json!({
         "type": "result",
-        "subtype": if failed { "error_during_execution" } else { "success" },
-        "is_error": failed,
+        "subtype": subtype,
+        "is_error": is_error,
         "duration_ms": 1,
         "num_turns": 1,
-        "result": if failed { String::new() } else { format!("fake answer to {} bytes of prompt", prompt.len()) },
+        "result": result,
         "session_id": "00000000-0000-4000-8000-000000000000",
         "total_cost_usd": 0.0,
-    });
-    if let (Some(_), Some(map)) = (schema, envelope.as_object_mut()) {
-        map.insert(
-            "structured_output".into(),
-            serde_json::json!({ "answer": "fake" }),
+    })
+}
+
+/// A success envelope; with `--json-schema` it carries `structured_output` like Claude's does.
+fn success(cli: &Cli, result: &str) -> Outcome {
+    let mut envelope = envelope("success", false, result);
+    if let Some(text) = &cli.schema {
+        let Ok(schema) = serde_json::from_str::<Value>(text) else {
+            eprintln!("claude (fake): --json-schema is not valid JSON");
+            return schema_violation();
+        };
+        if let Some(map) = envelope.as_object_mut() {
+            map.insert("structured_output".into(), instance_of(&schema));
+        }
+    }
+    Outcome { envelope, code: 0 }
+}
+
+/// The smallest plausible value that satisfies the common cases of a JSON Schema.
+fn instance_of(schema: &Value) -> Value {
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    if let Some(value) = schema.get("const") {
+        return value.clone();
+    }
+    let ty = match schema.get("type") {
+        Some(Value::Array(types)) => types.first().and_then(Value::as_str),
+        Some(ty) => ty.as_str(),
+        None => None,
+    };
+    match ty {
+        Some("object") => object_instance(schema),
+        Some("string") => json!("fake"),
+        Some("integer" | "number") => json!(0),
+        Some("boolean") => json!(false),
+        Some("array") => {
+            let min_items = schema.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+            if min_items >= 1 {
+                json!([instance_of(schema.get("items").unwrap_or(&Value::Null))])
+            } else {
+                json!([])
+            }
+        }
+        _ => Value::Null,
+    }
+}
+
+/// Every required property (or every property when nothing is required), generated recursively.
+fn object_instance(schema: &Value) -> Value {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let names: Vec<&str> = match schema.get("required").and_then(Value::as_array) {
+        Some(required) => required.iter().filter_map(Value::as_str).collect(),
+        None => properties
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default(),
+    };
+    let object: Map<String, Value> = names
+        .into_iter()
+        .map(|name| {
+            let property = properties.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
+            (name.to_owned(), instance_of(property))
+        })
+        .collect();
+    Value::Object(object)
+}
+
+fn normal(cli: &Cli, prompt: &str) -> Outcome {
+    let tools = cli.allowed_tools.as_deref().unwrap_or("none");
+    let result = format!(
+        "fake answer: {} bytes of prompt; allowed tools: {tools}",
+        prompt.len()
+    );
+    success(cli, &result)
+}
+
+/// What Claude reports when its structured output keeps failing its own schema check.
+fn schema_violation() -> Outcome {
+    Outcome {
+        envelope: envelope("error_max_structured_output_retries", true, ""),
+        code: 1,
+    }
+}
+
+fn invalid_utf8(cli: &Cli) -> Outcome {
+    let mut out = io::stdout().lock();
+    let _ = out.write_all(b"not utf-8: \xff\xfe\n");
+    let _ = out.flush();
+    normal_for(cli)
+}
+
+/// The success envelope of `normal` for modes whose prompt is a mode word.
+fn normal_for(cli: &Cli) -> Outcome {
+    normal(cli, cli.prompt.as_deref().unwrap_or_default())
+}
+
+/// Writes exactly 10 MiB of `x` lines through a 64 KiB buffer, so memory stays small.
+fn flood(cli: &Cli, sink: impl Write) -> Outcome {
+    const TOTAL: usize = 10 * 1024 * 1024;
+    const LINE: [u8; 1024] = {
+        let mut line = [b'x'; 1024];
+        line[1023] = b'\n';
+        line
+    };
+    let mut out = io::BufWriter::with_capacity(64 * 1024, sink);
+    let mut remaining = TOTAL;
+    while remaining > 0 {
+        let n = remaining.min(LINE.len());
+        // A tail of LINE is still a line: a shorter last line keeps the total exact.
+        if out.write_all(&LINE[LINE.len() - n..]).is_err() {
+            break;
+        }
+        remaining -= n;
+    }
+    let _ = out.flush();
+    normal_for(cli)
+}
+
+fn hang() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn signal() -> ! {
+    eprintln!("about to abort");
+    std::process::abort()
+}
+
+/// `exit-N` with N in 0..=255.
+fn exit_code_of(mode: &str) -> Option<i32> {
+    let n: u8 = mode.strip_prefix("cordon-fake:exit-")?.parse().ok()?;
+    Some(i32::from(n))
+}
+
+fn exit_with(cli: &Cli, code: i32) -> Outcome {
+    let mut outcome = normal_for(cli);
+    outcome.code = code;
+    outcome
+}
+
+/// Places the sandbox must keep read-only in every phase.
+const OUTSIDE: &[&str] = &[
+    "/cordon-fake-outside",
+    "/etc/cordon-fake-outside",
+    "/usr/bin/cordon-fake-outside",
+    "/sbin/cordon-fake-outside",
+    "/run/cordon/control/cordon-fake-outside",
+    "/run/cordon/input/cordon-fake-outside",
+    "/run/cordon/egress/cordon-fake-outside",
+    "/work/.git/cordon-fake-outside",
+    "/proc/sys/kernel/cordon-fake-outside",
+    "/sys/cordon-fake-outside",
+    "/dev/cordon-fake-outside",
+];
+
+fn write_outside(cli: &Cli) -> Outcome {
+    let tools = cli.allowed_tools.as_deref().unwrap_or_default();
+    // In execute and fix /work is the agent's own area; elsewhere it must be read-only.
+    let work_writable = tools.contains("Write") || tools.contains("Edit");
+    let mut targets: Vec<&str> = OUTSIDE.to_vec();
+    if !work_writable {
+        targets.push("/work/cordon-fake-outside");
+    }
+
+    let mut attempts = 0;
+    let mut wrote: Vec<String> = Vec::new();
+    let mut record = |path: String, succeeded: bool| {
+        attempts += 1;
+        if succeeded {
+            wrote.push(path);
+        }
+    };
+    for path in targets {
+        record(path.to_owned(), create_file(path));
+        let dir = format!("{path}.d");
+        let created = create_dir(&dir);
+        record(dir, created);
+    }
+    // Opening for write is the breach: the kernel checks access at open, so nothing is written
+    // and the control file and the binary stay intact even when the sandbox fails.
+    const POLICY: &str = "/run/cordon/control/policy.json";
+    record(
+        POLICY.to_owned(),
+        OpenOptions::new().append(true).open(POLICY).is_ok(),
+    );
+    const SELF: &str = "/usr/bin/claude";
+    record(
+        SELF.to_owned(),
+        OpenOptions::new().write(true).open(SELF).is_ok(),
+    );
+
+    if wrote.is_empty() {
+        success(
+            cli,
+            &format!("write-outside: denied {attempts} of {attempts}"),
+        )
+    } else {
+        let result = format!("write-outside: WROTE {}", wrote.join(","));
+        Outcome {
+            envelope: envelope("error_during_execution", true, &result),
+            code: 3,
+        }
+    }
+}
+
+/// Creates and writes a new file; cleans up if that worked.
+fn create_file(path: &str) -> bool {
+    let Ok(mut file) = OpenOptions::new().write(true).create_new(true).open(path) else {
+        return false;
+    };
+    let _ = file.write_all(b"cordon fake claude was here\n");
+    drop(file);
+    let _ = fs::remove_file(path);
+    true
+}
+
+fn create_dir(path: &str) -> bool {
+    if fs::create_dir(path).is_err() {
+        return false;
+    }
+    let _ = fs::remove_dir(path);
+    true
+}
+
+/// Limits that keep the credential search bounded.
+const SCAN_ROOTS: &[&str] = &["/run/cordon", "/tmp", "/home/agent", "/work"];
+const SCAN_MAX_DEPTH: usize = 8;
+const SCAN_MAX_FILES: usize = 5_000;
+const SCAN_MAX_BYTES: u64 = 1024 * 1024;
+
+fn steal_credential(cli: &Cli) -> Outcome {
+    // Assembled at run time so this binary never holds the needle next to token characters.
+    let needle = ["cordon", "test", "token", ""].join("-");
+    let mut found = BTreeSet::new();
+
+    if let Ok(entries) = fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let is_pid = name
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+            if !is_pid {
+                continue;
+            }
+            for file in ["environ", "cmdline"] {
+                if let Ok(bytes) = read_limited(&entry.path().join(file)) {
+                    find_tokens(&bytes, needle.as_bytes(), &mut found);
+                }
+            }
+        }
+    }
+    let mut budget = SCAN_MAX_FILES;
+    for root in SCAN_ROOTS {
+        scan_tree(
+            Path::new(root),
+            1,
+            &mut budget,
+            needle.as_bytes(),
+            &mut found,
         );
     }
-    println!("{envelope}");
-    std::process::exit(i32::from(failed));
+
+    let own = std::env::var("CLAUDE_CODE_OAUTH_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    let foreign: Vec<String> = found
+        .into_iter()
+        .filter(|token| Some(token) != own.as_ref())
+        // A foreign token that merely extends ours must still not reveal ours.
+        .map(|token| match &own {
+            Some(own) => token.replace(own.as_str(), "[own token]"),
+            None => token,
+        })
+        .collect();
+    let listed = serde_json::to_string(&foreign).unwrap_or_else(|_| "[]".into());
+    success(cli, &format!("foreign tokens: {listed}"))
+}
+
+/// Regular files only (symlinks are not followed), within the depth and file limits.
+fn scan_tree(
+    dir: &Path,
+    depth: usize,
+    budget: &mut usize,
+    needle: &[u8],
+    found: &mut BTreeSet<String>,
+) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if *budget == 0 {
+            return;
+        }
+        // `DirEntry::file_type` describes the entry itself, never a symlink's target.
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let path = entry.path();
+        if kind.is_dir() {
+            if depth < SCAN_MAX_DEPTH {
+                scan_tree(&path, depth + 1, budget, needle, found);
+            }
+        } else if kind.is_file() {
+            *budget -= 1;
+            let small = entry.metadata().is_ok_and(|m| m.len() <= SCAN_MAX_BYTES);
+            if small {
+                if let Ok(bytes) = read_limited(&path) {
+                    find_tokens(&bytes, needle, found);
+                }
+            }
+        }
+    }
+}
+
+/// Reads at most 1 MiB, even if the file grew after it was measured.
+fn read_limited(path: &Path) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    File::open(path)?
+        .take(SCAN_MAX_BYTES)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Adds every `needle` followed by one or more of `[A-Za-z0-9-]` in `bytes` to `found`.
+fn find_tokens(bytes: &[u8], needle: &[u8], found: &mut BTreeSet<String>) {
+    let mut rest = bytes;
+    while let Some(at) = rest.windows(needle.len()).position(|w| w == needle) {
+        let tail = &rest[at + needle.len()..];
+        let len = tail
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'-')
+            .count();
+        if len > 0 {
+            let token = &rest[at..at + needle.len() + len];
+            found.insert(String::from_utf8_lossy(token).into_owned());
+        }
+        rest = &tail[len..];
+    }
 }

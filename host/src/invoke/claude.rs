@@ -1,0 +1,273 @@
+//! The Claude adapter: the vendor command for each phase, the planning schema's rules, and the
+//! answer read out of Claude's documented `--output-format json` envelope.
+//!
+//! Tools are limited by phase through the CLI's own flags (the kernel's exec allowlist and the
+//! read-only mounts hold regardless): planning, questions and review may only read, list and
+//! search; execute and fix may also edit and write. Web search, web fetch, the shell, sub-agents
+//! and MCP are off in every phase.
+
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use cordon_contract::{paths, Phase};
+
+use crate::error::{Error, Result};
+
+/// Tools that only read, list and search.
+pub const READ_TOOLS: &[&str] = &["Read", "Glob", "Grep"];
+/// Tools that change files (execute and fix only).
+pub const WRITE_TOOLS: &[&str] = &["Edit", "Write"];
+/// Off in every phase: the shell, the network, sub-agents, notebooks.
+pub const NEVER_TOOLS: &[&str] = &["Bash", "WebSearch", "WebFetch", "Task", "NotebookEdit"];
+/// An MCP configuration with no servers (with `--strict-mcp-config`, no other is read).
+pub const NO_MCP: &str = r#"{"mcpServers":{}}"#;
+
+/// At most this much schema text.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// At most this much prompt.
+pub const MAX_PROMPT_BYTES: usize = 32 * 1024;
+
+/// The tools a phase may use, and those it may not.
+pub fn tools(phase: Phase) -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut allowed = READ_TOOLS.to_vec();
+    let mut denied = NEVER_TOOLS.to_vec();
+    if phase.work_writable() {
+        allowed.extend_from_slice(WRITE_TOOLS);
+    } else {
+        denied.extend_from_slice(WRITE_TOOLS);
+    }
+    (allowed, denied)
+}
+
+/// Whether a phase takes a schema: planning must, review may, the others must not.
+pub fn schema_rule(phase: Phase) -> (bool, bool) {
+    match phase {
+        Phase::Planning => (true, true),
+        Phase::Review => (false, true),
+        Phase::Questions | Phase::Execute | Phase::Fix => (false, false),
+    }
+}
+
+/// The vendor command: non-interactive JSON output, the phase's tools, no MCP, the exact schema
+/// text for planning, and the prompt last, after `--`, so no prompt is read as a flag.
+pub fn command(phase: Phase, prompt: &str, schema: Option<&str>) -> Vec<String> {
+    let (allowed, denied) = tools(phase);
+    let mut argv: Vec<String> = [
+        paths::CLAUDE_CLI,
+        "--print",
+        "--output-format",
+        "json",
+        "--allowedTools",
+        &allowed.join(","),
+        "--disallowedTools",
+        &denied.join(","),
+        "--strict-mcp-config",
+        "--mcp-config",
+        NO_MCP,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    if let Some(schema) = schema {
+        argv.push("--json-schema".to_owned());
+        argv.push(schema.to_owned());
+    }
+    argv.push("--".to_owned());
+    argv.push(prompt.to_owned());
+    argv
+}
+
+/// Read a schema file: a regular file with one link (not followed if it is a link), at most
+/// [`MAX_SCHEMA_BYTES`], then checked by [`check_schema`].
+pub fn read_schema(path: &Path) -> Result<String> {
+    let invalid = |why: String| Error::Schema(format!("{}: {why}", path.display()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| invalid(format!("cannot open it without following a link: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| invalid(format!("cannot stat it: {e}")))?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file".into()));
+    }
+    if meta.nlink() != 1 {
+        return Err(invalid(format!("{} links (one allowed)", meta.nlink())));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_SCHEMA_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| invalid(format!("cannot read it: {e}")))?;
+    check_schema(&bytes).map_err(|e| match e {
+        Error::Schema(why) => invalid(why),
+        other => other,
+    })
+}
+
+/// The schema rules: at most 64 KiB of UTF-8, a JSON object whose `type` is `"object"`, without a
+/// draft 2020-12 `$schema` (Claude's `--json-schema` rejects it). Returns the exact text.
+pub fn check_schema(bytes: &[u8]) -> Result<String> {
+    if bytes.len() > MAX_SCHEMA_BYTES {
+        return Err(Error::Schema(format!("more than {MAX_SCHEMA_BYTES} bytes")));
+    }
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| Error::Schema(format!("not UTF-8: {e}")))?
+        .to_owned();
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::Schema(format!("not JSON: {e}")))?;
+    let Some(object) = value.as_object() else {
+        return Err(Error::Schema("not a JSON object".into()));
+    };
+    if object.get("type").and_then(|t| t.as_str()) != Some("object") {
+        return Err(Error::Schema(r#"its "type" is not "object""#.into()));
+    }
+    if let Some(dialect) = object.get("$schema") {
+        if dialect.as_str().is_none_or(|d| d.contains("2020-12")) {
+            return Err(Error::Schema(
+                "a draft 2020-12 (or non-string) $schema, which Claude's --json-schema rejects"
+                    .into(),
+            ));
+        }
+    }
+    Ok(text)
+}
+
+/// Why output is not an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotAnAnswer(pub String);
+
+/// The answer in Claude's result envelope: stdout must be exactly one JSON object, a successful
+/// `result`; planning answers with `structured_output` (an object, returned as compact JSON
+/// text, nothing around it), the other phases with the `result` text.
+pub fn answer(phase: Phase, stdout: &str) -> std::result::Result<String, NotAnAnswer> {
+    let wrong = |why: &str| NotAnAnswer(why.to_owned());
+    let envelope: serde_json::Value = serde_json::from_str(stdout.trim())
+        .map_err(|e| NotAnAnswer(format!("stdout is not one JSON envelope: {e}")))?;
+    let field = |name: &str| envelope.get(name);
+    if field("type").and_then(|v| v.as_str()) != Some("result") {
+        return Err(wrong("the envelope is not a result"));
+    }
+    if field("is_error").and_then(|v| v.as_bool()) != Some(false)
+        || field("subtype").and_then(|v| v.as_str()) != Some("success")
+    {
+        return Err(wrong("the result is an error"));
+    }
+    if phase == Phase::Planning {
+        let Some(structured) = field("structured_output").filter(|v| v.is_object()) else {
+            return Err(wrong("no structured_output object"));
+        };
+        return serde_json::to_string(structured).map_err(|e| NotAnAnswer(e.to_string()));
+    }
+    field("result")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| wrong("no result text"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_phases_only_read_list_and_search() {
+        for phase in [Phase::Planning, Phase::Questions, Phase::Review] {
+            let (allowed, denied) = tools(phase);
+            assert_eq!(allowed, ["Read", "Glob", "Grep"], "{phase:?}");
+            for tool in ["Bash", "WebSearch", "WebFetch", "Edit", "Write"] {
+                assert!(denied.contains(&tool), "{phase:?} {tool}");
+            }
+        }
+        for phase in [Phase::Execute, Phase::Fix] {
+            let (allowed, denied) = tools(phase);
+            assert!(allowed.contains(&"Edit") && allowed.contains(&"Write"));
+            assert!(denied.contains(&"Bash") && denied.contains(&"WebSearch"));
+        }
+    }
+
+    #[test]
+    fn command_carries_the_exact_schema_and_the_prompt_last() {
+        let schema = r#"{"type":"object"}"#;
+        let argv = command(Phase::Planning, "--help me", Some(schema));
+        assert_eq!(argv[0], paths::CLAUDE_CLI);
+        let at = argv.iter().position(|a| a == "--json-schema").unwrap();
+        assert_eq!(argv[at + 1], schema);
+        assert_eq!(&argv[argv.len() - 2..], ["--", "--help me"]);
+        assert!(argv.contains(&"--strict-mcp-config".to_owned()));
+        let questions = command(Phase::Questions, "q", None);
+        assert!(!questions.contains(&"--json-schema".to_owned()));
+    }
+
+    #[test]
+    fn schema_rules() {
+        assert!(check_schema(br#"{"type":"object","properties":{}}"#).is_ok());
+        assert!(check_schema(
+            br#"{"$schema":"http://json-schema.org/draft-07/schema#","type":"object"}"#
+        )
+        .is_ok());
+        let refused: &[&[u8]] = &[
+            br#"{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object"}"#,
+            br#"{"type":"array"}"#,
+            br#"{"properties":{}}"#,
+            br#"["type","object"]"#,
+            b"{\"type\":\"object\",\"x\":\"\xff\"}",
+            b"not json",
+        ];
+        for bytes in refused {
+            assert!(
+                matches!(check_schema(bytes), Err(Error::Schema(_))),
+                "{}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+        let mut big = br#"{"type":"object","description":""#.to_vec();
+        big.resize(MAX_SCHEMA_BYTES - 2, b'a');
+        big.extend_from_slice(b"\"}");
+        assert_eq!(big.len(), MAX_SCHEMA_BYTES);
+        assert!(check_schema(&big).is_ok(), "exactly 64 KiB is allowed");
+        big.insert(40, b'a');
+        assert!(check_schema(&big).is_err(), "one byte more is not");
+    }
+
+    #[test]
+    fn schema_file_must_be_a_regular_file_with_one_link() {
+        let dir = std::env::temp_dir().join(format!("cordon-schema-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("schema.json");
+        std::fs::write(&good, r#"{"type":"object"}"#).unwrap();
+        assert_eq!(read_schema(&good).unwrap(), r#"{"type":"object"}"#);
+        let link = dir.join("link.json");
+        std::os::unix::fs::symlink(&good, &link).unwrap();
+        assert!(read_schema(&link).is_err(), "a symlink is not followed");
+        let hard = dir.join("hard.json");
+        std::fs::hard_link(&good, &hard).unwrap();
+        assert!(read_schema(&good).is_err(), "two links");
+        std::fs::remove_file(&hard).unwrap();
+        assert!(read_schema(&dir).is_err(), "a directory");
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: a valid C string; mkfifo touches no memory of ours.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(read_schema(&fifo).is_err(), "a fifo (and no hang)");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn answers_come_only_from_a_successful_envelope() {
+        let ok = r#"{"type":"result","subtype":"success","is_error":false,"result":"hi","structured_output":{"b":1,"a":[2]}}"#;
+        assert_eq!(answer(Phase::Questions, ok).unwrap(), "hi");
+        assert_eq!(answer(Phase::Planning, ok).unwrap(), r#"{"a":[2],"b":1}"#);
+        let error = r#"{"type":"result","subtype":"error_max_structured_output_retries","is_error":true,"result":""}"#;
+        assert!(answer(Phase::Planning, error).is_err());
+        assert!(answer(Phase::Questions, error).is_err());
+        let no_structured =
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"x"}"#;
+        assert!(answer(Phase::Planning, no_structured).is_err());
+        assert!(answer(Phase::Questions, &format!("prose\n{ok}")).is_err());
+        assert!(answer(Phase::Questions, "").is_err());
+        let array = r#"{"type":"result","subtype":"success","is_error":false,"result":"x","structured_output":[1]}"#;
+        assert!(answer(Phase::Planning, array).is_err());
+    }
+}

@@ -1,0 +1,410 @@
+//! An invocation's result, assembled from what happened by one pure function, so every rule about
+//! what counts as an answer is unit-tested here.
+//!
+//! - stdout and stderr are the workload's bytes, bounded, decoded as strict UTF-8 (a bound may
+//!   cut the last character; anything else invalid is a `capture-failure`);
+//! - the init's first stderr line must attest the digest of the policy the host wrote, with
+//!   nothing skipped; without that the result is a failure whatever the workload printed;
+//! - output is an answer only with exit code 0, no signal, no stop reason, and an envelope the
+//!   adapter accepts;
+//! - the attempt id and referenced code hash are echoed for the caller to check.
+
+use cordon_contract::{Id, Phase, Vendor};
+
+use super::{claude, StopReason};
+use crate::cleanup::Leftover;
+use crate::error::Error;
+use crate::launch::{self, InitVerdict};
+
+/// Where the time went (milliseconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Timings {
+    pub setup_ms: f64,
+    pub run_ms: f64,
+    pub cleanup_ms: f64,
+    pub total_ms: f64,
+}
+
+/// What the init attested.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Attestation {
+    pub policy_digest: String,
+    pub checks: Vec<Id>,
+    pub landlock_abi: u8,
+    pub preflight_us: u64,
+}
+
+/// Why there is no answer: a stable id and the evidence.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Failure {
+    pub id: String,
+    pub message: String,
+}
+
+impl Failure {
+    fn new(id: &str, message: impl Into<String>) -> Failure {
+        Failure {
+            id: id.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A settled invocation.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct InvocationResult {
+    /// Echoed from the request.
+    pub attempt: String,
+    /// Echoed from the request.
+    pub referenced_code_hash: String,
+    pub phase: Phase,
+    pub vendor: Vendor,
+    pub allocation: uuid::Uuid,
+    pub exit_code: Option<i64>,
+    /// The signal the workload died of (exit code 128+n from the init; a workload that exits
+    /// with such a code on its own looks the same).
+    pub signal: Option<i32>,
+    /// Absent when the agent finished on its own.
+    pub stop_reason: Option<StopReason>,
+    /// The answer: planning's `structured_output` as JSON text, the other phases' result text.
+    pub answer: Option<String>,
+    /// Why there is no answer.
+    pub failure: Option<Failure>,
+    /// The workload's stdout, strict UTF-8 (absent when it was not).
+    pub stdout: Option<String>,
+    /// The workload's stderr after the init's attestation line, strict UTF-8.
+    pub stderr: Option<String>,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub attestation: Option<Attestation>,
+    /// Objects whose removal could not be confirmed: record them and keep them owned.
+    pub unreleased: Vec<Leftover>,
+    pub timings: Timings,
+}
+
+impl InvocationResult {
+    /// The result of a supervisor that vanished (never expected: it always sends one).
+    pub(crate) fn lost(attempt: &str, allocation: uuid::Uuid) -> InvocationResult {
+        InvocationResult {
+            attempt: attempt.to_owned(),
+            referenced_code_hash: String::new(),
+            phase: Phase::Questions,
+            vendor: Vendor::Claude,
+            allocation,
+            exit_code: None,
+            signal: None,
+            stop_reason: None,
+            answer: None,
+            failure: Some(Failure::new(
+                "supervisor-lost",
+                "the invocation's supervisor ended without a result",
+            )),
+            stdout: None,
+            stderr: None,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            attestation: None,
+            unreleased: Vec::new(),
+            timings: Timings::default(),
+        }
+    }
+}
+
+/// Everything that happened, as the supervisor saw it.
+#[derive(Debug)]
+pub struct Facts {
+    pub attempt: String,
+    pub referenced_code_hash: String,
+    pub phase: Phase,
+    pub vendor: Vendor,
+    pub allocation: uuid::Uuid,
+    pub exit_code: Option<i64>,
+    pub output: Option<launch::Output>,
+    pub policy_digest: String,
+    pub stop_reason: Option<StopReason>,
+    pub setup_error: Option<Error>,
+    pub unreleased: Vec<Leftover>,
+    pub timings: Timings,
+}
+
+/// Strict UTF-8, except that a bound may have cut the last character short.
+fn strict(bytes: &[u8], truncated: bool) -> Result<String, String> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Ok(text.to_owned()),
+        Err(e) if truncated && e.error_len().is_none() => {
+            Ok(String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned())
+        }
+        Err(e) => Err(format!(
+            "invalid UTF-8 at byte {} of {}",
+            e.valid_up_to(),
+            bytes.len()
+        )),
+    }
+}
+
+/// The signal behind an init exit code of 128+n.
+fn signal_of(code: i64) -> Option<i32> {
+    (129..=128 + 64)
+        .contains(&code)
+        .then(|| (code - 128) as i32)
+}
+
+/// Assemble the result. The first failure that applies is the one reported.
+pub fn assemble(facts: Facts) -> InvocationResult {
+    let mut result = InvocationResult {
+        attempt: facts.attempt,
+        referenced_code_hash: facts.referenced_code_hash,
+        phase: facts.phase,
+        vendor: facts.vendor,
+        allocation: facts.allocation,
+        exit_code: facts.exit_code,
+        signal: facts.exit_code.and_then(signal_of),
+        stop_reason: facts.stop_reason,
+        answer: None,
+        failure: None,
+        stdout: None,
+        stderr: None,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        attestation: None,
+        unreleased: facts.unreleased,
+        timings: facts.timings,
+    };
+    let mut failures: Vec<Failure> = Vec::new();
+    if let Some(e) = &facts.setup_error {
+        failures.push(Failure::new(e.id(), e.to_string()));
+    }
+    if let Some(output) = &facts.output {
+        let raw = &output.raw;
+        result.stdout_truncated = raw.stdout_total > raw.stdout.len() as u64;
+        result.stderr_truncated = raw.stderr_total > raw.stderr.len() as u64;
+        // The attestation comes first on stderr, before any workload process exists.
+        match launch::verdict(output, &facts.policy_digest, false) {
+            InitVerdict::Attested {
+                digest_matches: true,
+                checks,
+                skipped,
+                landlock_abi,
+                preflight_us,
+            } if skipped.is_empty() => {
+                result.attestation = Some(Attestation {
+                    policy_digest: facts.policy_digest.clone(),
+                    checks,
+                    landlock_abi,
+                    preflight_us,
+                });
+            }
+            InitVerdict::Refused {
+                check,
+                expected,
+                observed,
+            } => failures.push(Failure::new(
+                "init-refused",
+                format!("cordon-init refused {check}: expected {expected}, observed {observed}"),
+            )),
+            other => failures.push(Failure::new(
+                "attestation-invalid",
+                format!("no valid attestation of the policy the host wrote: {other:?}"),
+            )),
+        }
+        let stderr_after_init = match raw.stderr.iter().position(|b| *b == b'\n') {
+            Some(end) => &raw.stderr[end + 1..],
+            None => &[][..],
+        };
+        match (
+            strict(&raw.stdout, result.stdout_truncated),
+            strict(stderr_after_init, result.stderr_truncated),
+        ) {
+            (Ok(stdout), Ok(stderr)) => {
+                result.stdout = Some(stdout);
+                result.stderr = Some(stderr);
+            }
+            (Err(why), _) => {
+                failures.push(Failure::new("capture-failure", format!("stdout: {why}")))
+            }
+            (_, Err(why)) => {
+                failures.push(Failure::new("capture-failure", format!("stderr: {why}")))
+            }
+        }
+    } else if facts.setup_error.is_none() && facts.stop_reason.is_none() {
+        failures.push(Failure::new("capture-failure", "no output was collected"));
+    }
+    if let Some(reason) = facts.stop_reason {
+        failures.push(Failure::new(
+            "stopped",
+            format!("stopped before it finished ({reason:?})"),
+        ));
+    }
+    match (result.exit_code, result.signal) {
+        (_, Some(signal)) => failures.push(Failure::new(
+            "signal",
+            format!("the workload died of signal {signal}"),
+        )),
+        (Some(0), None) => {}
+        (Some(code), None) => failures.push(Failure::new(
+            "exit-nonzero",
+            format!("the workload exited with {code}"),
+        )),
+        (None, None) => {}
+    }
+    if failures.is_empty() {
+        if let Some(stdout) = &result.stdout {
+            match claude::answer(result.phase, stdout) {
+                Ok(answer) => result.answer = Some(answer),
+                Err(claude::NotAnAnswer(why)) => failures.push(Failure::new("answer-invalid", why)),
+            }
+        }
+    }
+    result.failure = failures.into_iter().next();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::{Output, RawOutput};
+
+    const DIGEST: &str = "sha256:1111";
+
+    fn attestation(digest: &str, skipped: &str) -> String {
+        format!(
+            r#"{{"cordon":"attestation","policy_digest":"{digest}","checks":["non-root-user"],"skipped":[{skipped}],"landlock_abi":6,"preflight_us":2000}}"#
+        )
+    }
+
+    fn output(stdout: &[u8], stderr: &[u8], totals: Option<(u64, u64)>) -> Output {
+        let raw = RawOutput {
+            stdout: stdout.to_vec(),
+            stderr: stderr.to_vec(),
+            stdout_total: totals.map_or(stdout.len() as u64, |t| t.0),
+            stderr_total: totals.map_or(stderr.len() as u64, |t| t.1),
+        };
+        Output {
+            stdout: String::from_utf8_lossy(stdout).into_owned(),
+            stderr: String::from_utf8_lossy(stderr).into_owned(),
+            truncated: totals.is_some(),
+            raw,
+        }
+    }
+
+    const ENVELOPE: &str =
+        r#"{"type":"result","subtype":"success","is_error":false,"result":"the answer"}"#;
+
+    fn facts(exit: Option<i64>, out: Option<Output>) -> Facts {
+        Facts {
+            attempt: "a-1".into(),
+            referenced_code_hash: "code-1".into(),
+            phase: Phase::Questions,
+            vendor: Vendor::Claude,
+            allocation: uuid::Uuid::nil(),
+            exit_code: exit,
+            output: out,
+            policy_digest: DIGEST.into(),
+            stop_reason: None,
+            setup_error: None,
+            unreleased: vec![],
+            timings: Timings::default(),
+        }
+    }
+
+    fn good_stderr() -> Vec<u8> {
+        format!("{}\nvendor log line\n", attestation(DIGEST, "")).into_bytes()
+    }
+
+    #[test]
+    fn a_clean_run_answers_and_echoes_the_identity() {
+        let r = assemble(facts(
+            Some(0),
+            Some(output(ENVELOPE.as_bytes(), &good_stderr(), None)),
+        ));
+        assert_eq!(r.answer.as_deref(), Some("the answer"), "{r:?}");
+        assert_eq!(r.failure, None);
+        assert_eq!(
+            (r.attempt.as_str(), r.referenced_code_hash.as_str()),
+            ("a-1", "code-1")
+        );
+        assert_eq!(r.stderr.as_deref(), Some("vendor log line\n"));
+        assert_eq!(r.attestation.as_ref().map(|a| a.landlock_abi), Some(6));
+    }
+
+    #[test]
+    fn no_valid_attestation_no_answer() {
+        for stderr in [
+            format!("{}\n", attestation("sha256:other", "")),
+            format!("{}\n", attestation(DIGEST, r#""landlock""#)),
+            "not the init\n".to_owned(),
+            String::new(),
+        ] {
+            let r = assemble(facts(
+                Some(0),
+                Some(output(ENVELOPE.as_bytes(), stderr.as_bytes(), None)),
+            ));
+            assert_eq!(r.answer, None, "{stderr}");
+            assert_eq!(r.failure.map(|f| f.id), Some("attestation-invalid".into()));
+        }
+        let refused =
+            r#"{"cordon":"refusal","check":"caps-dropped","expected":"0","observed":"1"}"#;
+        let r = assemble(facts(
+            Some(120),
+            Some(output(b"", format!("{refused}\n").as_bytes(), None)),
+        ));
+        assert_eq!(r.failure.map(|f| f.id), Some("init-refused".into()));
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_capture_failure_but_a_cut_character_is_not() {
+        let r = assemble(facts(
+            Some(0),
+            Some(output(b"\xff\xfe", &good_stderr(), None)),
+        ));
+        assert_eq!(r.failure.map(|f| f.id), Some("capture-failure".into()));
+        assert_eq!(r.stdout, None);
+        // A bound that cut "é" (two bytes) after its first byte.
+        let r = assemble(facts(
+            Some(0),
+            Some(output(b"abc\xc3", &good_stderr(), Some((5, 0)))),
+        ));
+        assert_eq!(r.stdout.as_deref(), Some("abc"));
+        assert!(r.stdout_truncated);
+        assert_eq!(r.failure.map(|f| f.id), Some("answer-invalid".into()));
+        let mut stderr = good_stderr();
+        stderr.extend_from_slice(b"\xc3\x28");
+        let r = assemble(facts(
+            Some(0),
+            Some(output(ENVELOPE.as_bytes(), &stderr, None)),
+        ));
+        assert_eq!(r.failure.map(|f| f.id), Some("capture-failure".into()));
+    }
+
+    #[test]
+    fn only_exit_0_without_signal_or_stop_is_an_answer() {
+        let out = || Some(output(ENVELOPE.as_bytes(), &good_stderr(), None));
+        let r = assemble(facts(Some(1), out()));
+        assert_eq!(
+            (r.answer, r.failure.map(|f| f.id)),
+            (None, Some("exit-nonzero".into()))
+        );
+        let r = assemble(facts(Some(134), out()));
+        assert_eq!(r.signal, Some(6));
+        assert_eq!(
+            (r.answer, r.failure.map(|f| f.id)),
+            (None, Some("signal".into()))
+        );
+        let mut f = facts(Some(0), out());
+        f.stop_reason = Some(StopReason::Cancelled);
+        let r = assemble(f);
+        assert_eq!(r.answer, None);
+        assert_eq!(r.stop_reason, Some(StopReason::Cancelled));
+        assert_eq!(r.failure.map(|f| f.id), Some("stopped".into()));
+    }
+
+    #[test]
+    fn a_setup_error_is_reported_by_its_id() {
+        let mut f = facts(None, None);
+        f.setup_error = Some(Error::Deadline("x".into()));
+        let r = assemble(f);
+        assert_eq!(r.failure.map(|f| f.id), Some("deadline".into()));
+        let r = assemble(facts(None, None));
+        assert_eq!(r.failure.map(|f| f.id), Some("capture-failure".into()));
+    }
+}
