@@ -397,13 +397,15 @@ pub fn prepare_request(owner: &Owner, repo: &Repo, head: &str) -> cordon::task::
 /// No staging directory of `owner` is left on the host.
 pub fn assert_no_staging(owner: &Owner) {
     let prefix = cordon::task::clone::staging_prefix(owner);
-    let left: Vec<String> = std::fs::read_dir(std::env::temp_dir())
-        .map(|d| {
+    let left: Vec<String> = cordon::task::clone::staging_roots()
+        .iter()
+        .filter_map(|root| std::fs::read_dir(root).ok())
+        .flat_map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .filter(|n| n.starts_with(&prefix))
-                .collect()
+                .collect::<Vec<_>>()
         })
-        .unwrap_or_default();
+        .collect();
     assert!(left.is_empty(), "staging directories left: {left:?}");
 }

@@ -505,3 +505,143 @@ impl SeedBench {
         )
     }
 }
+
+/// `cordon bench invoke`: questions-phase invocations of the fake vendor CLI on a generated
+/// repository, end to end (prepare storage, run, settle, remove storage), with the launch ratio
+/// against a bare container measured beside it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InvokeBench {
+    pub files: usize,
+    pub runs: usize,
+    pub total_ms: Vec<f64>,
+    pub total_median_ms: f64,
+    /// Medians of each step (ms): prepare storage, invocation setup (volumes, create, read-back,
+    /// start), the run, the invocation's cleanup, storage removal.
+    pub prepare_median_ms: f64,
+    pub setup_median_ms: f64,
+    pub run_median_ms: f64,
+    pub cleanup_median_ms: f64,
+    pub remove_median_ms: f64,
+    /// Each step's share of the median total.
+    pub shares: Vec<(String, f64)>,
+    /// From `bench launch` run beside it: cordon's launch over a bare create+start+wait.
+    pub launch_ratio: f64,
+    pub launch_runs: usize,
+}
+
+/// Run the invocation benchmark.
+pub async fn invoke(
+    engine: &Engine,
+    image_id: &str,
+    files: usize,
+    runs: usize,
+    launch_runs: usize,
+) -> Result<InvokeBench> {
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-bench-invoke-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let repo = dir.clone();
+    // About 4 KiB a file: a mid-sized source tree.
+    let generated =
+        tokio::task::spawn_blocking(move || generate_repository(&repo, files, files as u64 * 4096))
+            .await
+            .map_err(|e| Error::Invalid(format!("generator: {e}")));
+    let result = async {
+        generated??;
+        let mut steps: [Vec<f64>; 6] = Default::default();
+        for run in 0..runs {
+            let one = crate::invoke::oneshot::OneShot {
+                phase: Phase::Questions,
+                vendor: Vendor::Claude,
+                repo: dir.clone(),
+                head: "HEAD".to_owned(),
+                prompt: "what does this repository do?".to_owned(),
+                schema: None,
+                owner: Owner::random("bench"),
+                attempt: format!(
+                    "bench-{run}-{}",
+                    &uuid::Uuid::new_v4().simple().to_string()[..8]
+                ),
+                referenced_code_hash: None,
+                deadline: Duration::from_secs(120),
+                credential: None,
+                work: storage::DEFAULT_WORK,
+            };
+            let report = crate::invoke::oneshot::oneshot(
+                engine,
+                image_id,
+                &one,
+                std::future::pending(),
+                &|_| {},
+            )
+            .await?;
+            if report.result.answer.is_none() || report.storage_left.is_some() {
+                return Err(Error::Invalid(format!(
+                    "a benchmark run did not answer cleanly: {:?} {:?}",
+                    report.result.failure, report.storage_left
+                )));
+            }
+            let t = report.timings;
+            let r = report.result.timings;
+            for (i, v) in [
+                t.total_ms,
+                t.prepare_ms,
+                r.setup_ms,
+                r.run_ms,
+                r.cleanup_ms,
+                t.remove_ms,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                steps[i].push(v);
+            }
+        }
+        Ok::<_, Error>(steps)
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let steps = result?;
+    let launch = launch(engine, image_id, launch_runs).await?;
+    let total = median(&steps[0]);
+    let names = ["prepare", "setup", "run", "cleanup", "remove"];
+    let shares = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| ((*n).to_owned(), median(&steps[i + 1]) / total))
+        .collect();
+    Ok(InvokeBench {
+        files,
+        runs,
+        total_median_ms: total,
+        prepare_median_ms: median(&steps[1]),
+        setup_median_ms: median(&steps[2]),
+        run_median_ms: median(&steps[3]),
+        cleanup_median_ms: median(&steps[4]),
+        remove_median_ms: median(&steps[5]),
+        total_ms: steps[0].clone(),
+        shares,
+        launch_ratio: launch.ratio,
+        launch_runs,
+    })
+}
+
+impl InvokeBench {
+    /// Plain text.
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "invoke: questions phase, fake vendor, {} files, {} runs\n\
+             end to end median {:.0} ms (target < 2000 ms)\n",
+            self.files, self.runs, self.total_median_ms
+        );
+        for (name, share) in &self.shares {
+            out.push_str(&format!("  {name:<8} {:>5.1} %\n", share * 100.0));
+        }
+        out.push_str(&format!(
+            "launch ratio cordon/bare {:.3} over {} runs (target <= 1.15)\n",
+            self.launch_ratio, self.launch_runs
+        ));
+        out
+    }
+}

@@ -75,7 +75,9 @@ pub async fn build_static_binaries(workspace: &Path, quiet: bool) -> Result<Path
         .env("CARGO_TARGET_DIR", &target_dir)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("CARGO_BUILD_RUSTFLAGS");
+        .env_remove("CARGO_BUILD_RUSTFLAGS")
+        // A cancelled build (an invocation stopped while building its image) stops cargo too.
+        .kill_on_drop(true);
     if quiet {
         command.arg("--quiet");
     }

@@ -154,6 +154,15 @@ enum BenchAction {
         #[arg(long, default_value_t = 6)]
         parallel: usize,
     },
+    /// Questions-phase invocations end to end on a generated repository, and the launch ratio.
+    Invoke {
+        #[arg(long, default_value_t = 5_000)]
+        files: usize,
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        #[arg(long, default_value_t = 10)]
+        launch_runs: usize,
+    },
     /// Seeding a generated repository against a plain upload of the same tree.
     Seed {
         #[arg(long, default_value_t = 20_000)]
@@ -246,6 +255,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let report = bench::seed(&engine, &built.id, *files, mib * 1024 * 1024, *runs)
                 .await
                 .context("benchmarking seeding")?;
+            print(cli.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            action:
+                BenchAction::Invoke {
+                    files,
+                    runs,
+                    launch_runs,
+                },
+        } => {
+            let built = build(&engine, &cli).await?;
+            let report = bench::invoke(&engine, &built.id, *files, *runs, *launch_runs)
+                .await
+                .context("benchmarking invocations")?;
             print(cli.json, &report, || report.text())?;
             Ok(ExitCode::SUCCESS)
         }

@@ -1,6 +1,6 @@
-//! `cordon task prepare`, `cordon task remove` and `cordon recover` as processes: a prepare killed
-//! with SIGKILL at any point leaves nothing that `cordon recover` (and removing the storage it hands
-//! back) does not clear.
+//! `cordon task prepare`, `cordon task remove`, `cordon run` and `cordon recover` as processes: a
+//! prepare or a run killed with SIGKILL at any point leaves nothing that `cordon recover` (and
+//! removing the storage it hands back) does not clear.
 
 #![allow(clippy::unwrap_used)] // a test panics with the failing call in its message
 
@@ -96,13 +96,17 @@ fn leftovers(owner: &str) -> Vec<String> {
     });
     let mut left: Vec<String> = containers.into_iter().chain(volumes).collect();
     let prefix = format!("cordon-stage-{owner}-");
-    left.extend(
-        std::fs::read_dir(std::env::temp_dir())
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(&prefix)),
-    );
+    for root in cordon::task::clone::staging_roots() {
+        let Ok(listing) = std::fs::read_dir(root) else {
+            continue;
+        };
+        left.extend(
+            listing
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix)),
+        );
+    }
     left
 }
 
@@ -185,4 +189,124 @@ fn remove_by_allocation_and_owner() {
 fn uuid_v4() -> String {
     let bytes = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap();
     bytes.trim().to_owned()
+}
+
+/// A small committed repository.
+fn small_repository(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("cordon-{tag}-repo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("README.md"), "# run\n").unwrap();
+    std::fs::write(dir.join("src/lib.rs"), "pub fn f() {}\n").unwrap();
+    git(&dir, &["init", "--quiet"]);
+    git(&dir, &["add", "-A"]);
+    git(&dir, &["commit", "--quiet", "-m", "r"]);
+    dir
+}
+
+fn run_command(repo: &std::path::Path, owner: &str, prompt: &str) -> Command {
+    run_with(repo, owner, prompt, "test")
+}
+
+fn run_with(repo: &std::path::Path, owner: &str, prompt: &str, vendor: &str) -> Command {
+    let mut command = cordon();
+    command
+        .args([
+            "run",
+            "--json",
+            "--vendor",
+            vendor,
+            "--phase",
+            "questions",
+            "--repo",
+        ])
+        .arg(repo)
+        .args(["--owner", owner, "--prompt", prompt]);
+    command
+}
+
+/// The README's first thing to try: a settled, attested result, and nothing left.
+#[test]
+fn run_prints_a_settled_attested_result() {
+    let repo = small_repository("run");
+    let owner = format!("t-run-{}", std::process::id());
+    let out = succeeded(run_command(&repo, &owner, "hello").args(["--code-hash", "c0ffee"]));
+    let report = json(&out);
+    let result = &report["result"];
+    assert_eq!(
+        result["answer"],
+        "fake answer: 5 bytes of prompt; allowed tools: Read,Glob,Grep"
+    );
+    assert_eq!(result["referenced_code_hash"], "c0ffee");
+    assert!(result["attestation"]["policy_digest"]
+        .as_str()
+        .is_some_and(|d| d.starts_with("sha256:")));
+    assert_eq!(report["storage_left"], serde_json::Value::Null);
+    // Codex is refused before anything is prepared.
+    let codex = run_with(&repo, &owner, "hello", "codex").output().unwrap();
+    assert_eq!(codex.status.code(), Some(2));
+    assert_eq!(json(&codex)["error"], "vendor-refused");
+    let _ = std::fs::remove_dir_all(&repo);
+    assert!(leftovers(&owner).is_empty());
+}
+
+/// The controller killed with SIGKILL while its agent runs: `cordon recover` removes the agent
+/// container and its invocation volumes and hands back the storage; nothing is left.
+#[test]
+fn a_killed_run_leaves_nothing_after_recover() {
+    let repo = small_repository("killed-run");
+    let owner = format!("t-killed-run-{}", std::process::id());
+    let mut child = run_command(&repo, &owner, "cordon-fake:hang")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let agent_running = || {
+        runtime.block_on(async {
+            let engine = cordon::Engine::connect().await.expect("the Docker engine");
+            let listed = cordon::cleanup::Listed::with_label(
+                &engine,
+                &format!("{}={owner}", cordon::labels::OWNER),
+            )
+            .await
+            .unwrap();
+            listed.containers.iter().any(|c| {
+                c.state.as_ref().map(ToString::to_string).as_deref() == Some("running")
+                    && c.labels
+                        .as_ref()
+                        .and_then(|l| l.get(cordon::labels::KIND))
+                        .map(String::as_str)
+                        == Some("agent")
+            })
+        })
+    };
+    let waited = std::time::Instant::now();
+    while !agent_running() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(120),
+            "the agent never ran"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    child.kill().unwrap(); // SIGKILL: no cleanup runs in the controller
+    let _ = child.wait();
+    let recovered = succeeded(cordon().args(["recover", "--json", "--owner", &owner]));
+    let report = json(&recovered);
+    let removed = report["removed"].as_array().unwrap();
+    assert!(
+        removed
+            .iter()
+            .any(|r| r.as_str().is_some_and(|r| r.starts_with("container"))),
+        "the agent container was removed: {report}"
+    );
+    for handle in report["storage"].as_array().unwrap() {
+        succeeded(cordon().args(["task", "remove", &handle.to_string()]));
+    }
+    let _ = std::fs::remove_dir_all(&repo);
+    let left = leftovers(&owner);
+    assert!(left.is_empty(), "left behind: {left:?} (report {report})");
 }

@@ -3,6 +3,7 @@ mod engine;
 mod gate;
 mod image;
 mod init;
+mod invoke;
 mod launch;
 mod task;
 mod validator;

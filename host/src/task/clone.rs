@@ -49,6 +49,50 @@ pub fn staging_prefix(owner: &Owner) -> String {
     format!("cordon-stage-{}-", owner.as_str())
 }
 
+/// Where staging directories may be: `CORDON_STAGING_DIR` when set, /dev/shm, the temp dir.
+/// Recovery looks in all of them.
+pub fn staging_roots() -> Vec<PathBuf> {
+    let mut roots = Vec::new();
+    if let Some(dir) = std::env::var_os("CORDON_STAGING_DIR").filter(|d| !d.is_empty()) {
+        roots.push(PathBuf::from(dir));
+    }
+    roots.push(PathBuf::from("/dev/shm"));
+    roots.push(std::env::temp_dir());
+    roots.dedup();
+    roots
+}
+
+/// Where this staging copy goes: `CORDON_STAGING_DIR` when set; else /dev/shm when it is a tmpfs
+/// with room for twice the copy (a copy is thousands of small files, and on a journaled disk each
+/// create costs: 5,100 objects took 2.3 s on this machine's ext4 and 0.17 s on tmpfs); else the
+/// temp dir.
+fn staging_root(bytes: u64) -> PathBuf {
+    if let Some(dir) = std::env::var_os("CORDON_STAGING_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let shm = Path::new("/dev/shm");
+    let roomy_tmpfs = std::ffi::CString::new("/dev/shm")
+        .ok()
+        .and_then(|c| {
+            let mut fs = std::mem::MaybeUninit::<libc::statfs>::uninit();
+            // SAFETY: a valid C string and a buffer of the right type; statfs only writes it.
+            let ok = unsafe { libc::statfs(c.as_ptr(), fs.as_mut_ptr()) } == 0;
+            // SAFETY: statfs succeeded, so it filled the buffer.
+            ok.then(|| unsafe { fs.assume_init() })
+        })
+        .is_some_and(|fs| {
+            const TMPFS_MAGIC: i64 = 0x0102_1994;
+            let free = fs.f_bavail.saturating_mul(fs.f_bsize as u64);
+            fs.f_type == TMPFS_MAGIC && free / 2 > bytes + 64 * 1024 * 1024
+        });
+    let writable = fs::metadata(shm).is_ok_and(|m| m.is_dir());
+    if roomy_tmpfs && writable {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// A staged repository, ready to seed.
 #[derive(Debug)]
 pub struct Staged {
@@ -257,23 +301,8 @@ pub async fn stage(
     if fs::symlink_metadata(source_git.join("objects/info/alternates")).is_ok() {
         return Err(Error::Unusable(Unusable::Alternates));
     }
-    let dir = std::env::temp_dir().join(format!("{}{allocation}", staging_prefix(owner)));
-    fs::create_dir(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    let dir = StagingDir(dir);
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700))
-        .map_err(|e| Error::io("chmod staging", e))?;
-    let home = dir.path().join("home");
-    let repo = dir.path().join("repo.git");
-    fs::create_dir(&home).map_err(|e| Error::io("creating the scratch HOME", e))?;
-    let git = Git {
-        git_dir: repo.clone(),
-        home,
-        deadline,
-    };
-    git.run("init", &["init", "--quiet", "--bare", "--template="])
-        .await?;
-
-    // Copy the object store and the refs as data.
+    // List the object store and the refs (refusing links and oversize stores) before anything
+    // is made.
     let mut files = Vec::new();
     let mut budget = (0, 0);
     walk(&source_git, Path::new("objects"), &mut files, &mut budget)?;
@@ -291,6 +320,23 @@ pub async fn stage(
             Err(_) => {}
         }
     }
+    let dir = staging_root(budget.0).join(format!("{}{allocation}", staging_prefix(owner)));
+    fs::create_dir(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let dir = StagingDir(dir);
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700))
+        .map_err(|e| Error::io("chmod staging", e))?;
+    let home = dir.path().join("home");
+    let repo = dir.path().join("repo.git");
+    fs::create_dir(&home).map_err(|e| Error::io("creating the scratch HOME", e))?;
+    let git = Git {
+        git_dir: repo.clone(),
+        home,
+        deadline,
+    };
+    git.run("init", &["init", "--quiet", "--bare", "--template="])
+        .await?;
+
+    // Copy them as data.
     let (object_bytes, object_files) = (budget.0, budget.1);
     tracing::debug!(
         files = files.len(),

@@ -306,6 +306,7 @@ pub async fn prepare_with(
         let (mut work_request, metadata_request) =
             storage::task_volume_requests(&allocation, request.work, metadata);
         edit_work(&mut work_request);
+        tracing::debug!("staged; allocating");
         progress("allocating task storage");
         let storage = TaskStorage::create_checked(
             engine,
@@ -316,6 +317,7 @@ pub async fn prepare_with(
             paths::METADATA,
         )
         .await?;
+        tracing::debug!("allocated; seeding");
         progress("seeding");
         let seeded = async {
             tokio::time::timeout(
@@ -324,7 +326,9 @@ pub async fn prepare_with(
             )
             .await
             .map_err(|_| Error::Deadline("seeding".into()))??;
+            let t = Instant::now();
             let baseline = metadata_digest(engine, image_id, &storage).await?;
+            tracing::debug!(ms = t.elapsed().as_millis() as u64, "took the baseline");
             storage.mark_seeded(engine).await?;
             Ok(baseline)
         }

@@ -250,7 +250,10 @@ pub async fn recover(engine: &Engine, owner: &Owner, foreign: bool) -> Result<Re
     }
     // Staging directories a killed process left.
     let prefix = clone::staging_prefix(owner);
-    if let Ok(listing) = std::fs::read_dir(std::env::temp_dir()) {
+    for root in clone::staging_roots() {
+        let Ok(listing) = std::fs::read_dir(&root) else {
+            continue;
+        };
         for entry in listing.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let ours = std::fs::symlink_metadata(entry.path()).is_ok_and(|m| {

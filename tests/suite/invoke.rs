@@ -1,0 +1,684 @@
+//! Invocations on the real engine, through the fake vendor CLI's modes: answers with attestation
+//! and identity, every way a run can fail to answer, deadlines and cancellation at each step,
+//! parallel owners, a cleanup that keeps failing, a container killed from outside, and a
+//! credential that never leaks. Every test ends with nothing of its owner left.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon::error::Error;
+use cordon::invoke::{
+    self, capture, start, Credential, Handle, ImageSource, InvocationResult, Options, Request,
+    Step, StopReason,
+};
+use cordon::labels::Owner;
+use cordon::task::{self, StorageHandle};
+use cordon::Engine;
+use cordon_contract::{Phase, Vendor};
+use cordon_tests::{assert_clean, engine, image, prepare_request, Repo};
+
+/// A small committed repository and its storage.
+async fn storage(engine: &Engine, image: &str, owner: &Owner) -> StorageHandle {
+    let repo = Repo::new("invoke");
+    repo.write("README.md", b"# invoke\n", 0o644);
+    repo.write("src/lib.rs", b"pub fn f() {}\n", 0o644);
+    let head = repo.commit();
+    task::prepare(engine, image, &prepare_request(owner, &repo, &head))
+        .await
+        .expect("task storage")
+}
+
+fn attempt(tag: &str) -> String {
+    format!("{tag}-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+fn request(storage: &StorageHandle, phase: Phase, prompt: &str) -> Request {
+    Request {
+        phase,
+        vendor: Vendor::Claude,
+        prompt: prompt.to_owned(),
+        schema: None,
+        referenced_code_hash: "code-abc123".to_owned(),
+        deadline: Instant::now() + Duration::from_secs(60),
+        network_allowlist: vec![],
+        attempt: attempt("a"),
+        storage: storage.clone(),
+    }
+}
+
+fn options(image: &str) -> Options {
+    Options::new(ImageSource::Id(image.to_owned()))
+}
+
+async fn run(engine: &Engine, image: &str, request: Request) -> Arc<InvocationResult> {
+    let handle = start(
+        engine,
+        capture(request).expect("capture"),
+        None,
+        options(image),
+    )
+    .await
+    .expect("start");
+    handle.settled().await
+}
+
+fn failure(result: &InvocationResult) -> Option<&str> {
+    result.failure.as_ref().map(|f| f.id.as_str())
+}
+
+async fn finish(engine: &Engine, owner: &Owner, storage: &StorageHandle) {
+    task::remove(engine, storage).await.expect("remove storage");
+    assert_clean(engine, owner).await;
+}
+
+/// A storage handle that no engine call ever sees (capture needs none).
+fn unused_storage() -> StorageHandle {
+    StorageHandle {
+        owner: "t-capture".into(),
+        attempt: "x".into(),
+        allocation: uuid::Uuid::new_v4(),
+        work_volume: "w".into(),
+        metadata_volume: "m".into(),
+        keeper: "k".into(),
+        work: cordon::storage::DEFAULT_WORK,
+        metadata: cordon::storage::DEFAULT_METADATA,
+        head: None,
+        metadata_baseline: None,
+    }
+}
+
+fn schema_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-schema-{name}-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("schema.json");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Capture freezes a request once per attempt id and refuses what it cannot run.
+#[test]
+fn capture_refuses_bad_requests_and_a_second_capture() {
+    let storage = unused_storage();
+    let base = || request(&storage, Phase::Questions, "hello");
+    let first = base();
+    let again = first.clone();
+    capture(first).expect("first capture");
+    assert_eq!(capture(again).unwrap_err().id(), "attempt-captured");
+    let mut long = base();
+    long.prompt = "x".repeat(32 * 1024 + 1);
+    assert_eq!(capture(long).unwrap_err().id(), "invalid-input");
+    let mut exact = base();
+    exact.prompt = "x".repeat(32 * 1024);
+    capture(exact).expect("exactly 32 KiB");
+    let mut late = base();
+    late.deadline = Instant::now() - Duration::from_millis(1);
+    assert_eq!(capture(late).unwrap_err().id(), "deadline");
+    let mut host = base();
+    host.network_allowlist = vec!["API.anthropic.com".into()];
+    assert_eq!(capture(host).unwrap_err().id(), "invalid-input");
+    let mut no_schema = base();
+    no_schema.phase = Phase::Planning;
+    assert_eq!(capture(no_schema).unwrap_err().id(), "schema-invalid");
+    let mut schema_in_questions = base();
+    schema_in_questions.schema = Some(schema_file("q", r#"{"type":"object"}"#));
+    assert_eq!(
+        capture(schema_in_questions).unwrap_err().id(),
+        "schema-invalid"
+    );
+    let mut bad_schema = base();
+    bad_schema.phase = Phase::Planning;
+    bad_schema.schema = Some(schema_file(
+        "2020",
+        r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object"}"#,
+    ));
+    assert_eq!(capture(bad_schema).unwrap_err().id(), "schema-invalid");
+    for phase in Phase::ALL {
+        let mut codex = base();
+        codex.vendor = Vendor::Codex;
+        codex.phase = phase;
+        let err = capture(codex).unwrap_err();
+        assert_eq!(err.id(), "vendor-refused", "{phase}");
+        assert!(err.to_string().contains("use claude"), "{err}");
+    }
+    assert!(invoke::allowed_phases(Vendor::Codex).is_empty());
+    assert_eq!(invoke::allowed_phases(Vendor::Claude), &Phase::ALL);
+}
+
+/// A planning command whose `--json-schema` text differs from the mounted schema.json is refused
+/// by the profile; the same text is accepted.
+#[test]
+fn the_profile_refuses_a_schema_that_differs_from_the_mounted_file() {
+    use cordon::profile::{Profile, ProfileSpec};
+    let owner = Owner::random("t-schema");
+    let allocation = cordon::labels::Allocation::new(&owner, "s").unwrap();
+    let spec = |argument: &str, mounted: &str| ProfileSpec {
+        phase: Phase::Planning,
+        vendor: Vendor::Claude,
+        image_id: format!("sha256:{}", "0".repeat(64)),
+        allocation: allocation.clone(),
+        limits: cordon::profile::Limits::default(),
+        storage: cordon::storage::TaskStorage::from_parts(
+            allocation.clone(),
+            "w".into(),
+            cordon::storage::DEFAULT_WORK,
+            "m".into(),
+            cordon::storage::DEFAULT_METADATA,
+            "k".into(),
+        )
+        .mounts_for(&allocation),
+        command: invoke::claude::command(Phase::Planning, "plan", Some(argument)),
+        exec: vec![cordon_contract::paths::CLAUDE_CLI.into()],
+        env: vec![],
+        gitlinks: vec![],
+        pins: vec![],
+        landlock_abi: cordon::profile::DEFAULT_LANDLOCK_ABI,
+        input_files: vec![("schema.json".into(), mounted.as_bytes().to_vec())],
+    };
+    let same = r#"{"type":"object"}"#;
+    Profile::new(spec(same, same)).expect("the same text");
+    let err = Profile::new(spec(r#"{"type":"object" }"#, same)).unwrap_err();
+    assert_eq!(err.id(), "schema-mismatch", "{err}");
+    let mut none = spec(same, same);
+    none.input_files.clear();
+    assert_eq!(Profile::new(none).unwrap_err().id(), "schema-mismatch");
+}
+
+/// Questions answer in plain text, planning with structured_output as bare JSON; both carry the
+/// attestation of the policy the host wrote and echo the attempt and code hash.
+#[tokio::test]
+async fn questions_and_planning_answer_with_attestation_and_identity() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-answer");
+    let storage = storage(&engine, &image, &owner).await;
+    let questions = request(&storage, Phase::Questions, "what is this?");
+    let asked = questions.attempt.clone();
+    let result = run(&engine, &image, questions).await;
+    assert_eq!(
+        result.answer.as_deref(),
+        Some("fake answer: 13 bytes of prompt; allowed tools: Read,Glob,Grep"),
+        "{result:#?}"
+    );
+    assert_eq!(result.attempt, asked);
+    assert_eq!(result.referenced_code_hash, "code-abc123");
+    assert_eq!(
+        (result.exit_code, result.signal, result.stop_reason),
+        (Some(0), None, None)
+    );
+    let attestation = result.attestation.as_ref().expect("attested");
+    assert!(attestation.policy_digest.starts_with("sha256:"));
+    assert!(attestation
+        .checks
+        .contains(&cordon_contract::Id::ExecAllowlist));
+    assert!(result.unreleased.is_empty());
+
+    let mut planning = request(&storage, Phase::Planning, "plan it");
+    let schema = r#"{"type":"object","required":["steps","risk"],"properties":{"steps":{"type":"array","minItems":1,"items":{"type":"string"}},"risk":{"enum":["low","high"]}}}"#;
+    planning.schema = Some(schema_file("plan", schema));
+    let result = run(&engine, &image, planning).await;
+    assert_eq!(
+        result.answer.as_deref(),
+        Some(r#"{"risk":"low","steps":["fake"]}"#),
+        "the fake answers from the exact schema text it was given: {result:#?}"
+    );
+    finish(&engine, &owner, &storage).await;
+}
+
+/// Every way a run ends without an answer settles with the right facts and failure id.
+#[tokio::test]
+async fn runs_that_do_not_answer_settle_with_the_reason() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-modes");
+    let storage = storage(&engine, &image, &owner).await;
+    let mut schema_check = request(&storage, Phase::Planning, "cordon-fake:schema-violation");
+    schema_check.schema = Some(schema_file("violation", r#"{"type":"object"}"#));
+    let cases: Vec<(Request, Option<i64>, Option<i32>, &str)> = vec![
+        (schema_check, Some(1), None, "exit-nonzero"),
+        (
+            request(&storage, Phase::Questions, "cordon-fake:signal"),
+            Some(134),
+            Some(6),
+            "signal",
+        ),
+        (
+            request(&storage, Phase::Questions, "cordon-fake:exit-7"),
+            Some(7),
+            None,
+            "exit-nonzero",
+        ),
+        (
+            request(&storage, Phase::Questions, "cordon-fake:invalid-utf8"),
+            Some(0),
+            None,
+            "capture-failure",
+        ),
+        (
+            request(&storage, Phase::Questions, "cordon-fake:flood"),
+            Some(0),
+            None,
+            "answer-invalid",
+        ),
+    ];
+    let runs = cases.into_iter().map(|(req, exit, signal, id)| {
+        let engine = engine.clone();
+        let image = image.clone();
+        async move {
+            let prompt = req.prompt.clone();
+            let result = run(&engine, &image, req).await;
+            assert_eq!(
+                (result.exit_code, result.signal, failure(&result)),
+                (exit, signal, Some(id)),
+                "{prompt}: {result:#?}"
+            );
+            assert_eq!(result.answer, None, "{prompt}");
+            assert!(
+                result.attestation.is_some(),
+                "{prompt}: attested all the same"
+            );
+            result
+        }
+    });
+    let results = futures_util::future::join_all(runs).await;
+    let flood = &results[4];
+    assert!(flood.stdout_truncated);
+    assert_eq!(
+        flood.stdout.as_ref().map(String::len),
+        Some(1024 * 1024),
+        "1 MiB kept of 10 MiB"
+    );
+    assert_eq!(results[3].stdout, None, "invalid UTF-8 is never handed out");
+    finish(&engine, &owner, &storage).await;
+}
+
+/// The fake tries to write everywhere outside its areas; every attempt is denied, in a read-only
+/// phase (where /work is outside too) and in execute.
+#[tokio::test]
+async fn writes_outside_the_agent_areas_are_denied() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-outside");
+    let storage = storage(&engine, &image, &owner).await;
+    for (phase, attempts) in [(Phase::Questions, 26), (Phase::Execute, 24)] {
+        let result = run(
+            &engine,
+            &image,
+            request(&storage, phase, "cordon-fake:write-outside"),
+        )
+        .await;
+        assert_eq!(
+            result.answer.as_deref(),
+            Some(format!("write-outside: denied {attempts} of {attempts}").as_str()),
+            "{phase}: {result:#?}"
+        );
+    }
+    finish(&engine, &owner, &storage).await;
+}
+
+/// Start fails only when it allocated nothing: an expired deadline, an attempt whose objects still
+/// exist, a network allowlist (no egress yet). Nothing new exists afterwards.
+#[tokio::test]
+async fn start_fails_only_before_allocating() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-start");
+    let storage = storage(&engine, &image, &owner).await;
+    let mut late = request(&storage, Phase::Questions, "hello");
+    late.deadline = Instant::now() + Duration::from_millis(200);
+    let captured = capture(late).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let err = start(&engine, captured, None, options(&image))
+        .await
+        .unwrap_err();
+    assert_eq!(err.id(), "deadline");
+    // An earlier process's object of this attempt still exists.
+    let owned = request(&storage, Phase::Questions, "hello");
+    let labels = std::collections::HashMap::from([
+        (cordon::labels::OWNER.to_owned(), owner.as_str().to_owned()),
+        (cordon::labels::ATTEMPT.to_owned(), owned.attempt.clone()),
+        (
+            cordon::labels::ALLOCATION.to_owned(),
+            uuid::Uuid::new_v4().to_string(),
+        ),
+        (cordon::labels::KIND.to_owned(), "control".to_owned()),
+    ]);
+    let leftover = engine
+        .docker()
+        .create_volume(bollard::models::VolumeCreateRequest {
+            name: Some(format!("t-start-{}", uuid::Uuid::new_v4().simple())),
+            labels: Some(labels),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .name;
+    let err = start(&engine, capture(owned).unwrap(), None, options(&image))
+        .await
+        .unwrap_err();
+    assert_eq!(err.id(), "attempt-owned", "{err}");
+    assert!(err.to_string().contains(&leftover), "{err}");
+    engine
+        .docker()
+        .remove_volume(
+            &leftover,
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await
+        .unwrap();
+    let mut egress = request(&storage, Phase::Questions, "hello");
+    egress.network_allowlist = vec!["api.anthropic.com".into()];
+    let err = start(&engine, capture(egress).unwrap(), None, options(&image))
+        .await
+        .unwrap_err();
+    assert_eq!(err.id(), "invalid-input", "{err}");
+    // Only the storage exists.
+    let (containers, volumes) = cordon::cleanup::list_owned(&engine, &owner).await.unwrap();
+    assert_eq!(
+        (containers.len(), volumes.len()),
+        (1, 2),
+        "{containers:?} {volumes:?}"
+    );
+    finish(&engine, &owner, &storage).await;
+}
+
+/// The deadline bounds every launch: hit during setup and during the run, the result settles
+/// with `timeout` and nothing is left.
+#[tokio::test]
+async fn a_deadline_hit_in_setup_or_run_settles_as_timeout() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-deadline");
+    let storage = storage(&engine, &image, &owner).await;
+    for (prompt, after, step) in [
+        ("hello", Duration::from_millis(60), Step::Creating),
+        ("cordon-fake:hang", Duration::from_secs(3), Step::Running),
+    ] {
+        let mut req = request(&storage, Phase::Questions, prompt);
+        req.deadline = Instant::now() + after;
+        let handle = start(&engine, capture(req).unwrap(), None, options(&image))
+            .await
+            .unwrap();
+        let seen = handle.reached(step).await;
+        let result = handle.settled().await;
+        assert_eq!(
+            result.stop_reason,
+            Some(StopReason::Timeout),
+            "{prompt}: {result:#?}"
+        );
+        assert_eq!(result.answer, None);
+        assert!(result.unreleased.is_empty());
+        assert_eq!(seen, step, "{prompt}: the deadline landed in {step:?}");
+    }
+    finish(&engine, &owner, &storage).await;
+}
+
+/// Cancel during the image build, the create and the run: each settles as `cancelled` (the first
+/// reason wins over a later shutdown), after its container is gone.
+#[tokio::test]
+async fn cancel_during_build_create_and_run() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-cancel-inv");
+    let storage = storage(&engine, &image, &owner).await;
+    let cases = [
+        (
+            "hello",
+            ImageSource::Build(cordon::image::default_workspace()),
+            Step::Building,
+        ),
+        ("hello", ImageSource::Id(image.clone()), Step::Creating),
+        (
+            "cordon-fake:hang",
+            ImageSource::Id(image.clone()),
+            Step::Running,
+        ),
+    ];
+    for (prompt, source, step) in cases {
+        let handle: Handle = start(
+            &engine,
+            capture(request(&storage, Phase::Questions, prompt)).unwrap(),
+            None,
+            Options::new(source),
+        )
+        .await
+        .unwrap();
+        assert_eq!(handle.reached(step).await, step);
+        handle.cancel();
+        handle.stop(StopReason::Shutdown);
+        let result = handle.settled().await;
+        assert_eq!(
+            result.stop_reason,
+            Some(StopReason::Cancelled),
+            "{step:?}: {result:#?}"
+        );
+        assert_eq!(failure(&result), Some("stopped"), "{step:?}");
+        assert!(result.unreleased.is_empty(), "{step:?}");
+        let (containers, volumes) = cordon::cleanup::list_owned(&engine, &owner).await.unwrap();
+        assert_eq!(
+            (containers.len(), volumes.len()),
+            (1, 2),
+            "{step:?}: only the storage is left: {containers:?} {volumes:?}"
+        );
+    }
+    finish(&engine, &owner, &storage).await;
+}
+
+/// Two invocations of different owners run at once and neither sees the other's objects.
+#[tokio::test]
+async fn two_owners_run_in_parallel() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let (a, b) = (Owner::random("t-par-a"), Owner::random("t-par-b"));
+    let (sa, sb) = tokio::join!(storage(&engine, &image, &a), storage(&engine, &image, &b));
+    let (ra, rb) = tokio::join!(
+        run(&engine, &image, request(&sa, Phase::Questions, "from a")),
+        run(&engine, &image, request(&sb, Phase::Execute, "from b"))
+    );
+    assert!(
+        ra.answer.as_deref().is_some_and(|x| x.contains("6 bytes")),
+        "{ra:#?}"
+    );
+    assert!(
+        rb.answer
+            .as_deref()
+            .is_some_and(|x| x.contains("Edit,Write")),
+        "{rb:#?}"
+    );
+    finish(&engine, &a, &sa).await;
+    finish(&engine, &b, &sb).await;
+}
+
+/// Removal keeps failing (an engine error injected into every removal): the result settles after
+/// the window with `unreleased` (create-time ids and owner labels), and the profile is retired.
+#[tokio::test]
+async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-unreleased");
+    let storage = storage(&engine, &image, &owner).await;
+    let mut opts = options(&image);
+    opts.cleanup_window = Duration::from_secs(3);
+    opts.first_cleanup = Duration::from_secs(5);
+    // Only removals fail (setup removes nothing it needs), so the run itself answers.
+    engine.inject_removal_failures(usize::MAX);
+    let handle = start(
+        &engine,
+        capture(request(&storage, Phase::Questions, "hello")).unwrap(),
+        None,
+        opts,
+    )
+    .await
+    .unwrap();
+    handle.reached(Step::Cleaning).await;
+    let cleaning = Instant::now();
+    let result = handle.settled().await;
+    engine.inject_removal_failures(0);
+    let waited = cleaning.elapsed();
+    assert!(
+        waited >= Duration::from_secs(3),
+        "the window was honoured: {waited:?}"
+    );
+    assert!(!result.unreleased.is_empty(), "{result:#?}");
+    assert_eq!(
+        result.answer.as_deref().map(|a| a.starts_with("fake")),
+        Some(true)
+    );
+    for left in &result.unreleased {
+        assert!(left.id.is_some(), "create-time id known: {left:?}");
+        assert_eq!(
+            left.labels.get(cordon::labels::OWNER).map(String::as_str),
+            Some(owner.as_str())
+        );
+        assert_eq!(
+            left.labels.get(cordon::labels::ALLOCATION),
+            Some(&result.allocation.to_string())
+        );
+    }
+    // Retired: every launch path refuses a profile of that allocation.
+    let mut allocation = cordon::labels::Allocation::new(&owner, &result.attempt).unwrap();
+    allocation.id = result.allocation;
+    let profile = cordon::profile::Profile::new(cordon::profile::ProfileSpec {
+        phase: Phase::Questions,
+        vendor: Vendor::Claude,
+        image_id: image.clone(),
+        allocation: allocation.clone(),
+        limits: cordon_tests::test_limits(),
+        storage: storage.storage().unwrap().mounts_for(&allocation),
+        command: vec![
+            cordon_contract::paths::CLAUDE_CLI.into(),
+            "--version".into(),
+        ],
+        exec: vec![cordon_contract::paths::CLAUDE_CLI.into()],
+        env: vec![],
+        gitlinks: vec![],
+        pins: vec![],
+        landlock_abi: cordon::profile::DEFAULT_LANDLOCK_ABI,
+        input_files: vec![],
+    })
+    .unwrap();
+    match cordon::launch::run(&engine, &profile).await {
+        Err(Error::Retired(id)) => assert_eq!(id, result.allocation.to_string()),
+        other => panic!("a retired profile was launched: {other:?}"),
+    }
+    // What was reported is exactly what is left; removing it by id leaves nothing.
+    let reported: cordon::cleanup::Created = cordon::cleanup::Created {
+        containers: result
+            .unreleased
+            .iter()
+            .filter(|l| l.kind == cordon::cleanup::ObjectKind::Container)
+            .filter_map(|l| l.id.clone())
+            .collect(),
+        volumes: result
+            .unreleased
+            .iter()
+            .filter(|l| l.kind == cordon::cleanup::ObjectKind::Volume)
+            .filter_map(|l| l.id.clone())
+            .collect(),
+        ..Default::default()
+    };
+    reported
+        .remove_all(&engine, Duration::from_secs(10))
+        .await
+        .unwrap();
+    finish(&engine, &owner, &storage).await;
+}
+
+/// The container killed from outside during a run: the handle settles with the kill's exit code
+/// and signal, no stop reason, no answer, and nothing left.
+#[tokio::test]
+async fn a_container_killed_from_outside_settles() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-killed");
+    let storage = storage(&engine, &image, &owner).await;
+    let handle = start(
+        &engine,
+        capture(request(&storage, Phase::Questions, "cordon-fake:hang")).unwrap(),
+        None,
+        options(&image),
+    )
+    .await
+    .unwrap();
+    handle.reached(Step::Running).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    engine
+        .docker()
+        .kill_container(
+            &format!("cordon-agent-{}", handle.allocation()),
+            Some(bollard::query_parameters::KillContainerOptions {
+                signal: "KILL".into(),
+            }),
+        )
+        .await
+        .unwrap();
+    let result = handle.settled().await;
+    assert_eq!(
+        (result.exit_code, result.signal, result.stop_reason),
+        (Some(137), Some(9), None),
+        "{result:#?}"
+    );
+    assert_eq!(failure(&result), Some("signal"));
+    assert!(result.unreleased.is_empty());
+    finish(&engine, &owner, &storage).await;
+}
+
+/// The credential reaches only its own container: another invocation running at the same time
+/// cannot find it, and it appears in no result, label or error.
+#[tokio::test]
+async fn the_credential_stays_in_its_own_container() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-cred");
+    let storage = storage(&engine, &image, &owner).await;
+    let tokens = [
+        format!("cordon-test-token-{}", uuid::Uuid::new_v4().simple()),
+        format!("cordon-test-token-{}", uuid::Uuid::new_v4().simple()),
+    ];
+    let mut handles = Vec::new();
+    for token in &tokens {
+        let handle = start(
+            &engine,
+            capture(request(
+                &storage,
+                Phase::Questions,
+                "cordon-fake:steal-credential",
+            ))
+            .unwrap(),
+            Some(Credential::new(token.clone()).unwrap()),
+            options(&image),
+        )
+        .await
+        .unwrap();
+        handles.push(handle);
+    }
+    for handle in &handles {
+        handle.reached(Step::Running).await;
+    }
+    // While they run: no label of any object carries a token.
+    let listed = cordon::cleanup::Listed::with_label(
+        &engine,
+        &format!("{}={}", cordon::labels::OWNER, owner.as_str()),
+    )
+    .await
+    .unwrap();
+    let labels = format!("{:?} {:?}", listed.containers, listed.volumes);
+    for handle in &handles {
+        let result = handle.settled().await;
+        assert_eq!(
+            result.answer.as_deref(),
+            Some("foreign tokens: []"),
+            "{result:#?}"
+        );
+        let shown = serde_json::to_string(&*result).unwrap() + &format!("{result:?}");
+        for token in &tokens {
+            assert!(!shown.contains(token.as_str()), "a token in the result");
+            assert!(!labels.contains(token.as_str()), "a token in a label");
+        }
+    }
+    let debug = format!("{:?}", Credential::new(tokens[0].clone()).unwrap());
+    assert!(!debug.contains(&tokens[0]));
+    finish(&engine, &owner, &storage).await;
+}
