@@ -682,3 +682,63 @@ async fn the_credential_stays_in_its_own_container() {
     assert!(!debug.contains(&tokens[0]));
     finish(&engine, &owner, &storage).await;
 }
+
+/// A create whose answer never came (the request was cut) is resolved by name: removed when the
+/// object carries exactly the labels it was created with, never touched or reported when it
+/// carries others, forgotten when nothing has that name.
+#[tokio::test]
+async fn pending_creates_are_resolved_by_name_and_labels() {
+    use cordon::cleanup::{Created, ObjectKind};
+    let engine = engine().await;
+    let owner = Owner::random("t-pending");
+    let labels = |attempt: &str| {
+        std::collections::HashMap::from([
+            (cordon::labels::OWNER.to_owned(), owner.as_str().to_owned()),
+            (cordon::labels::ATTEMPT.to_owned(), attempt.to_owned()),
+            (
+                cordon::labels::ALLOCATION.to_owned(),
+                uuid::Uuid::new_v4().to_string(),
+            ),
+            (cordon::labels::KIND.to_owned(), "control".to_owned()),
+        ])
+    };
+    let name = |tag: &str| format!("t-pending-{tag}-{}", uuid::Uuid::new_v4().simple());
+    let (ours, theirs, never) = (name("ours"), name("theirs"), name("never"));
+    let our_labels = labels("mine");
+    for (volume, made_with) in [(&ours, our_labels.clone()), (&theirs, labels("other"))] {
+        engine
+            .docker()
+            .create_volume(bollard::models::VolumeCreateRequest {
+                name: Some(volume.clone()),
+                labels: Some(made_with),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let mut created = Created::default();
+    // As if each create had been cut before the engine answered.
+    created.begin(ObjectKind::Volume, &ours, &our_labels);
+    created.begin(ObjectKind::Volume, &theirs, &our_labels);
+    created.begin(ObjectKind::Volume, &never, &our_labels);
+    let left = created.remove_once(&engine).await;
+    assert!(left.is_empty(), "{left:?}");
+    assert!(
+        engine.docker().inspect_volume(&ours).await.is_err(),
+        "ours removed"
+    );
+    engine
+        .docker()
+        .inspect_volume(&theirs)
+        .await
+        .expect("the other labels' volume is untouched");
+    engine
+        .docker()
+        .remove_volume(
+            &theirs,
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await
+        .unwrap();
+    assert_clean(&engine, &owner).await;
+}
