@@ -5,7 +5,8 @@
 //! refusal is one JSON line on stderr and exit code 120; see `cordon_contract::report`.
 //!
 //! Roles (argv[1]): none is the agent role. `keeper` holds task storage mounted (a tmpfs volume
-//! lives only while some container mounts it) until it is told to stop. `digest DIR` prints the
+//! lives only while some container mounts it) until it is told to stop, and prints the digest of
+//! the metadata it holds on SIGUSR1. `digest DIR` prints the
 //! digest of a tree read without following links (the seeder's metadata baseline). `self-test-panic` is the
 //! agent role with a panic once the workload runs, so tests can prove that a panicking init takes
 //! the container down.
@@ -175,7 +176,17 @@ fn keeper(mask: &nix::sys::signal::SigSet) -> ! {
     emit(&InitLine::Ready {
         role: "keeper".into(),
     });
-    let code = supervise::hold(mask).unwrap_or_else(|e| fail(e));
+    // SIGUSR1 asks for the digest of the metadata it holds (the seeder's baseline, taken here so
+    // that no second container has to start for it).
+    let code = supervise::hold(mask, || {
+        match digest::tree(std::path::Path::new(paths::METADATA)) {
+            Ok((digest, entries)) => emit(&InitLine::Digest { digest, entries }),
+            Err(reason) => emit(&InitLine::Failure {
+                reason: format!("digest: {reason}"),
+            }),
+        }
+    })
+    .unwrap_or_else(|e| fail(e));
     std::process::exit(code);
 }
 

@@ -224,8 +224,9 @@ pub fn run(policy: &Policy, mask: &SigSet, fault: impl FnOnce()) -> Result<Outco
     })
 }
 
-/// Wait for a stop signal (TERM, INT or HUP), reaping any child; returns the exit code (0).
-pub fn hold(mask: &SigSet) -> Result<i32, String> {
+/// Wait for a stop signal (TERM, INT or HUP), reaping any child and calling `on_usr1` for each
+/// SIGUSR1; returns the exit code (0).
+pub fn hold(mask: &SigSet, mut on_usr1: impl FnMut()) -> Result<i32, String> {
     let sfd =
         SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC).map_err(|e| format!("signalfd: {e}"))?;
     loop {
@@ -234,6 +235,9 @@ pub fn hold(mask: &SigSet) -> Result<i32, String> {
                 let signo = info.ssi_signo as i32;
                 if [libc::SIGTERM, libc::SIGINT, libc::SIGHUP].contains(&signo) {
                     return Ok(0);
+                }
+                if signo == libc::SIGUSR1 {
+                    on_usr1();
                 }
                 while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                     if status == WaitStatus::StillAlive {

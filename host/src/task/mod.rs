@@ -327,7 +327,7 @@ pub async fn prepare_with(
             .await
             .map_err(|_| Error::Deadline("seeding".into()))??;
             let t = Instant::now();
-            let baseline = metadata_digest(engine, image_id, &storage).await?;
+            let baseline = keeper_digest(engine, &storage).await?;
             tracing::debug!(ms = t.elapsed().as_millis() as u64, "took the baseline");
             storage.mark_seeded(engine).await?;
             Ok(baseline)
@@ -392,6 +392,37 @@ pub async fn find(
             owner.as_str()
         ))
     })
+}
+
+/// The metadata digest as the keeper computes it on SIGUSR1 (the seeder's baseline: the same
+/// code as [`metadata_digest`], without starting another container). Reads the keeper's log for
+/// the digest line that follows the request.
+pub async fn keeper_digest(engine: &Engine, storage: &TaskStorage) -> Result<String> {
+    let mut keeper = crate::launch::Launch::adopt(storage.keeper.clone());
+    let lines =
+        |stderr: &str| -> Vec<InitLine> { stderr.lines().filter_map(InitLine::parse).collect() };
+    let before = lines(&keeper.output(engine).await?.stderr).len();
+    keeper.kill(engine, "USR1").await?;
+    let asked = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let seen = lines(&keeper.output(engine).await?.stderr);
+        match seen.get(before) {
+            Some(InitLine::Digest { digest, .. }) => return Ok(digest.clone()),
+            Some(other) => {
+                return Err(Error::Invalid(format!(
+                    "the keeper's digest failed: {other:?}"
+                )))
+            }
+            None if asked.elapsed() > Duration::from_secs(120) => {
+                return Err(Error::Timeout {
+                    context: "the keeper's digest".into(),
+                    after: Duration::from_secs(120),
+                })
+            }
+            None => {}
+        }
+    }
 }
 
 /// The metadata volume's digest, read inside a hardened container with the volume read-only.
