@@ -36,7 +36,14 @@ pub struct Pending {
     pub kind: ObjectKind,
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// When the request was sent: cutting it does not stop the daemon, which may still finish
+    /// the create after the cut, so "not found" counts only after [`PENDING_GRACE`].
+    pub since: Instant,
 }
+
+/// How long after a cut create its object may still appear (seen here: an invocation's control
+/// volume whose create was cut by the deadline appeared after an immediate lookup had missed it).
+pub const PENDING_GRACE: Duration = Duration::from_secs(3);
 
 /// An object whose removal could not be confirmed: its create-time id when known, and the owner
 /// labels a caller must find on it before removing it later.
@@ -105,9 +112,18 @@ async fn remove_volume(engine: &Engine, name: &str) -> Result<()> {
     }
 }
 
-/// Resolve a pending create by name: `Ok(None)` when nothing of ours exists under that name (never
-/// made, or made by someone else), `Ok(Some(id))` when our object exists.
-async fn resolve_pending(engine: &Engine, pending: &Pending) -> Result<Option<String>> {
+/// What a pending create's name holds now.
+enum Resolved {
+    /// Our object (exactly our labels): its id.
+    Ours(String),
+    /// Someone else's object: ours can never be made under that name.
+    Other,
+    /// Nothing (yet).
+    Missing,
+}
+
+/// Resolve a pending create by name.
+async fn resolve_pending(engine: &Engine, pending: &Pending) -> Result<Resolved> {
     let docker = engine.docker();
     let found = match pending.kind {
         ObjectKind::Container => bounded(
@@ -131,9 +147,13 @@ async fn resolve_pending(engine: &Engine, pending: &Pending) -> Result<Option<St
     match found {
         Ok((id, labels)) => {
             let labels: BTreeMap<String, String> = labels.into_iter().collect();
-            Ok((labels == pending.labels && !id.is_empty()).then_some(id))
+            Ok(if labels == pending.labels && !id.is_empty() {
+                Resolved::Ours(id)
+            } else {
+                Resolved::Other
+            })
         }
-        Err(e) if not_found(&e) => Ok(None),
+        Err(e) if not_found(&e) => Ok(Resolved::Missing),
         Err(e) => Err(e),
     }
 }
@@ -145,6 +165,7 @@ impl Created {
             kind,
             name: name.to_owned(),
             labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            since: Instant::now(),
         });
     }
 
@@ -182,11 +203,15 @@ impl Created {
         let mut pending_volumes = Vec::new();
         for pending in &self.pending {
             match resolve_pending(engine, pending).await {
-                Ok(None) => {}
-                Ok(Some(id)) if pending.kind == ObjectKind::Container => {
+                // Not there yet: the daemon may still be making it.
+                Ok(Resolved::Missing) if pending.since.elapsed() < PENDING_GRACE => {
+                    left.pending.push(pending.clone())
+                }
+                Ok(Resolved::Missing | Resolved::Other) => {}
+                Ok(Resolved::Ours(id)) if pending.kind == ObjectKind::Container => {
                     pending_containers.push((id, pending))
                 }
-                Ok(Some(id)) => pending_volumes.push((id, pending)),
+                Ok(Resolved::Ours(id)) => pending_volumes.push((id, pending)),
                 Err(_) => left.pending.push(pending.clone()),
             }
         }
