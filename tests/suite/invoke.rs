@@ -681,6 +681,30 @@ async fn the_credential_stays_in_its_own_container() {
     let debug = format!("{:?}", Credential::new(tokens[0].clone()).unwrap());
     assert!(!debug.contains(&tokens[0]));
     finish(&engine, &owner, &storage).await;
+
+    // The search can fail: a token the agent can reach (planted in the repository) is found.
+    let repo = Repo::new("planted");
+    repo.write(
+        "notes/deploy.txt",
+        b"token: cordon-test-token-planted1\n",
+        0o644,
+    );
+    let head = repo.commit();
+    let planted = task::prepare(&engine, &image, &prepare_request(&owner, &repo, &head))
+        .await
+        .unwrap();
+    let result = run(
+        &engine,
+        &image,
+        request(&planted, Phase::Questions, "cordon-fake:steal-credential"),
+    )
+    .await;
+    assert_eq!(
+        result.answer.as_deref(),
+        Some(r#"foreign tokens: ["cordon-test-token-planted1"]"#),
+        "{result:#?}"
+    );
+    finish(&engine, &owner, &planted).await;
 }
 
 /// A create whose answer never came (the request was cut) is resolved by name: removed when the
