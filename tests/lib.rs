@@ -46,23 +46,37 @@ pub async fn image(engine: &Engine) -> String {
         .clone()
 }
 
-/// Fail if anything with this owner's label is left; remove it so one failure does not leak.
+/// Fail if anything with this owner's label is left, or any cordon-named volume without labels
+/// (the engine makes a missing named volume for a create that outlived it: such a volume carries
+/// no owner, so only its name shows it); remove what it finds so one failure does not leak.
 pub async fn assert_clean(engine: &Engine, owner: &Owner) {
     let (containers, volumes) = cleanup::list_owned(engine, owner)
         .await
         .expect("listing objects by owner");
-    if !containers.is_empty() || !volumes.is_empty() {
+    let unlabelled = cleanup::unlabelled_cordon_volumes(engine)
+        .await
+        .expect("listing volumes by name");
+    if !containers.is_empty() || !volumes.is_empty() || !unlabelled.is_empty() {
         let _ = cleanup::remove_owned(engine, owner).await;
+        let _ = cleanup::Created {
+            volumes: unlabelled.clone(),
+            ..Default::default()
+        }
+        .remove_all(engine, Duration::from_secs(10))
+        .await;
         panic!(
-            "left behind for owner {}: containers {containers:?}, volumes {volumes:?}",
+            "left behind for owner {}: containers {containers:?}, volumes {volumes:?}; \
+             unlabelled cordon volumes {unlabelled:?}",
             owner.as_str()
         );
     }
 }
 
-/// Task storage for one test.
+/// Task storage for one test (its uid picked like any allocation's).
 pub async fn task_storage(engine: &Engine, owner: &Owner, image_id: &str) -> TaskStorage {
-    let allocation = Allocation::new(owner, "test").expect("allocation");
+    let allocation = cordon::uids::allocation(engine, owner, "test")
+        .await
+        .expect("allocation");
     TaskStorage::create(
         engine,
         &allocation,
@@ -189,7 +203,7 @@ pub fn test_limits() -> Limits {
 
 /// A profile over `storage`.
 pub fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage, run: &Run) -> Profile {
-    let allocation = Allocation::new(owner, "test").expect("allocation");
+    let allocation = Allocation::new(owner, "test", storage.allocation.uid).expect("allocation");
     Profile::new(ProfileSpec {
         phase: run.phase,
         vendor: run.vendor,
@@ -391,6 +405,7 @@ pub fn prepare_request(owner: &Owner, repo: &Repo, head: &str) -> cordon::task::
         allocation: None,
         work: cordon::storage::DEFAULT_WORK,
         deadline: Duration::from_secs(120),
+        uids: cordon::uids::UidRange::default(),
     }
 }
 

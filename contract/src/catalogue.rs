@@ -66,8 +66,10 @@ protections! {
         "CapAdd empty; a bounding set with capabilities other than Docker's defaults means one was added";
     NoNewPrivileges = "no-new-privileges", validator: true, init: true, probe: true,
         "SecurityOpt no-new-privileges; NoNewPrivs is 1 before the init sets anything itself";
-    NonRootUser = "non-root-user", validator: true, init: true, probe: true,
-        "User 10001:10001; every uid and gid is the policy's, no other supplementary group";
+    NonRootUser = "non-root-user", validator: false, init: true, probe: true,
+        "the workload runs as the policy's uid and gid (the allocation's, never 0), with no supplementary group: the init switches to them before its preflight";
+    InitPrivileges = "init-privileges", validator: true, init: true, probe: false,
+        "User 0:0 with exactly CapAdd [SETGID, SETPCAP, SETUID, SYS_ADMIN]: what the init needs to remount the content mounts and switch ids; it drops every capability, bounding set included, before its preflight";
     NotPrivileged = "not-privileged", validator: true, init: true, probe: true,
         "Privileged false; the bounding set is not the full set and /sys is read-only";
     IpcNone = "ipc-none", validator: true, init: true, probe: true,
@@ -104,6 +106,8 @@ protections! {
         "/work/.git mounted read-only in every phase";
     WritableNosuidNodevNoexec = "writable-nosuid-nodev-noexec", validator: true, init: true, probe: true,
         "every writable mount is nosuid, nodev and noexec";
+    ContentNoexec = "content-noexec", validator: false, init: true, probe: true,
+        "every mount but the image's root is nosuid and noexec (and nodev, but for the engine's device mounts): the init remounts the read-only ones, which the engine leaves exec-capable";
     TmpBytes = "tmp-bytes", validator: true, init: true, probe: true,
         "/tmp tmpfs size; statfs byte total equals the policy";
     TmpInodes = "tmp-inodes", validator: true, init: true, probe: true,
@@ -136,6 +140,14 @@ protections! {
         "Env is exactly the allowlist; the environment equals the policy's";
     InitEntrypoint = "init-entrypoint", validator: true, init: true, probe: false,
         "Entrypoint is cordon-init and Docker's --init is off, so cordon-init is PID 1";
+    SocketFamilies = "socket-families", validator: false, init: true, probe: true,
+        "socket and socketpair only for AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK with NETLINK_ROUTE (the init's filter; AF_VSOCK is not network-namespaced)";
+    InitSealed = "init-sealed", validator: false, init: true, probe: true,
+        "cordon-init is non-dumpable, and its filter refuses prlimit, setpriority, the sched_set* calls, ioprio_set, migrate_pages, move_pages and process_madvise aimed at any process but the caller";
+    HostInfoMasked = "host-info-masked", validator: true, init: true, probe: true,
+        "MaskedPaths adds the host-describing /proc files (cmdline, modules, partitions, ...) to the engine's; each is masked inside";
+    UidPerAllocation = "uid-per-allocation", validator: true, init: false, probe: false,
+        "the storage allocation's own uid and gid (from the configured range, no host account) in every volume's options and label; no other live storage allocation carries them";
     GitlinkMasks = "gitlink-masks", validator: true, init: true, probe: true,
         "every gitlink in execute/fix is masked by an empty read-only tmpfs (4096 bytes, mode 0555)";
     ProfileDrift = "profile-drift", validator: true, init: false, probe: false,

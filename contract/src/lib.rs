@@ -11,6 +11,7 @@ pub mod policy;
 pub mod probe;
 pub mod procfs;
 pub mod report;
+pub mod seccomp;
 
 pub use catalogue::{Id, Layers};
 pub use phase::{Phase, Vendor};

@@ -23,8 +23,12 @@ pub struct Policy {
     pub version: u32,
     pub phase: Phase,
     pub vendor: Vendor,
+    /// The ids the init switches to before its preflight: the allocation's, never 0.
     pub uid: u32,
     pub gid: u32,
+    /// The capabilities (numbers) the init starts with as uid 0 and drops before its preflight:
+    /// exactly what it needs to remount the content mounts and to switch ids.
+    pub start_capabilities: Vec<u32>,
     pub hostname: String,
     /// The exact environment, as `KEY=value` (order does not matter).
     pub env: Vec<String>,
@@ -33,6 +37,10 @@ pub struct Policy {
     /// Every mount the container may have; anything else is refused.
     pub mounts: Vec<MountRule>,
     pub landlock: LandlockPolicy,
+    /// The socket families the seccomp filter lets through.
+    pub sockets: SocketPolicy,
+    /// Host-describing files that must be masked wherever they exist.
+    pub masked: Vec<String>,
     pub cgroup: CgroupLimits,
     /// The workload's argv; argv[0] must be on the exec allowlist.
     pub command: Vec<String>,
@@ -40,11 +48,54 @@ pub struct Policy {
     pub deadline_ms: u64,
     /// How long survivors get between TERM and KILL.
     pub grace_ms: u64,
-    /// Init-only protections the init must not enforce. Only the gate's probe layer sets this (to
-    /// show that a probe sees exactly that protection missing); the attestation lists what was
-    /// skipped, and a profile never produces it.
+    /// Protections the init must neither enforce nor check. Only the gate's probe layer sets this
+    /// (to show that a probe sees exactly that protection missing); the attestation lists what
+    /// was skipped, a profile never produces it, and the host trusts no attestation that skipped
+    /// anything.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skip: Vec<Id>,
+}
+
+/// The socket families (and netlink protocols) the agent may open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SocketPolicy {
+    pub families: Vec<u32>,
+    pub netlink_protocols: Vec<u32>,
+}
+
+impl SocketPolicy {
+    /// What every agent gets (see [`crate::seccomp::AGENT_FAMILIES`]).
+    pub fn agent() -> SocketPolicy {
+        SocketPolicy {
+            families: crate::seccomp::ALLOWED_FAMILIES.to_vec(),
+            netlink_protocols: crate::seccomp::ALLOWED_NETLINK_PROTOCOLS.to_vec(),
+        }
+    }
+
+    /// The filter's view of it.
+    pub fn families(&self) -> crate::seccomp::Families<'_> {
+        crate::seccomp::Families {
+            families: &self.families,
+            netlink_protocols: &self.netlink_protocols,
+        }
+    }
+}
+
+/// The capabilities the init starts with (CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_ADMIN),
+/// in Docker's names for `CapAdd` and as numbers.
+pub const START_CAPABILITIES: &[(&str, u32)] = &[
+    ("SETGID", 6),
+    ("SETPCAP", 8),
+    ("SETUID", 7),
+    ("SYS_ADMIN", 21),
+];
+
+/// A capability set as the kernel shows it (a bit per capability number).
+pub fn capability_mask(caps: &[u32]) -> u64 {
+    caps.iter()
+        .filter(|c| **c < 64)
+        .fold(0, |mask, c| mask | (1u64 << c))
 }
 
 /// How a mountpoint may look.
@@ -88,7 +139,9 @@ pub struct MountRule {
 }
 
 impl MountRule {
-    /// A mount the profile makes: it must exist; a writable one needs nosuid, nodev and noexec.
+    /// A mount the profile makes: it must exist, and carry nosuid, nodev and noexec (a writable one
+    /// from its options; a read-only one loses them in the engine's remount, and the init restores
+    /// them).
     pub fn required(
         path: &str,
         access: Access,
@@ -101,11 +154,7 @@ impl MountRule {
             beneath: false,
             access,
             fstype: fstype.map(str::to_owned),
-            flags: if access == Access::Writable {
-                MountFlags::ALL
-            } else {
-                MountFlags::NONE
-            },
+            flags: MountFlags::ALL,
             protection,
             required: true,
             bounded,
@@ -126,6 +175,32 @@ pub const ENGINE_MASKED_PATHS: &[&str] = &[
     "/proc/sched_debug",
     "/proc/scsi",
     "/sys/firmware",
+];
+
+/// Host-describing files cordon masks too (`HostConfig.MaskedPaths` adds them to the engine's):
+/// the boot line, loaded modules, disks, memory and device maps, the machine's DMI identity. Left
+/// visible on purpose, because runtimes read them to size themselves: /proc/cpuinfo, /proc/meminfo,
+/// /proc/stat, /proc/uptime, /proc/loadavg, /proc/version (uname tells the same).
+pub const CORDON_MASKED_PATHS: &[&str] = &[
+    "/proc/cmdline",
+    "/proc/modules",
+    "/proc/partitions",
+    "/proc/diskstats",
+    "/proc/swaps",
+    "/proc/kallsyms",
+    "/proc/consoles",
+    "/proc/devices",
+    "/proc/misc",
+    "/proc/iomem",
+    "/proc/ioports",
+    "/proc/vmallocinfo",
+    "/proc/buddyinfo",
+    "/proc/pagetypeinfo",
+    "/proc/zoneinfo",
+    "/proc/slabinfo",
+    "/proc/mtrr",
+    "/proc/locks",
+    "/sys/devices/virtual/dmi",
 ];
 
 /// Paths the engine makes read-only in every unprivileged container (`HostConfig.ReadonlyPaths`).
@@ -262,8 +337,13 @@ impl Policy {
                 self.version
             )));
         }
-        if self.uid == 0 || self.gid == 0 {
-            return Err(bad("policy names uid or gid 0"));
+        if self.start_capabilities.iter().any(|c| *c >= 64) {
+            return Err(bad("a start capability is not a capability number"));
+        }
+        for path in &self.masked {
+            if !is_clean_absolute(path) {
+                return Err(bad(format!("masked path {path:?} is not clean")));
+            }
         }
         if self.hostname.is_empty()
             || !self
@@ -358,9 +438,9 @@ impl Policy {
         if self.deadline_ms == 0 || self.grace_ms == 0 {
             return Err(bad("deadline and grace must be positive"));
         }
-        if let Some(id) = self.skip.iter().find(|id| !id.layers().init_only()) {
+        if let Some(id) = self.skip.iter().find(|id| !id.layers().init) {
             return Err(bad(format!(
-                "{id} cannot be skipped: only init-only protections can"
+                "{id} cannot be skipped: the init does not check it"
             )));
         }
         let c = self.cgroup;
@@ -368,6 +448,23 @@ impl Policy {
             return Err(bad("cgroup limits must be positive"));
         }
         Ok(())
+    }
+}
+
+impl Policy {
+    /// The rule for a mountpoint: an exact one, else one for the mounts beneath a path.
+    pub fn rule_for(&self, mount_point: &str) -> Option<&MountRule> {
+        self.mounts
+            .iter()
+            .find(|r| !r.beneath && r.path == mount_point)
+            .or_else(|| {
+                self.mounts.iter().find(|r| {
+                    r.beneath
+                        && mount_point
+                            .strip_prefix(r.path.as_str())
+                            .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
+                })
+            })
     }
 }
 
@@ -390,13 +487,16 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         required: false,
         bounded: None,
     };
-    let nosuid = MountFlags {
+    // The engine's device mounts must keep device nodes working; everything else is ALL.
+    let no_exec_suid = MountFlags {
         nosuid: true,
-        ..MountFlags::NONE
+        noexec: true,
+        nodev: false,
     };
     let mut rules = vec![
         MountRule {
             required: true,
+            // The image's root is the one mount that holds executables.
             ..rule("/", Access::ReadOnly, MountFlags::NONE, Id::RootfsReadonly)
         },
         MountRule {
@@ -411,18 +511,14 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         },
         MountRule {
             fstype: Some("tmpfs".into()),
-            ..rule("/dev", Access::RootOwned, nosuid, Id::NoHostMounts)
+            ..rule("/dev", Access::RootOwned, no_exec_suid, Id::NoHostMounts)
         },
         MountRule {
             fstype: Some("devpts".into()),
             ..rule(
                 "/dev/pts",
                 Access::RootOwned,
-                MountFlags {
-                    nosuid: true,
-                    noexec: true,
-                    nodev: false,
-                },
+                no_exec_suid,
                 Id::NoHostMounts,
             )
         },
@@ -439,12 +535,7 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         },
         MountRule {
             fstype: Some("sysfs".into()),
-            ..rule(
-                "/sys",
-                Access::ReadOnly,
-                MountFlags::NONE,
-                Id::NotPrivileged,
-            )
+            ..rule("/sys", Access::ReadOnly, MountFlags::ALL, Id::NotPrivileged)
         },
         // cgroup v1: a root-owned tmpfs with one read-only hierarchy per controller beneath;
         // cgroup v2: one read-only cgroup2 mount.
@@ -460,7 +551,7 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
             ..rule(
                 "/sys/fs/cgroup",
                 Access::ReadOnly,
-                MountFlags::NONE,
+                MountFlags::ALL,
                 Id::NotPrivileged,
             )
         },
@@ -469,7 +560,7 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         rules.push(rule(
             path,
             Access::ReadOnly,
-            MountFlags::NONE,
+            MountFlags::ALL,
             Id::RootfsReadonly,
         ));
     }
@@ -483,17 +574,17 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         rules.push(rule(
             path,
             Access::ReadOnly,
-            MountFlags::NONE,
+            MountFlags::ALL,
             Id::NotPrivileged,
         ));
     }
+    // A masked file is a bind of the engine's /dev/null (a device: it keeps dev); a masked
+    // directory is a read-only tmpfs.
     for path in ENGINE_MASKED_PATHS {
-        rules.push(rule(
-            path,
-            Access::Masked,
-            MountFlags::NONE,
-            Id::NotPrivileged,
-        ));
+        rules.push(rule(path, Access::Masked, no_exec_suid, Id::NotPrivileged));
+    }
+    for path in CORDON_MASKED_PATHS {
+        rules.push(rule(path, Access::Masked, no_exec_suid, Id::HostInfoMasked));
     }
     rules
 }
@@ -565,6 +656,7 @@ mod consistency_tests {
             vendor: Vendor::Claude,
             uid: 10001,
             gid: 10001,
+            start_capabilities: START_CAPABILITIES.iter().map(|(_, n)| *n).collect(),
             hostname: "cordon".into(),
             env: vec!["PATH=/usr/bin".into()],
             cwd: "/work".into(),
@@ -576,6 +668,11 @@ mod consistency_tests {
                 devices: vec!["/dev/null".into()],
                 exec: vec!["/usr/bin/claude".into()],
             },
+            sockets: SocketPolicy::agent(),
+            masked: CORDON_MASKED_PATHS
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
             cgroup: CgroupLimits {
                 pids_max: 1,
                 memory_bytes: 1,
@@ -600,7 +697,8 @@ mod consistency_tests {
         type Change = Box<dyn Fn(&mut Policy)>;
         let changes: Vec<Change> = vec![
             Box::new(|p| p.version = 2),
-            Box::new(|p| p.uid = 0),
+            Box::new(|p| p.start_capabilities.push(64)),
+            Box::new(|p| p.masked.push("/proc/../etc".into())),
             Box::new(|p| p.hostname = "a b".into()),
             Box::new(|p| p.env.push("PATH=/bin".into())),
             Box::new(|p| p.env.push("NOEQUALS".into())),
@@ -612,7 +710,7 @@ mod consistency_tests {
             Box::new(|p| p.command.clear()),
             Box::new(|p| p.deadline_ms = 0),
             Box::new(|p| p.cgroup.pids_max = 0),
-            Box::new(|p| p.skip = vec![Id::RootfsReadonly]),
+            Box::new(|p| p.skip = vec![Id::ProfileDrift]),
             Box::new(|p| {
                 let dup = p.mounts[0].clone();
                 p.mounts.push(dup);

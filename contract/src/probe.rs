@@ -72,31 +72,81 @@ impl Operation {
 macro_rules! operations {
     ($( $name:ident = $probe:literal / $action:literal => [$($id:ident),+]; )*) => {
         $( pub const $name: Operation = Operation { probe: $probe, action: $action, ids: &[$(Id::$id),+] }; )*
-        /// Every operation, in catalogue order.
-        pub const ALL: &[Operation] = &[$($name),*];
+        /// The operations named here (the canaries' come from the syscall tables: see [`all`]).
+        pub const NAMED: &[Operation] = &[$($name),*];
     };
 }
 
 /// The operations, by probe.
 pub mod ops {
     use super::{Id, Operation};
+    use crate::seccomp;
+
+    /// One operation per canary of cordon-init's filters: `lockdown/<action>` for the deny and
+    /// sealing filters (the protection of the rule it meets), `network/<action>` for the family
+    /// filter.
+    pub fn canaries() -> Vec<(Operation, seccomp::Canary)> {
+        let rules: Vec<seccomp::Rule> = seccomp::DENIED
+            .iter()
+            .chain(seccomp::SEALED)
+            .chain(seccomp::CLONE3)
+            .copied()
+            .collect();
+        let mut out = Vec::new();
+        for canary in seccomp::CANARIES {
+            let sealed = rules
+                .iter()
+                .any(|r| r.protection == Id::InitSealed && r.refuses(canary.nr, &canary.args));
+            let ids: &'static [Id] = if sealed {
+                &[Id::InitSealed]
+            } else {
+                &[Id::SeccompStacked]
+            };
+            out.push((
+                Operation {
+                    probe: "lockdown",
+                    action: canary.action,
+                    ids,
+                },
+                *canary,
+            ));
+        }
+        for canary in seccomp::FAMILY_CANARIES {
+            out.push((
+                Operation {
+                    probe: "network",
+                    action: canary.action,
+                    ids: &[Id::SocketFamilies],
+                },
+                *canary,
+            ));
+        }
+        out
+    }
+
+    /// Every operation: the named ones, then one per canary.
+    pub fn all() -> Vec<Operation> {
+        NAMED
+            .iter()
+            .copied()
+            .chain(canaries().into_iter().map(|(op, _)| op))
+            .collect()
+    }
 
     operations! {
         IDENTITY = "lockdown" / "identity" => [NonRootUser];
         CAPABILITY_SETS = "lockdown" / "capability-sets" => [CapsDropped, CapAdded, NotPrivileged];
         NO_NEW_PRIVS = "lockdown" / "no-new-privs" => [NoNewPrivileges];
         SECCOMP_MODE = "lockdown" / "seccomp-mode" => [SeccompDefault, NotPrivileged];
-        SECCOMP_STACKED = "lockdown" / "seccomp-filter-stacked" => [SeccompStacked];
-        IO_URING = "lockdown" / "io-uring-setup" => [SeccompStacked];
-        PTRACE = "lockdown" / "ptrace" => [SeccompStacked];
-        PROCESS_VM_READV = "lockdown" / "process-vm-readv" => [SeccompDefault, NotPrivileged];
-        PROCESS_VM_WRITEV = "lockdown" / "process-vm-writev" => [SeccompDefault, NotPrivileged];
-        EXECVEAT = "lockdown" / "execveat" => [SeccompStacked];
-        MEMFD_EXECUTABLE = "lockdown" / "memfd-create-executable" => [SeccompStacked];
-        KEYCTL = "lockdown" / "keyctl" => [SeccompDefault, NotPrivileged];
-        BPF = "lockdown" / "bpf" => [SeccompDefault, NotPrivileged];
-        UNSHARE_USER = "lockdown" / "unshare-user" => [SeccompDefault, NotPrivileged];
-        MOUNT = "lockdown" / "mount" => [SeccompDefault, NotPrivileged];
+        // The engine's own profile (any filter's refusal counts): without the init, only it.
+        ENGINE_PROCESS_VM_READV = "lockdown" / "engine-process-vm-readv" => [SeccompDefault, NotPrivileged];
+        ENGINE_PROCESS_VM_WRITEV = "lockdown" / "engine-process-vm-writev" => [SeccompDefault, NotPrivileged];
+        ENGINE_KEYCTL = "lockdown" / "engine-keyctl" => [SeccompDefault, NotPrivileged];
+        ENGINE_BPF = "lockdown" / "engine-bpf" => [SeccompDefault, NotPrivileged];
+        ENGINE_UNSHARE_USER = "lockdown" / "engine-unshare-user" => [SeccompDefault, NotPrivileged];
+        ENGINE_MOUNT = "lockdown" / "engine-mount" => [SeccompDefault, NotPrivileged];
+        PROC1_ENVIRON = "lockdown" / "proc1-environ" => [InitSealed];
+        PROC1_MEM = "lockdown" / "proc1-mem" => [InitSealed];
         DEV_SHM = "lockdown" / "dev-shm" => [IpcNone];
         STDIN = "lockdown" / "stdin" => [StdinClosed];
         TTY = "lockdown" / "tty" => [NoTty];
@@ -113,6 +163,7 @@ pub mod ops {
         SYS = "read-only-isolation" / "sys-readonly" => [NotPrivileged];
         CGROUPFS = "read-only-isolation" / "cgroupfs-readonly" => [NotPrivileged];
         MASKED_PATHS = "read-only-isolation" / "masked-paths" => [NotPrivileged];
+        HOST_INFO = "read-only-isolation" / "host-info" => [HostInfoMasked];
         MQUEUE_CREATE = "read-only-isolation" / "mqueue-create" => [Landlock];
         PROC_COMM_WRITE = "read-only-isolation" / "proc-comm-write" => [Landlock];
         PTMX_OPEN = "read-only-isolation" / "ptmx-open" => [Landlock];
@@ -122,6 +173,8 @@ pub mod ops {
         DEVICES = "mounts" / "devices" => [NoHostMounts, NotPrivileged];
         DAEMON_SOCKET = "mounts" / "daemon-socket" => [NoDockerSocket];
         WRITABLE_FLAGS = "mounts" / "writable-flags" => [WritableNosuidNodevNoexec];
+        CONTENT_FLAGS = "mounts" / "content-flags" => [ContentNoexec];
+        HOST_PATHS = "mounts" / "host-paths" => [NoHostMounts];
 
         WORK_CREATE = "phase-worktree" / "create" => [WorkReadonly];
         WORK_APPEND = "phase-worktree" / "append" => [WorkReadonly];
@@ -169,6 +222,10 @@ pub mod ops {
         EXEC_SCRATCH_COPY = "exec-policy" / "exec-scratch-copy" => [WritableNosuidNodevNoexec];
         MMAP_EXEC_SCRATCH = "exec-policy" / "mmap-exec-scratch" => [WritableNosuidNodevNoexec];
         EXEC_MEMFD = "exec-policy" / "exec-memfd" => [SeccompStacked];
+        MMAP_EXEC_WORK = "exec-policy" / "mmap-exec-work" => [ContentNoexec];
+        MMAP_EXEC_METADATA = "exec-policy" / "mmap-exec-metadata" => [ContentNoexec];
+        MMAP_EXEC_CONTROL = "exec-policy" / "mmap-exec-control" => [ContentNoexec];
+        MMAP_EXEC_INPUT = "exec-policy" / "mmap-exec-input" => [ContentNoexec];
 
         INTERFACES = "network" / "interfaces" => [NetworkNone];
         ROUTE = "network" / "route" => [NetworkNone];
@@ -203,7 +260,7 @@ mod tests {
     #[test]
     fn operations_are_unique_and_belong_to_a_probe() {
         let mut seen = std::collections::BTreeSet::new();
-        for op in ops::ALL {
+        for op in ops::all() {
             assert!(
                 seen.insert((op.probe, op.action)),
                 "{}/{} twice",
@@ -221,7 +278,7 @@ mod tests {
     fn every_probe_layer_protection_has_an_operation() {
         for id in Id::ALL.iter().filter(|id| id.layers().probe) {
             assert!(
-                ops::ALL.iter().any(|op| op.ids.contains(id)),
+                ops::all().iter().any(|op| op.ids.contains(id)),
                 "{id} has no probe operation"
             );
         }

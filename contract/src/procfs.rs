@@ -3,6 +3,9 @@
 /// One line of /proc/self/mountinfo.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountEntry {
+    /// What of its filesystem the mount shows (`/` for a whole tmpfs; a host path for a bind of a
+    /// host directory or of a plain local volume).
+    pub root: String,
     pub mount_point: String,
     /// Per-mount options (ro/rw, nosuid, nodev, noexec, ...).
     pub mount_opts: Vec<String>,
@@ -64,6 +67,7 @@ pub fn parse_mountinfo(text: &str) -> Result<Vec<MountEntry>, String> {
             return Err(format!("short mountinfo line: {line}"));
         }
         entries.push(MountEntry {
+            root: unescape(fields[3]),
             mount_point: unescape(fields[4]),
             mount_opts: fields[5].split(',').map(str::to_owned).collect(),
             fstype: fields[sep + 1].to_owned(),

@@ -48,7 +48,7 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<Profile> {
-    let allocation = Allocation::new(owner, "bench")?;
+    let allocation = Allocation::new(owner, "bench", storage.allocation.uid)?;
     let cli = Vendor::Claude.cli_path().to_owned();
     Profile::new(ProfileSpec {
         phase: Phase::Planning,
@@ -153,7 +153,7 @@ async fn bare_once(
 /// Run `runs` pairs.
 pub async fn launch(engine: &Engine, image_id: &str, runs: usize) -> Result<BenchReport> {
     let owner = Owner::random("bench");
-    let allocation = Allocation::new(&owner, "bench")?;
+    let allocation = crate::uids::allocation(engine, &owner, "bench").await?;
     let storage = TaskStorage::create(
         engine,
         &allocation,
@@ -412,7 +412,7 @@ pub async fn seed(
     let (mut stage, mut metadata) = (vec![], vec![]);
     let result = async {
         for run in 0..runs {
-            let allocation = Allocation::new(&owner, "bench")?;
+            let allocation = crate::uids::allocation(engine, &owner, "bench").await?;
             let deadline = Instant::now() + Duration::from_secs(900);
             let t = Instant::now();
             let staged =
@@ -427,7 +427,7 @@ pub async fn seed(
                 let (allocation, staged, dir) = (&allocation, &staged, &dir);
                 async move {
                     let a = if plain {
-                        Allocation::new(owner, "bench-plain")?
+                        crate::uids::allocation(engine, owner, "bench-plain").await?
                     } else {
                         allocation.clone()
                     };
@@ -567,6 +567,7 @@ pub async fn invoke(
                 deadline: Duration::from_secs(120),
                 credential: None,
                 work: storage::DEFAULT_WORK,
+                uids: crate::uids::UidRange::default(),
             };
             let report = crate::invoke::oneshot::oneshot(
                 engine,

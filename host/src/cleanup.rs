@@ -360,6 +360,37 @@ impl Listed {
     }
 }
 
+/// Volumes named like cordon's (`cordon-<kind>-<uuid>`) that carry no label at all and no option:
+/// what the engine makes on its own for a create that names a missing volume.
+pub async fn unlabelled_cordon_volumes(engine: &Engine) -> Result<Vec<String>> {
+    let filters = HashMap::from([("name".to_owned(), vec!["cordon-".to_owned()])]);
+    let volumes = bounded(
+        "list volumes",
+        CALL_TIMEOUT,
+        engine
+            .docker()
+            .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+                filters: Some(filters),
+            })),
+    )
+    .await?
+    .volumes
+    .unwrap_or_default();
+    Ok(volumes
+        .into_iter()
+        .filter(|v| v.labels.is_empty() && v.options.is_empty() && cordon_name(&v.name).is_some())
+        .map(|v| v.name)
+        .collect())
+}
+
+/// The allocation id a cordon object name carries (`cordon-<kind>-<uuid>`).
+pub fn cordon_name(name: &str) -> Option<uuid::Uuid> {
+    let rest = name.strip_prefix("cordon-")?;
+    let (kind, id) = rest.split_once('-')?;
+    crate::labels::Kind::parse(kind)?;
+    uuid::Uuid::parse_str(id).ok()
+}
+
 /// Remove everything an owner left (tests and the gate use this as a last resort; recovery proper
 /// reports what it removed).
 pub async fn remove_owned(engine: &Engine, owner: &Owner) -> Result<()> {

@@ -8,7 +8,7 @@ use cordon_contract::paths;
 use crate::cleanup::Created;
 use crate::engine::{Engine, EngineInfo, MIN_API, SUBPATH_API};
 use crate::error::{Error, Result};
-use crate::labels::{Allocation, Kind, Owner};
+use crate::labels::{Kind, Owner};
 use crate::launch::MAX_OUTPUT_BYTES;
 use crate::profile::DEFAULT_LANDLOCK_ABI;
 use crate::storage::helper_body;
@@ -44,10 +44,11 @@ fn fact(name: &str, value: impl Into<String>, good: bool, need: &str) -> Fact {
 /// Run a hardened container (no init) that reports what the kernel and engine give it.
 async fn in_container_report(engine: &Engine, image_id: &str) -> Result<serde_json::Value> {
     let owner = Owner::random("doctor");
-    let allocation = Allocation::new(&owner, "doctor")?;
+    let allocation = crate::uids::allocation(engine, &owner, "doctor").await?;
     let body = helper_body(
         image_id,
-        allocation.labels(Kind::Probe),
+        &allocation,
+        Kind::Probe,
         vec![paths::PROBE.to_owned(), "env-report".to_owned()],
         vec![],
     );

@@ -89,6 +89,10 @@ pub enum Error {
         "profile of allocation {0} is retired: an earlier launch could not confirm its cleanup"
     )]
     Retired(String),
+    #[error("uid ({id}): {reason}")]
+    Uid { id: &'static str, reason: String },
+    #[error("gitlinks ({id}): {reason}")]
+    Gitlink { id: &'static str, reason: String },
 }
 
 /// `items` joined with ", ", cut at a character boundary to at most about `max` bytes, with the
@@ -153,6 +157,7 @@ impl Error {
             Error::VendorRefused(_) => "vendor-refused",
             Error::AttemptCaptured(_) => "attempt-captured",
             Error::AttemptOwned(..) => "attempt-owned",
+            Error::Uid { id, .. } | Error::Gitlink { id, .. } => id,
         }
     }
 

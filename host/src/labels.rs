@@ -1,5 +1,6 @@
-//! Ownership labels. Every object cordon creates carries all four, so recovery can find what an
-//! owner left and cleanup never touches another owner's objects.
+//! Ownership labels. Every object cordon creates carries all five, so recovery can find what an
+//! owner left, cleanup never touches another owner's objects, and no two live storage allocations
+//! can be given the same uid.
 
 use std::collections::HashMap;
 
@@ -9,6 +10,8 @@ pub const OWNER: &str = "io.cordon.owner";
 pub const ATTEMPT: &str = "io.cordon.attempt";
 pub const ALLOCATION: &str = "io.cordon.allocation";
 pub const KIND: &str = "io.cordon.kind";
+/// The uid (and gid) of the storage allocation an object belongs to or runs on.
+pub const UID: &str = "io.cordon.uid";
 
 /// A runner's owner token: 1-64 of `[a-z0-9-]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -94,17 +97,20 @@ impl Kind {
     }
 }
 
-/// The labels of one allocation: owner, attempt and allocation id; the kind is per object.
+/// The labels of one allocation: owner, attempt, allocation id and uid; the kind is per object.
+/// A storage allocation's uid comes from [`crate::uids::pick`]; an invocation runs with the uid
+/// of the storage it mounts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocation {
     pub owner: Owner,
     pub attempt: String,
     pub id: uuid::Uuid,
+    pub uid: crate::uids::Uid,
 }
 
 impl Allocation {
     /// A new allocation with a fresh UUID v4.
-    pub fn new(owner: &Owner, attempt: &str) -> Result<Allocation> {
+    pub fn new(owner: &Owner, attempt: &str, uid: crate::uids::Uid) -> Result<Allocation> {
         if attempt.is_empty()
             || attempt.len() > 128
             || !attempt
@@ -119,6 +125,7 @@ impl Allocation {
             owner: owner.clone(),
             attempt: attempt.to_owned(),
             id: uuid::Uuid::new_v4(),
+            uid,
         })
     }
 
@@ -129,6 +136,7 @@ impl Allocation {
             (ATTEMPT.to_owned(), self.attempt.clone()),
             (ALLOCATION.to_owned(), self.id.to_string()),
             (KIND.to_owned(), kind.as_str().to_owned()),
+            (UID.to_owned(), self.uid.get().to_string()),
         ])
     }
 
@@ -152,12 +160,14 @@ mod tests {
     }
 
     #[test]
-    fn labels_carry_all_four() {
-        let a = Allocation::new(&Owner::random("t"), "attempt-1").unwrap();
+    fn labels_carry_all_five() {
+        let uid = crate::uids::Uid::new(1_500_000).unwrap();
+        let a = Allocation::new(&Owner::random("t"), "attempt-1", uid).unwrap();
         let l = a.labels(Kind::Work);
-        assert_eq!(l.len(), 4);
+        assert_eq!(l.len(), 5);
         assert_eq!(l[KIND], "work");
         assert_eq!(l[ALLOCATION], a.id.to_string());
-        assert!(Allocation::new(&a.owner, "bad attempt").is_err());
+        assert_eq!(l[UID], "1500000");
+        assert!(Allocation::new(&a.owner, "bad attempt", uid).is_err());
     }
 }

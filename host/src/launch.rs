@@ -62,7 +62,7 @@ impl Prepared {
     pub fn new(engine: &Engine, profile: &Profile) -> Result<Prepared> {
         Ok(Prepared {
             plan: profile.plan(engine.api())?,
-            volumes: invocation_volume_requests(profile.allocation()),
+            volumes: invocation_volume_requests(profile),
             input_files: profile.input_files().to_vec(),
             max_output: MAX_OUTPUT_BYTES,
         })
@@ -249,11 +249,20 @@ pub async fn read_back(engine: &Engine, container: &str, profile: &Profile) -> R
             .map_err(|e| e.to_string());
         (name.clone(), result)
     });
-    let (container, volumes) =
-        tokio::join!(container_fut, futures_util::future::join_all(volume_futs));
+    let holders = async {
+        crate::uids::holders(engine, profile.allocation().uid)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let (container, volumes, uid_holders) = tokio::join!(
+        container_fut,
+        futures_util::future::join_all(volume_futs),
+        holders
+    );
     Ok(Observed {
         container: container?,
         volumes: volumes.into_iter().collect(),
+        uid_holders,
     })
 }
 

@@ -20,6 +20,7 @@ pub mod launch;
 pub mod profile;
 pub mod storage;
 pub mod task;
+pub mod uids;
 pub mod validate;
 
 pub use engine::Engine;

@@ -348,6 +348,7 @@ async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result
                     inodes: *work_inodes,
                 },
                 deadline: std::time::Duration::from_secs(*deadline_secs),
+                uids: cordon::uids::UidRange::default(),
             };
             let built = build(engine, cli).await?;
             let bar = indicatif::ProgressBar::new_spinner();
@@ -470,6 +471,7 @@ async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> 
         deadline: std::time::Duration::from_secs(*deadline_secs),
         credential,
         work: cordon::storage::DEFAULT_WORK,
+        uids: cordon::uids::UidRange::default(),
     };
     // A refused vendor is refused before anything is prepared.
     if cordon::invoke::allowed_phases(vendor).is_empty() {

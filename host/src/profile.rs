@@ -13,13 +13,15 @@ use bollard::models::{
 };
 use cordon_contract::paths;
 use cordon_contract::policy::{
-    self, Access, Bounded, CgroupLimits, LandlockPolicy, MountRule, Policy,
+    self, Access, Bounded, CgroupLimits, LandlockPolicy, MountRule, Policy, SocketPolicy,
+    CORDON_MASKED_PATHS, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS, START_CAPABILITIES,
 };
 use cordon_contract::{Id, Phase, Vendor};
 
 use crate::engine::{ApiVersion, SUBPATH_API};
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind};
+use crate::uids::Uid;
 
 /// A bounded area: exact byte and inode totals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -86,8 +88,11 @@ impl Default for Limits {
 }
 
 /// The volumes one agent container mounts.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageRef {
+    /// The task storage's allocation: its labels are on the work and metadata volumes, and its uid
+    /// is the one every container over this storage runs as.
+    pub storage: Allocation,
     pub work_volume: String,
     pub work: Area,
     pub metadata_volume: String,
@@ -162,6 +167,7 @@ impl std::fmt::Debug for ProfileSpec {
             .field("allocation", &self.allocation)
             .field("limits", &self.limits)
             .field("storage", &self.storage)
+            .field("uid", &self.allocation.uid)
             .field("command", &self.command)
             .field("exec", &self.exec)
             .field("env (values withheld)", &env)
@@ -230,6 +236,11 @@ fn relative_clean(path: &str) -> bool {
     !path.is_empty() && policy::is_clean_absolute(&format!("/{path}")) && !path.contains('"')
 }
 
+/// Whether `path` (relative to /work) can be a mount target: clean, no `"` or `,`, not in `.git`.
+pub fn mountable(path: &str) -> bool {
+    relative_clean(path) && path != ".git" && !path.starts_with(".git/")
+}
+
 impl Profile {
     /// Check a spec and freeze it.
     pub fn new(spec: ProfileSpec) -> Result<Profile> {
@@ -240,6 +251,12 @@ impl Profile {
         l.codex_home.check("codex home")?;
         spec.storage.work.check("work")?;
         spec.storage.metadata.check("metadata")?;
+        if spec.allocation.uid != spec.storage.storage.uid {
+            return Err(Error::Invalid(format!(
+                "the invocation's uid {} is not its storage's {}",
+                spec.allocation.uid, spec.storage.storage.uid
+            )));
+        }
         if l.pids == 0 || l.memory_bytes < 16 * 1024 * 1024 || l.nano_cpus < 10_000_000 {
             return Err(Error::Invalid(
                 "pids, memory (>= 16 MiB) and CPU (>= 0.01) must be set".into(),
@@ -290,7 +307,7 @@ impl Profile {
             )));
         }
         for path in spec.gitlinks.iter().chain(&spec.pins) {
-            if !relative_clean(path) || path == ".git" || path.starts_with(".git/") {
+            if !mountable(path) {
                 return Err(Error::Invalid(format!(
                     "gitlink or pin {path:?} is not a mountable path under /work"
                 )));
@@ -391,51 +408,105 @@ impl Profile {
         areas
     }
 
-    /// `HostConfig.Tmpfs` option string of a scratch area.
-    pub fn tmpfs_options(area: Area, mode: u32) -> String {
+    /// `HostConfig.Tmpfs` option string of a scratch area, owned by the allocation's uid.
+    pub fn tmpfs_options(&self, area: Area, mode: u32) -> String {
+        let uid = self.spec.allocation.uid;
         format!(
-            "rw,nosuid,nodev,noexec,size={},nr_inodes={},mode={mode:o},uid={},gid={}",
-            area.bytes,
-            area.inodes,
-            paths::AGENT_UID,
-            paths::AGENT_GID
+            "rw,nosuid,nodev,noexec,size={},nr_inodes={},mode={mode:o},uid={uid},gid={uid}",
+            area.bytes, area.inodes,
         )
+    }
+
+    /// What each volume the container mounts is: its name, labels and local-driver options (the
+    /// validator compares the volume's inspect with these; the mount carries them too, so a volume
+    /// the engine makes on its own for a create that outlived its volume comes back labelled and
+    /// bounded).
+    pub fn volumes(&self) -> Vec<(Kind, VolumeSpec)> {
+        let s = &self.spec.storage;
+        let uid = s.storage.uid;
+        let spec = |name: &str, labels, options| VolumeSpec {
+            name: name.to_owned(),
+            labels,
+            options,
+        };
+        vec![
+            (
+                Kind::Work,
+                spec(
+                    &s.work_volume,
+                    s.storage.labels(Kind::Work),
+                    tmpfs_volume_options(s.work, 0o755, uid),
+                ),
+            ),
+            (
+                Kind::Metadata,
+                spec(
+                    &s.metadata_volume,
+                    s.storage.labels(Kind::Metadata),
+                    tmpfs_volume_options(s.metadata, 0o755, uid),
+                ),
+            ),
+            (
+                Kind::Control,
+                spec(
+                    &s.control_volume,
+                    self.spec.allocation.labels(Kind::Control),
+                    root_tmpfs_volume_options(CONTROL_AREA),
+                ),
+            ),
+            (
+                Kind::Input,
+                spec(
+                    &s.input_volume,
+                    self.spec.allocation.labels(Kind::Input),
+                    root_tmpfs_volume_options(INPUT_AREA),
+                ),
+            ),
+            (
+                Kind::Egress,
+                spec(
+                    &s.egress_volume,
+                    self.spec.allocation.labels(Kind::Egress),
+                    tmpfs_volume_options(EGRESS_AREA, 0o750, uid),
+                ),
+            ),
+        ]
     }
 
     /// Every mount of `HostConfig.Mounts`, in order, with the protection each one carries.
     pub fn mounts(&self) -> Vec<(Mount, Id)> {
-        let s = &self.spec.storage;
+        let volumes: BTreeMap<Kind, VolumeSpec> = self.volumes().into_iter().collect();
+        let volume = |kind: Kind, target: &str, read_only: bool| {
+            let spec = volumes.get(&kind).cloned().unwrap_or_default();
+            volume_mount(&spec, target, read_only, None)
+        };
         let mut mounts = vec![
             (
-                volume_mount(
-                    &s.work_volume,
-                    paths::WORK,
-                    !self.spec.phase.work_writable(),
-                    None,
-                ),
+                volume(Kind::Work, paths::WORK, !self.spec.phase.work_writable()),
                 Id::WorkReadonly,
             ),
             (
-                volume_mount(&s.metadata_volume, paths::METADATA, true, None),
+                volume(Kind::Metadata, paths::METADATA, true),
                 Id::MetadataReadonly,
             ),
             (
-                volume_mount(&s.control_volume, paths::CONTROL_DIR, true, None),
+                volume(Kind::Control, paths::CONTROL_DIR, true),
                 Id::ControlReadonly,
             ),
             (
-                volume_mount(&s.input_volume, paths::INPUT_DIR, true, None),
+                volume(Kind::Input, paths::INPUT_DIR, true),
                 Id::InputReadonly,
             ),
             (
-                volume_mount(&s.egress_volume, paths::EGRESS_DIR, true, None),
+                volume(Kind::Egress, paths::EGRESS_DIR, true),
                 Id::EgressReadonly,
             ),
         ];
+        let work = volumes.get(&Kind::Work).cloned().unwrap_or_default();
         for pin in &self.spec.pins {
             mounts.push((
                 volume_mount(
-                    &s.work_volume,
+                    &work,
                     &format!("{}/{pin}", paths::WORK),
                     false,
                     Some(pin.clone()),
@@ -492,11 +563,15 @@ impl Profile {
         let tmpfs: HashMap<String, String> = self
             .scratch_areas()
             .into_iter()
-            .map(|(path, area, _, _, mode)| (path.to_owned(), Self::tmpfs_options(area, mode)))
+            .map(|(path, area, _, _, mode)| (path.to_owned(), self.tmpfs_options(area, mode)))
             .collect();
         let mut body = hardened_body(Hardened {
             image_id: &self.spec.image_id,
             labels: self.labels(),
+            // The init starts as root with exactly what it needs to remount the content mounts
+            // and to switch to the allocation's ids; it drops all of it before its preflight.
+            user: "0:0".to_owned(),
+            cap_add: start_capability_names(),
             entrypoint: vec![paths::INIT.to_owned()],
             env: self.env(),
             mounts: self.mounts().into_iter().map(|(m, _)| m).collect(),
@@ -567,14 +642,14 @@ impl Profile {
             paths::CONTROL_DIR,
             Access::ReadOnly,
             Id::ControlReadonly,
-            None,
+            Some("tmpfs"),
             None,
         ));
         mounts.push(MountRule::required(
             paths::INPUT_DIR,
             Access::ReadOnly,
             Id::InputReadonly,
-            None,
+            Some("tmpfs"),
             None,
         ));
         mounts.push(MountRule::required(
@@ -609,8 +684,9 @@ impl Profile {
             version: policy::POLICY_VERSION,
             phase: self.spec.phase,
             vendor: self.spec.vendor,
-            uid: paths::AGENT_UID,
-            gid: paths::AGENT_GID,
+            uid: self.spec.allocation.uid.get(),
+            gid: self.spec.allocation.uid.get(),
+            start_capabilities: START_CAPABILITIES.iter().map(|(_, n)| *n).collect(),
             hostname: paths::HOSTNAME.to_owned(),
             env,
             cwd: paths::WORK.to_owned(),
@@ -622,6 +698,11 @@ impl Profile {
                 devices: vec!["/dev/null".to_owned()],
                 exec: self.spec.exec.clone(),
             },
+            sockets: SocketPolicy::agent(),
+            masked: CORDON_MASKED_PATHS
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
             cgroup: CgroupLimits {
                 pids_max: u64::from(l.pids),
                 memory_bytes: l.memory_bytes,
@@ -636,11 +717,32 @@ impl Profile {
     }
 }
 
+/// The capabilities the agent's init starts with, in Docker's names.
+pub fn start_capability_names() -> Vec<String> {
+    START_CAPABILITIES
+        .iter()
+        .map(|(name, _)| (*name).to_owned())
+        .collect()
+}
+
+/// Every path the engine and cordon mask (`HostConfig.MaskedPaths` replaces the engine's list,
+/// so it carries the engine's too).
+pub fn masked_paths() -> Vec<String> {
+    ENGINE_MASKED_PATHS
+        .iter()
+        .chain(CORDON_MASKED_PATHS)
+        .map(|p| (*p).to_owned())
+        .collect()
+}
+
 /// What differs between hardened containers (the agent, the keeper, the loader).
 #[derive(Debug, Clone)]
 pub struct Hardened<'a> {
     pub image_id: &'a str,
     pub labels: HashMap<String, String>,
+    /// `uid:gid`: the agent's init starts as 0:0; every helper runs as its allocation's uid.
+    pub user: String,
+    pub cap_add: Vec<String>,
     pub entrypoint: Vec<String>,
     pub env: Vec<String>,
     pub mounts: Vec<Mount>,
@@ -650,13 +752,14 @@ pub struct Hardened<'a> {
     pub log_max_size: &'a str,
 }
 
-/// Every cordon container's hardening: numeric non-root user, read-only root, no capabilities,
-/// no-new-privileges, no network, no IPC, private cgroup namespace, no TTY or stdin, cordon-init
-/// as PID 1 (Docker's init off), memory without swap, bounded logs, no restart.
+/// Every cordon container's hardening: a numeric user, read-only root, every capability dropped
+/// (the agent's init alone adds back what it drops itself), no-new-privileges, no network, no IPC,
+/// private cgroup namespace, no TTY or stdin, cordon-init as PID 1 (Docker's init off), host
+/// files masked, memory without swap, bounded logs, no restart.
 pub fn hardened_body(h: Hardened<'_>) -> ContainerCreateBody {
     ContainerCreateBody {
         hostname: Some(paths::HOSTNAME.to_owned()),
-        user: Some(format!("{}:{}", paths::AGENT_UID, paths::AGENT_GID)),
+        user: Some(h.user),
         attach_stdin: Some(false),
         attach_stdout: Some(false),
         attach_stderr: Some(false),
@@ -670,7 +773,15 @@ pub fn hardened_body(h: Hardened<'_>) -> ContainerCreateBody {
         host_config: Some(HostConfig {
             readonly_rootfs: Some(true),
             cap_drop: Some(vec!["ALL".to_owned()]),
+            cap_add: (!h.cap_add.is_empty()).then_some(h.cap_add),
             security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            masked_paths: Some(masked_paths()),
+            readonly_paths: Some(
+                ENGINE_READONLY_PATHS
+                    .iter()
+                    .map(|p| (*p).to_owned())
+                    .collect(),
+            ),
             privileged: Some(false),
             ipc_mode: Some("none".to_owned()),
             network_mode: Some("none".to_owned()),
@@ -699,36 +810,76 @@ pub fn hardened_body(h: Hardened<'_>) -> ContainerCreateBody {
     }
 }
 
+/// A volume as cordon makes it: its name, labels and local-driver options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VolumeSpec {
+    pub name: String,
+    pub labels: HashMap<String, String>,
+    pub options: HashMap<String, String>,
+}
+
+impl VolumeSpec {
+    /// The create request of this volume.
+    pub fn request(&self) -> VolumeCreateRequest {
+        VolumeCreateRequest {
+            name: Some(self.name.clone()),
+            driver: Some("local".to_owned()),
+            driver_opts: Some(self.options.clone()),
+            labels: Some(self.labels.clone()),
+            ..Default::default()
+        }
+    }
+}
+
 /// A volume mount, always `nocopy` (a copy-up from the image would replace the volume root's
-/// owner and mode).
-pub fn volume_mount(source: &str, target: &str, read_only: bool, subpath: Option<String>) -> Mount {
+/// owner and mode). It carries the volume's labels and driver options: should the engine make the
+/// volume itself (a create that completes after cleanup removed the volume: the engine makes any
+/// missing named volume), it is made labelled and bounded like the original, so recovery and the
+/// leftover checks see it.
+pub fn volume_mount(
+    volume: &VolumeSpec,
+    target: &str,
+    read_only: bool,
+    subpath: Option<String>,
+) -> Mount {
     Mount {
         typ: Some(MountType::VOLUME),
-        source: Some(source.to_owned()),
+        source: Some(volume.name.clone()),
         target: Some(target.to_owned()),
         read_only: Some(read_only),
         volume_options: Some(MountVolumeOptions {
             no_copy: Some(true),
             subpath,
-            ..Default::default()
+            labels: Some(volume.labels.clone()),
+            driver_config: Some(bollard::models::MountVolumeOptionsDriverConfig {
+                name: Some("local".to_owned()),
+                options: Some(volume.options.clone()),
+            }),
         }),
         ..Default::default()
     }
 }
 
-/// Local-driver options of a bounded tmpfs volume owned by the agent.
-pub fn tmpfs_volume_options(area: Area, mode: u32) -> HashMap<String, String> {
+/// Local-driver options of a bounded tmpfs volume owned by `uid`.
+pub fn tmpfs_volume_options(area: Area, mode: u32, uid: Uid) -> HashMap<String, String> {
+    tmpfs_options_with(area, &format!("uid={uid},gid={uid},mode={mode:04o}"))
+}
+
+/// Local-driver options of a bounded tmpfs volume whose root belongs to root (control, input: the
+/// agent can read them and never change them, not even their mode).
+pub fn root_tmpfs_volume_options(area: Area) -> HashMap<String, String> {
+    tmpfs_options_with(area, "mode=0755")
+}
+
+fn tmpfs_options_with(area: Area, owner: &str) -> HashMap<String, String> {
     HashMap::from([
         ("type".to_owned(), "tmpfs".to_owned()),
         ("device".to_owned(), "tmpfs".to_owned()),
         (
             "o".to_owned(),
             format!(
-                "size={},nr_inodes={},uid={},gid={},mode={mode:04o},nosuid,nodev,noexec",
-                area.bytes,
-                area.inodes,
-                paths::AGENT_UID,
-                paths::AGENT_GID
+                "size={},nr_inodes={},{owner},nosuid,nodev,noexec",
+                area.bytes, area.inodes
             ),
         ),
     ])
@@ -739,27 +890,25 @@ pub const EGRESS_AREA: Area = Area {
     bytes: 1024 * 1024,
     inodes: 64,
 };
+/// The control dir (the policy, at most 64 KiB).
+pub const CONTROL_AREA: Area = Area {
+    bytes: 256 * 1024,
+    inodes: 16,
+};
+/// The input dir (at most [`MAX_INPUT_FILES`] files, [`MAX_INPUT_BYTES`] in all).
+pub const INPUT_AREA: Area = Area {
+    bytes: 2 * 1024 * 1024,
+    inodes: 32,
+};
 
-/// Create requests for one invocation's control, input and egress volumes.
-pub fn invocation_volume_requests(allocation: &Allocation) -> BTreeMap<Kind, VolumeCreateRequest> {
-    let plain = |kind: Kind| VolumeCreateRequest {
-        name: Some(allocation.name(kind)),
-        driver: Some("local".to_owned()),
-        driver_opts: Some(HashMap::new()),
-        labels: Some(allocation.labels(kind)),
-        ..Default::default()
-    };
-    BTreeMap::from([
-        (Kind::Control, plain(Kind::Control)),
-        (Kind::Input, plain(Kind::Input)),
-        (
-            Kind::Egress,
-            VolumeCreateRequest {
-                driver_opts: Some(tmpfs_volume_options(EGRESS_AREA, 0o750)),
-                ..plain(Kind::Egress)
-            },
-        ),
-    ])
+/// Create requests for one profile's control, input and egress volumes.
+pub fn invocation_volume_requests(profile: &Profile) -> BTreeMap<Kind, VolumeCreateRequest> {
+    profile
+        .volumes()
+        .into_iter()
+        .filter(|(kind, _)| matches!(kind, Kind::Control | Kind::Input | Kind::Egress))
+        .map(|(kind, spec)| (kind, spec.request()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -768,12 +917,15 @@ mod tests {
     use crate::labels::Owner;
 
     fn spec() -> ProfileSpec {
-        let allocation = Allocation::new(&Owner::random("t"), "a").unwrap();
+        let uid = Uid::new(1_500_000).unwrap();
+        let owner = Owner::random("t");
+        let allocation = Allocation::new(&owner, "a", uid).unwrap();
         ProfileSpec {
             phase: Phase::Execute,
             vendor: Vendor::Claude,
             image_id: "sha256:00".into(),
             storage: StorageRef {
+                storage: Allocation::new(&owner, "a", uid).unwrap(),
                 work_volume: "w".into(),
                 work: Area {
                     bytes: 1 << 20,
@@ -902,9 +1054,52 @@ mod tests {
                 "Landlock ABI",
                 Box::new(|s: &mut ProfileSpec| s.landlock_abi = 0),
             ),
+            (
+                "not its storage's",
+                Box::new(|s: &mut ProfileSpec| s.allocation.uid = Uid::new(1_500_001).unwrap()),
+            ),
         ] {
             let reason = refused(change);
             assert!(reason.contains(want), "{want}: {reason}");
+        }
+    }
+
+    #[test]
+    fn the_init_starts_as_root_with_exactly_its_capabilities_and_runs_the_agent_as_the_uid() {
+        let profile = Profile::new(spec()).unwrap();
+        let body = profile.create_body();
+        assert_eq!(body.user.as_deref(), Some("0:0"));
+        let host = body.host_config.unwrap();
+        assert_eq!(
+            host.cap_add.unwrap(),
+            ["SETGID", "SETPCAP", "SETUID", "SYS_ADMIN"]
+        );
+        assert_eq!(host.cap_drop.unwrap(), ["ALL"]);
+        assert!(host
+            .masked_paths
+            .unwrap()
+            .contains(&"/proc/cmdline".to_owned()));
+        let policy = profile.policy();
+        assert_eq!((policy.uid, policy.gid), (1_500_000, 1_500_000));
+        for (_, options) in host.tmpfs.unwrap() {
+            assert!(options.contains("uid=1500000,gid=1500000"), "{options}");
+        }
+        for (kind, volume) in profile.volumes() {
+            let o = &volume.options["o"];
+            assert!(o.ends_with("nosuid,nodev,noexec"), "{kind:?} {o}");
+            let root = matches!(kind, Kind::Control | Kind::Input);
+            assert_eq!(o.contains("uid="), !root, "{kind:?} {o}");
+            assert_eq!(volume.labels[crate::labels::UID], "1500000");
+        }
+        // A volume the engine would make for a mount is made labelled and bounded.
+        for (mount, _) in profile
+            .mounts()
+            .iter()
+            .filter(|(m, _)| m.typ == Some(MountType::VOLUME))
+        {
+            let options = mount.volume_options.clone().unwrap();
+            assert!(options.labels.unwrap().contains_key(crate::labels::OWNER));
+            assert!(options.driver_config.unwrap().options.unwrap()["o"].contains("size="));
         }
     }
 

@@ -4,10 +4,12 @@
 //!   noexec), held by a keeper container (cordon-init in keeper role) because a tmpfs volume lives
 //!   only while some container mounts it. The keeper mounts the metadata volume at /work/.git, so
 //!   the mountpoint exists when read-only agent containers mount it.
-//! - Invocation volumes: control (the policy), input, and the egress socket dir. Control and input
-//!   are written through a loader container that is created and never started.
+//! - Invocation volumes: control (the policy), input, and the egress socket dir, all tmpfs (no host
+//!   path or host disk figure shows inside). Control and input are written into a loader container
+//!   that holds them mounted (a tmpfs volume lives only while some container mounts it) until the
+//!   invocation's cleanup removes it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, Mount, VolumeCreateRequest};
@@ -18,7 +20,7 @@ use crate::cleanup::{Created, ObjectKind};
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind};
-use crate::profile::{hardened_body, tmpfs_volume_options, Area, Hardened, StorageRef};
+use crate::profile::{hardened_body, tmpfs_volume_options, Area, Hardened, StorageRef, VolumeSpec};
 
 /// Default work area (seeds: 512 MiB, 131,072 entries).
 pub const DEFAULT_WORK: Area = Area {
@@ -31,20 +33,35 @@ pub const DEFAULT_METADATA: Area = Area {
     inodes: 65_536,
 };
 
-fn volume_mount(source: &str, target: &str, read_only: bool) -> Mount {
-    crate::profile::volume_mount(source, target, read_only, None)
+fn volume_mount(volume: &VolumeSpec, target: &str, read_only: bool) -> Mount {
+    crate::profile::volume_mount(volume, target, read_only, None)
 }
 
-/// The create request of a trusted helper (keeper, loader): the agent's hardening, small limits.
+impl VolumeSpec {
+    /// What a create request makes (the gate edits requests to make breach cases).
+    pub fn from_request(request: &VolumeCreateRequest) -> VolumeSpec {
+        VolumeSpec {
+            name: request.name.clone().unwrap_or_default(),
+            labels: request.labels.clone().unwrap_or_default(),
+            options: request.driver_opts.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// The create request of a trusted helper (keeper, loader, tool) of `allocation`: the agent's
+/// hardening, the allocation's uid, no capability at all, small limits.
 pub fn helper_body(
     image_id: &str,
-    labels: HashMap<String, String>,
+    allocation: &Allocation,
+    kind: Kind,
     entrypoint: Vec<String>,
     mounts: Vec<Mount>,
 ) -> ContainerCreateBody {
     hardened_body(Hardened {
         image_id,
-        labels,
+        labels: allocation.labels(kind),
+        user: format!("{0}:{0}", allocation.uid),
+        cap_add: Vec::new(),
         entrypoint,
         env: vec!["PATH=/usr/bin:/bin".to_owned()],
         mounts,
@@ -57,7 +74,7 @@ pub fn helper_body(
     })
 }
 
-async fn create_volume(
+pub(crate) async fn create_volume(
     engine: &Engine,
     request: VolumeCreateRequest,
     created: &mut Created,
@@ -143,12 +160,13 @@ pub fn task_volume_requests(
     work: Area,
     metadata: Area,
 ) -> (VolumeCreateRequest, VolumeCreateRequest) {
-    let request = |kind: Kind, area: Area| VolumeCreateRequest {
-        name: Some(allocation.name(kind)),
-        driver: Some("local".to_owned()),
-        driver_opts: Some(tmpfs_volume_options(area, 0o755)),
-        labels: Some(allocation.labels(kind)),
-        ..Default::default()
+    let request = |kind: Kind, area: Area| {
+        VolumeSpec {
+            name: allocation.name(kind),
+            labels: allocation.labels(kind),
+            options: tmpfs_volume_options(area, 0o755, allocation.uid),
+        }
+        .request()
     };
     (request(Kind::Work, work), request(Kind::Metadata, metadata))
 }
@@ -208,6 +226,27 @@ impl TaskStorage {
         format!("cordon-seeding-{}", allocation.id)
     }
 
+    /// How a volume of this storage was made (a helper mounting it carries it, so a volume that
+    /// vanished is never remade unlabelled).
+    pub fn volume_spec(&self, name: &str) -> VolumeSpec {
+        let (kind, area) = if name == self.metadata_volume {
+            (Kind::Metadata, self.metadata)
+        } else {
+            (Kind::Work, self.work)
+        };
+        VolumeSpec {
+            name: name.to_owned(),
+            labels: self.allocation.labels(kind),
+            options: tmpfs_volume_options(area, 0o755, self.allocation.uid),
+        }
+    }
+
+    /// This storage, removed together with more objects of its owner (the gate's decoys).
+    pub fn with_extra(mut self, extra: Created) -> TaskStorage {
+        self.created.extend(extra);
+        self
+    }
+
     /// Give the keeper its final name: the storage is complete.
     pub async fn mark_seeded(&self, engine: &Engine) -> Result<()> {
         let options = bollard::query_parameters::RenameContainerOptions {
@@ -225,6 +264,7 @@ impl TaskStorage {
     /// control, input and egress volumes (named after the invocation's allocation).
     pub fn mounts_for(&self, invocation: &Allocation) -> StorageRef {
         StorageRef {
+            storage: self.allocation.clone(),
             work_volume: self.work_volume.clone(),
             work: self.work,
             metadata_volume: self.metadata_volume.clone(),
@@ -300,6 +340,8 @@ impl TaskStorage {
     ) -> Result<TaskStorage> {
         let mut created = Created::default();
         let result = async {
+            let work_spec = VolumeSpec::from_request(&work.0);
+            let metadata_spec = VolumeSpec::from_request(&metadata.0);
             let work_volume = create_volume(engine, work.0, &mut created).await?;
             if check_unique {
                 let holders = crate::task::objects_with_allocation(engine, &allocation.id).await?;
@@ -312,6 +354,22 @@ impl TaskStorage {
                     )));
                 }
             }
+            // The uid was free when it was picked; the pick and this create are not atomic.
+            let sharing = crate::uids::others(
+                &crate::uids::holders(engine, allocation.uid).await?,
+                &allocation.id,
+            );
+            if !sharing.is_empty() {
+                return Err(Error::Uid {
+                    id: "uid-in-use",
+                    reason: format!(
+                        "uid {} of allocation {} is also held by {}",
+                        allocation.uid,
+                        allocation.id,
+                        crate::error::bounded_list(&sharing, 400)
+                    ),
+                });
+            }
             let metadata_volume = create_volume(engine, metadata.0, &mut created).await?;
             let keeper_name = if check_unique {
                 TaskStorage::seeding_name(allocation)
@@ -320,11 +378,12 @@ impl TaskStorage {
             };
             let body = helper_body(
                 image_id,
-                allocation.labels(Kind::Keeper),
+                allocation,
+                Kind::Keeper,
                 vec![paths::INIT.to_owned(), "keeper".to_owned()],
                 vec![
-                    volume_mount(&work_volume, paths::WORK, false),
-                    volume_mount(&metadata_volume, metadata_at, false),
+                    volume_mount(&work_spec, paths::WORK, false),
+                    volume_mount(&metadata_spec, metadata_at, false),
                 ],
             );
             let keeper = create_container(engine, &keeper_name, body, &mut created).await?;
@@ -381,10 +440,12 @@ impl TaskStorage {
     }
 }
 
-/// One invocation's control, input and egress volumes.
+/// One invocation's control, input and egress volumes, and the loader that holds control and
+/// input mounted.
 #[derive(Debug, Clone)]
 pub struct InvocationVolumes {
     pub names: BTreeMap<Kind, String>,
+    pub loader: String,
 }
 
 fn tar_of(files: &[(&str, &[u8])]) -> Result<Vec<u8>> {
@@ -405,8 +466,10 @@ fn tar_of(files: &[(&str, &[u8])]) -> Result<Vec<u8>> {
 }
 
 impl InvocationVolumes {
-    /// Create the volumes from `requests` and write the policy and input files through a loader
-    /// that is never started. Objects go into `created` as they are made.
+    /// Create the volumes from `requests`, start a loader that holds control and input mounted,
+    /// and write the policy and input files into it (root-owned, 0444). The loader runs no agent
+    /// code and stays until cleanup: the agent container mounts the same tmpfs while it runs.
+    /// Objects go into `created` as they are made.
     pub async fn create(
         engine: &Engine,
         allocation: &Allocation,
@@ -417,22 +480,30 @@ impl InvocationVolumes {
         created: &mut Created,
     ) -> Result<InvocationVolumes> {
         let mut names = BTreeMap::new();
+        let mut specs = BTreeMap::new();
         for (kind, request) in requests {
+            specs.insert(kind, VolumeSpec::from_request(&request));
             names.insert(kind, create_volume(engine, request, created).await?);
         }
-        let control = names.get(&Kind::Control).cloned().unwrap_or_default();
-        let input = names.get(&Kind::Input).cloned().unwrap_or_default();
+        let spec = |kind: Kind| specs.get(&kind).cloned().unwrap_or_default();
         let body = helper_body(
             image_id,
-            allocation.labels(Kind::Loader),
-            vec![paths::INIT.to_owned(), "loader".to_owned()],
+            allocation,
+            Kind::Loader,
+            vec![paths::INIT.to_owned(), "keeper".to_owned()],
             vec![
-                volume_mount(&control, paths::CONTROL_DIR, false),
-                volume_mount(&input, paths::INPUT_DIR, false),
+                volume_mount(&spec(Kind::Control), paths::CONTROL_DIR, false),
+                volume_mount(&spec(Kind::Input), paths::INPUT_DIR, false),
             ],
         );
         let loader =
             create_container(engine, &allocation.name(Kind::Loader), body, created).await?;
+        bounded(
+            "start loader",
+            CALL_TIMEOUT,
+            engine.docker().start_container(&loader, None),
+        )
+        .await?;
         let upload = |dir: &str, tar: Vec<u8>| {
             let options = UploadToContainerOptions {
                 path: dir.to_owned(),
@@ -461,13 +532,6 @@ impl InvocationVolumes {
         if !input_files.is_empty() {
             upload(paths::INPUT_DIR, tar_of(input_files)?).await?;
         }
-        // The loader never runs. Remove it now; if that fails, the caller's cleanup retries it.
-        let _ = Created {
-            containers: vec![loader],
-            ..Created::default()
-        }
-        .remove_all(engine, Duration::ZERO)
-        .await;
-        Ok(InvocationVolumes { names })
+        Ok(InvocationVolumes { names, loader })
     }
 }

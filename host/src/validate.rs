@@ -10,12 +10,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use bollard::models::{
     ContainerInspectResponse, HostConfigCgroupnsModeEnum, Mount, MountType, Volume,
 };
-use cordon_contract::policy::{ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS};
+use cordon_contract::policy::{CORDON_MASKED_PATHS, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS};
 use cordon_contract::Id;
 
 use crate::error::Refusal;
-use crate::labels::{Kind, KIND, OWNER};
-use crate::profile::{tmpfs_volume_options, Area, Profile, EGRESS_AREA};
+use crate::labels::{Kind, UID};
+use crate::profile::{start_capability_names, Profile};
 
 /// What the engine reported.
 #[derive(Debug, Clone)]
@@ -23,6 +23,8 @@ pub struct Observed {
     pub container: ContainerInspectResponse,
     /// Every volume the profile mounts, by name: its inspect, or why it could not be read.
     pub volumes: BTreeMap<String, Result<Volume, String>>,
+    /// Every live object labelled with the profile's uid, or why they could not be listed.
+    pub uid_holders: Result<Vec<crate::uids::Holder>, String>,
 }
 
 struct Diff(Vec<Refusal>);
@@ -109,10 +111,18 @@ fn check_area_options(
         &want_flags,
         &have_flags,
     );
+    let owner = |m: &BTreeMap<String, String>| (m.get("uid").cloned(), m.get("gid").cloned());
+    diff.check(
+        owner(&want) == owner(&have),
+        Id::UidPerAllocation,
+        &format!("{field} uid, gid"),
+        owner(&want),
+        owner(&have),
+    );
     let rest = |m: &BTreeMap<String, String>, f: &BTreeSet<String>| {
         let mut r: Vec<String> = m
             .iter()
-            .filter(|(k, _)| *k != "size" && *k != "nr_inodes")
+            .filter(|(k, _)| !["size", "nr_inodes", "uid", "gid"].contains(&k.as_str()))
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         r.extend(
@@ -219,15 +229,39 @@ fn check_mounts(diff: &mut Diff, expected: &[(Mount, Id)], observed: &[Mount]) {
                 &want_vo.subpath,
                 &have_vo.subpath,
             );
-            let driver_empty = have_vo.driver_config.as_ref().is_none_or(|d| {
-                d.name.as_deref().unwrap_or("").is_empty() && empty_map(&d.options)
-            });
+            // What the engine would make the volume with, were it missing: the profile's own.
+            let driver = |vo: &bollard::models::MountVolumeOptions| {
+                vo.driver_config.as_ref().map(|d| {
+                    (
+                        d.name.clone().unwrap_or_default(),
+                        d.options
+                            .clone()
+                            .unwrap_or_default()
+                            .into_iter()
+                            .collect::<BTreeMap<_, _>>(),
+                    )
+                })
+            };
             diff.check(
-                driver_empty,
+                driver(&have_vo) == driver(&want_vo),
                 Id::NoHostMounts,
                 &format!("{field}.VolumeOptions.DriverConfig"),
-                "none",
-                &have_vo.driver_config,
+                driver(&want_vo),
+                driver(&have_vo),
+            );
+            let labels = |vo: &bollard::models::MountVolumeOptions| {
+                vo.labels
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect::<BTreeMap<_, _>>()
+            };
+            diff.check(
+                labels(&have_vo) == labels(&want_vo),
+                Id::ProfileDrift,
+                &format!("{field}.VolumeOptions.Labels"),
+                labels(&want_vo),
+                labels(&have_vo),
             );
         }
         if want.typ == Some(MountType::TMPFS) {
@@ -256,12 +290,12 @@ fn check_mounts(diff: &mut Diff, expected: &[(Mount, Id)], observed: &[Mount]) {
 
 fn check_volume(
     diff: &mut Diff,
-    profile: &Profile,
-    name: &str,
     kind: Kind,
+    want: &crate::profile::VolumeSpec,
+    bytes_ids: (Id, Id),
     observed: Option<&Result<Volume, String>>,
 ) {
-    let field = format!("volume {name}");
+    let field = format!("volume {}", want.name);
     let volume = match observed {
         Some(Ok(v)) => v,
         Some(Err(e)) => return diff.check(false, Id::ProfileDrift, &field, "readable", e),
@@ -282,70 +316,61 @@ fn check_volume(
         "local",
         &volume.driver,
     );
-    let owner = volume.labels.get(OWNER).map(String::as_str);
-    let want_owner = profile.allocation().owner.as_str();
+    let sorted = |m: &HashMap<String, String>| m.clone().into_iter().collect::<BTreeMap<_, _>>();
+    let (mut want_labels, mut have_labels) = (sorted(&want.labels), sorted(&volume.labels));
+    let (want_uid, have_uid) = (want_labels.remove(UID), have_labels.remove(UID));
     diff.check(
-        owner == Some(want_owner),
-        Id::ProfileDrift,
-        &format!("{field} owner label"),
-        want_owner,
-        owner,
+        want_uid == have_uid,
+        Id::UidPerAllocation,
+        &format!("{field} uid label"),
+        &want_uid,
+        &have_uid,
     );
-    let have_kind = volume.labels.get(KIND).map(String::as_str);
     diff.check(
-        have_kind == Some(kind.as_str()),
+        want_labels == have_labels,
         Id::ProfileDrift,
-        &format!("{field} kind label"),
-        kind.as_str(),
-        have_kind,
+        &format!("{field} labels ({})", kind.as_str()),
+        &want_labels,
+        &have_labels,
     );
-    let s = profile.storage();
-    let tmpfs: Option<(Area, u32, Id, Id)> = match kind {
-        Kind::Work => Some((s.work, 0o755, Id::WorkBytes, Id::WorkInodes)),
-        Kind::Metadata => Some((s.metadata, 0o755, Id::ProfileDrift, Id::ProfileDrift)),
-        Kind::Egress => Some((EGRESS_AREA, 0o750, Id::ProfileDrift, Id::ProfileDrift)),
-        _ => None,
-    };
+    // Every volume is a bounded tmpfs: any other option (type=none,o=bind,device=...) could make
+    // it a host path, and a plain local volume is a directory on the host's disk.
     let options = &volume.options;
-    match tmpfs {
-        Some((area, mode, bytes_id, inodes_id)) => {
-            let want = tmpfs_volume_options(area, mode);
-            for key in ["type", "device"] {
-                diff.check(
-                    options.get(key) == want.get(key),
-                    Id::NoHostMounts,
-                    &format!("{field} option {key}"),
-                    want.get(key),
-                    options.get(key),
-                );
-            }
-            let extra: Vec<&String> = options.keys().filter(|k| !want.contains_key(*k)).collect();
-            diff.check(
-                extra.is_empty(),
-                Id::NoHostMounts,
-                &format!("{field} options"),
-                "type, device, o",
-                &extra,
-            );
-            check_area_options(
-                diff,
-                &format!("{field} option o"),
-                want.get("o").map_or("", String::as_str),
-                options.get("o").map_or("", String::as_str),
-                bytes_id,
-                inodes_id,
-            );
-        }
-        // Control and input: a plain local volume; any option (type=none,o=bind,device=...) could
-        // make it a host path.
-        None => diff.check(
-            options.is_empty(),
+    let mut tmpfs = true;
+    for key in ["type", "device"] {
+        let same = options.get(key) == want.options.get(key);
+        tmpfs &= same;
+        diff.check(
+            same,
             Id::NoHostMounts,
-            &format!("{field} options"),
-            "none",
-            options,
-        ),
+            &format!("{field} option {key}"),
+            want.options.get(key),
+            options.get(key),
+        );
     }
+    if !tmpfs {
+        // Not a tmpfs at all: its size and owner options mean nothing.
+        return;
+    }
+    let extra: Vec<&String> = options
+        .keys()
+        .filter(|k| !want.options.contains_key(*k))
+        .collect();
+    diff.check(
+        extra.is_empty(),
+        Id::NoHostMounts,
+        &format!("{field} options"),
+        "type, device, o",
+        &extra,
+    );
+    check_area_options(
+        diff,
+        &format!("{field} option o"),
+        want.options.get("o").map_or("", String::as_str),
+        options.get("o").map_or("", String::as_str),
+        bytes_ids.0,
+        bytes_ids.1,
+    );
 }
 
 /// Compare the read-back with the profile. An empty list means the container may start.
@@ -357,10 +382,11 @@ pub fn validate(profile: &Profile, observed: &Observed) -> Vec<Refusal> {
     let config = c.config.clone().unwrap_or_default();
     let host = c.host_config.clone().unwrap_or_default();
 
-    // Identity, terminal, stdin, environment.
+    // The init's start identity (it switches to the allocation's ids itself), terminal, stdin,
+    // environment.
     d.check(
         config.user == expected.user,
-        Id::NonRootUser,
+        Id::InitPrivileges,
         "Config.User",
         &expected.user,
         &config.user,
@@ -495,12 +521,30 @@ pub fn validate(profile: &Profile, observed: &Observed) -> Vec<Refusal> {
         &want_host.cap_drop,
         &host.cap_drop,
     );
+    // Exactly the init's start capabilities (Docker may report them with a CAP_ prefix).
+    let caps = |list: &Option<Vec<String>>| -> BTreeSet<String> {
+        list.iter()
+            .flatten()
+            .map(|c| c.to_ascii_uppercase().trim_start_matches("CAP_").to_owned())
+            .collect()
+    };
+    let want_caps: BTreeSet<String> = start_capability_names().into_iter().collect();
+    let have_caps = caps(&host.cap_add);
+    let added: Vec<&String> = have_caps.difference(&want_caps).collect();
+    let missing: Vec<&String> = want_caps.difference(&have_caps).collect();
     d.check(
-        empty(&host.cap_add),
+        added.is_empty(),
         Id::CapAdded,
-        "HostConfig.CapAdd",
+        "HostConfig.CapAdd (beyond the init's start set)",
         "none",
-        &host.cap_add,
+        &added,
+    );
+    d.check(
+        missing.is_empty(),
+        Id::InitPrivileges,
+        "HostConfig.CapAdd (the init's start set)",
+        &want_caps,
+        &missing,
     );
     let security = host.security_opt.clone().unwrap_or_default();
     let nnp = security.iter().any(|o| {
@@ -551,14 +595,25 @@ pub fn validate(profile: &Profile, observed: &Observed) -> Vec<Refusal> {
         host.privileged,
     );
     let masked = host.masked_paths.clone().unwrap_or_default();
+    let unmasked = |list: &[&str]| -> Vec<String> {
+        list.iter()
+            .filter(|p| !masked.iter().any(|m| m == *p))
+            .map(|p| (*p).to_owned())
+            .collect()
+    };
     d.check(
-        ENGINE_MASKED_PATHS
-            .iter()
-            .all(|p| masked.iter().any(|m| m == p)),
+        unmasked(ENGINE_MASKED_PATHS).is_empty(),
         Id::NotPrivileged,
-        "HostConfig.MaskedPaths",
-        ENGINE_MASKED_PATHS,
-        &masked,
+        "HostConfig.MaskedPaths (the engine's)",
+        "all masked",
+        unmasked(ENGINE_MASKED_PATHS),
+    );
+    d.check(
+        unmasked(CORDON_MASKED_PATHS).is_empty(),
+        Id::HostInfoMasked,
+        "HostConfig.MaskedPaths (host-describing files)",
+        "all masked",
+        unmasked(CORDON_MASKED_PATHS),
     );
     let readonly = host.readonly_paths.clone().unwrap_or_default();
     d.check(
@@ -765,7 +820,7 @@ pub fn validate(profile: &Profile, observed: &Observed) -> Vec<Refusal> {
             Some(options) => check_area_options(
                 &mut d,
                 &field,
-                &Profile::tmpfs_options(*area, *mode),
+                &profile.tmpfs_options(*area, *mode),
                 options,
                 *bytes_id,
                 *inodes_id,
@@ -907,15 +962,35 @@ pub fn validate(profile: &Profile, observed: &Observed) -> Vec<Refusal> {
     );
 
     // Every volume it mounts.
-    let s = profile.storage();
-    for (name, kind) in [
-        (&s.work_volume, Kind::Work),
-        (&s.metadata_volume, Kind::Metadata),
-        (&s.control_volume, Kind::Control),
-        (&s.input_volume, Kind::Input),
-        (&s.egress_volume, Kind::Egress),
-    ] {
-        check_volume(&mut d, profile, name, kind, observed.volumes.get(name));
+    for (kind, want) in profile.volumes() {
+        let ids = if kind == Kind::Work {
+            (Id::WorkBytes, Id::WorkInodes)
+        } else {
+            (Id::ProfileDrift, Id::ProfileDrift)
+        };
+        check_volume(&mut d, kind, &want, ids, observed.volumes.get(&want.name));
+    }
+
+    // No other live storage allocation runs as this uid.
+    let storage = profile.storage().storage.id;
+    match &observed.uid_holders {
+        Ok(holders) => {
+            let others = crate::uids::others(holders, &storage);
+            d.check(
+                others.is_empty(),
+                Id::UidPerAllocation,
+                &format!("objects labelled {UID}={}", profile.allocation().uid),
+                format!("only allocation {storage}'s storage"),
+                &others,
+            );
+        }
+        Err(e) => d.check(
+            false,
+            Id::UidPerAllocation,
+            "objects labelled with the uid",
+            "listed",
+            e,
+        ),
     }
     d.0
 }

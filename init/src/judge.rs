@@ -6,8 +6,12 @@
 //! most specific cause to the most general (privileged before capabilities, the Docker socket
 //! before unknown mounts, a TTY before stdin).
 
-use cordon_contract::policy::{Access, MountRule, Policy};
-use cordon_contract::Id;
+use cordon_contract::policy::{
+    capability_mask, Access, MountFlags, MountRule, Policy, ENGINE_MASKED_PATHS,
+    ENGINE_READONLY_PATHS,
+};
+use cordon_contract::procfs::Status;
+use cordon_contract::{seccomp, Id};
 
 use crate::observe::{Observations, PathFacts};
 use cordon_contract::procfs::MountEntry;
@@ -36,34 +40,76 @@ fn seen<'a, T>(check: Id, what: &str, obs: &'a Result<T, String>) -> Result<&'a 
         .map_err(|e| refuse(check, format!("{what} readable"), e.clone()))
 }
 
-/// Run every preflight check in order. Returns the ids that passed.
+/// One named check: the ids it passed, or the first refusal.
+type Check = fn(&Policy, &Observations) -> Result<Vec<Id>, Refusal>;
+
+/// The preflight, in order. The order is part of the contract (see the module docs): the start
+/// state (before the init's own steps) is judged before what those steps produced, so a container
+/// started without the init's capabilities is refused as `init-privileges`, not as whatever step
+/// could not run.
+const CHECKS: &[(&str, Check)] = &[
+    ("pid 1", pid_one),
+    ("nothing inherited", inherited),
+    ("private namespaces", namespaces),
+    ("not privileged", not_privileged),
+    ("start privileges", start_privileges),
+    ("identity", identity),
+    ("capabilities dropped", capabilities_dropped),
+    ("terminal and stdin", terminal_and_stdin),
+    ("the engine's no_new_privs and seccomp", engine_restrictions),
+    ("network", network),
+    ("mounts", mounts),
+    ("engine masks", engine_masks),
+    ("host files masked", host_files_masked),
+    ("environment", environment),
+    ("cgroup limits", cgroup_limits),
+    ("exec allowlist", exec_allowlist),
+    ("socket families", socket_families),
+    ("sealed", sealed),
+];
+
+/// Run every preflight check in order. Returns the ids that passed. A check that fails with a
+/// protection the policy skips (the gate's probe layer only) is passed over, not counted.
 pub fn preflight(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     let mut passed = Vec::new();
-    let mut pass = |id: Id| {
-        if !passed.contains(&id) {
-            passed.push(id);
+    for (_, check) in CHECKS {
+        match check(policy, obs) {
+            Ok(ids) => {
+                for id in ids {
+                    if !passed.contains(&id) && !policy.skip.contains(&id) {
+                        passed.push(id);
+                    }
+                }
+            }
+            Err(refusal) if policy.skip.contains(&refusal.check) => {}
+            Err(refusal) => return Err(refusal),
         }
-    };
-
-    // 1. PID 1, and not under Docker's own init.
-    if obs.pid != 1 {
-        let id = if obs.ppid == 1 {
-            Id::InitEntrypoint
-        } else {
-            Id::HostNamespaces
-        };
-        return Err(refuse(
-            id,
-            "pid 1",
-            format!(
-                "pid {} ppid {} (pid 1 is {:?})",
-                obs.pid, obs.ppid, obs.pid1_cmdline
-            ),
-        ));
     }
-    pass(Id::InitEntrypoint);
+    Ok(passed)
+}
 
-    // 2. Nothing inherited: only fds 0-2, and a cwd inside the container.
+/// PID 1, and not under Docker's own init.
+fn pid_one(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    if obs.pid == 1 {
+        return Ok(vec![Id::InitEntrypoint]);
+    }
+    let id = if obs.ppid == 1 {
+        Id::InitEntrypoint
+    } else {
+        Id::HostNamespaces
+    };
+    Err(refuse(
+        id,
+        "pid 1",
+        format!(
+            "pid {} ppid {} (pid 1 is {:?})",
+            obs.pid, obs.ppid, obs.pid1_cmdline
+        ),
+    ))
+}
+
+/// Nothing inherited: only fds 0-2, and a cwd inside the container.
+fn inherited(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     if !obs.extra_fds.is_empty() {
         return Err(refuse(
             Id::FdHygiene,
@@ -75,9 +121,11 @@ pub fn preflight(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal
     if !cwd.starts_with('/') {
         return Err(refuse(Id::FdHygiene, "a reachable cwd", cwd.clone()));
     }
-    pass(Id::FdHygiene);
+    Ok(vec![Id::FdHygiene])
+}
 
-    // 3. Private cgroup and UTS namespaces.
+/// Private cgroup and UTS namespaces.
+fn namespaces(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     let cgroup = seen(Id::HostNamespaces, "/proc/self/cgroup", &obs.cgroup)?;
     if let Some(line) = cgroup.iter().find(|l| !l.ends_with(":/")) {
         return Err(refuse(
@@ -94,31 +142,12 @@ pub fn preflight(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal
             format!("hostname {hostname}"),
         ));
     }
-    pass(Id::HostNamespaces);
+    Ok(vec![Id::HostNamespaces])
+}
 
-    // 4. Identity.
-    let status = seen(Id::NonRootUser, "/proc/self/status", &obs.status)?;
-    let ids_ok = status.uid.len() == 4
-        && status.uid.iter().all(|u| *u == policy.uid)
-        && status.gid.len() == 4
-        && status.gid.iter().all(|g| *g == policy.gid)
-        && status.groups.iter().all(|g| *g == policy.gid);
-    if !ids_ok {
-        return Err(refuse(
-            Id::NonRootUser,
-            format!(
-                "uid {} gid {} groups [{}]",
-                policy.uid, policy.gid, policy.gid
-            ),
-            format!(
-                "uid {:?} gid {:?} groups {:?}",
-                status.uid, status.gid, status.groups
-            ),
-        ));
-    }
-    pass(Id::NonRootUser);
-
-    // 5. Privileged: every capability in the bounding set, or a writable /sys.
+/// Privileged: every capability in the start bounding set, or a writable /sys.
+fn not_privileged(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let start = seen(Id::NotPrivileged, "/proc/self/status at start", &obs.start)?;
     let last = *seen(Id::NotPrivileged, "cap_last_cap", &obs.cap_last_cap)?;
     let full = if last >= 63 {
         u64::MAX
@@ -129,55 +158,86 @@ pub fn preflight(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal
     let sys_rw = mounts
         .iter()
         .any(|m| m.mount_point == "/sys" && !m.read_only());
-    if status.cap_bnd == full || sys_rw {
+    if start.cap_bnd == full || sys_rw {
         return Err(refuse(
             Id::NotPrivileged,
             "a partial bounding set and a read-only /sys",
             format!(
                 "CapBnd {:016x} (full {full:016x}), /sys writable: {sys_rw}",
-                status.cap_bnd
+                start.cap_bnd
             ),
         ));
     }
-    pass(Id::NotPrivileged);
+    Ok(vec![Id::NotPrivileged])
+}
 
-    // 6-7. No terminal, then stdin is /dev/null.
-    if !obs.ttys.is_empty() {
-        return Err(refuse(
-            Id::NoTty,
-            "no terminal on fds 0-2",
-            format!("terminal on fds {:?}", obs.ttys),
-        ));
+/// The start state: uid 0 holding exactly the policy's start capabilities (bounding, permitted
+/// and effective), nothing inheritable or ambient. Docker's whole default set means `CapDrop:
+/// ALL` is missing; anything beyond the start set means a `CapAdd`.
+fn start_privileges(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let start = seen(Id::InitPrivileges, "/proc/self/status at start", &obs.start)?;
+    let want = capability_mask(&policy.start_capabilities);
+    let sets = |s: &Status| {
+        format!(
+            "uid {:?} CapInh {:x} CapPrm {:x} CapEff {:x} CapBnd {:x} CapAmb {:x}",
+            s.uid, s.cap_inh, s.cap_prm, s.cap_eff, s.cap_bnd, s.cap_amb
+        )
+    };
+    let expected = format!("uid 0 with exactly CapBnd=CapPrm=CapEff {want:x}");
+    if start.cap_bnd & DOCKER_DEFAULT_CAPS == DOCKER_DEFAULT_CAPS {
+        return Err(refuse(Id::CapsDropped, expected, sets(start)));
     }
-    pass(Id::NoTty);
-    if obs.stdin.kind != "char" || obs.stdin.rdev != Some((1, 3)) {
-        return Err(refuse(
-            Id::StdinClosed,
-            "fd 0 is /dev/null (char 1:3)",
-            format!("fd 0 is {} {:?}", obs.stdin.kind, obs.stdin.rdev),
-        ));
+    if start.cap_bnd & !want != 0 {
+        return Err(refuse(Id::CapAdded, expected, sets(start)));
     }
-    pass(Id::StdinClosed);
+    let exact = start.uid.iter().all(|u| *u == 0)
+        && start.cap_bnd == want
+        && start.cap_prm == want
+        && start.cap_eff == want
+        && start.cap_inh == 0
+        && start.cap_amb == 0;
+    if !exact {
+        return Err(refuse(Id::InitPrivileges, expected, sets(start)));
+    }
+    Ok(vec![Id::CapsDropped, Id::CapAdded, Id::InitPrivileges])
+}
 
-    // 8-9. Set by the engine before we ran.
-    if status.no_new_privs != 1 {
+/// After the switch: every uid and gid the policy's (never 0), no supplementary group.
+fn identity(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let status = seen(Id::NonRootUser, "/proc/self/status", &obs.status)?;
+    let ids_ok = policy.uid != 0
+        && policy.gid != 0
+        && status.uid.len() == 4
+        && status.uid.iter().all(|u| *u == policy.uid)
+        && status.gid.len() == 4
+        && status.gid.iter().all(|g| *g == policy.gid)
+        && status.groups.is_empty();
+    if !ids_ok {
         return Err(refuse(
-            Id::NoNewPrivileges,
-            "NoNewPrivs 1",
-            format!("NoNewPrivs {}", status.no_new_privs),
+            Id::NonRootUser,
+            format!(
+                "uid {} gid {} (not 0), no supplementary group",
+                policy.uid, policy.gid
+            ),
+            format!(
+                "uid {:?} gid {:?} groups {:?}{}",
+                status.uid,
+                status.gid,
+                status.groups,
+                obs.dropped
+                    .as_ref()
+                    .err()
+                    .map(|e| format!("; {e}"))
+                    .unwrap_or_default()
+            ),
         ));
     }
-    pass(Id::NoNewPrivileges);
-    if status.seccomp != 2 {
-        return Err(refuse(
-            Id::SeccompDefault,
-            "Seccomp 2 (filter)",
-            format!("Seccomp {}", status.seccomp),
-        ));
-    }
-    pass(Id::SeccompDefault);
+    Ok(vec![Id::NonRootUser])
+}
 
-    // 10. Capabilities: all five sets empty.
+/// After the drop: all five capability sets empty.
+fn capabilities_dropped(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let status = seen(Id::InitPrivileges, "/proc/self/status", &obs.status)?;
     let sets = [
         status.cap_inh,
         status.cap_prm,
@@ -185,26 +245,73 @@ pub fn preflight(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal
         status.cap_bnd,
         status.cap_amb,
     ];
-    if sets.iter().any(|s| *s != 0) {
-        let id =
-            if status.cap_bnd & DOCKER_DEFAULT_CAPS == DOCKER_DEFAULT_CAPS || status.cap_bnd == 0 {
-                Id::CapsDropped
-            } else {
-                Id::CapAdded
-            };
+    if sets.iter().any(|s| *s != 0) || obs.dropped.is_err() {
         return Err(refuse(
-            id,
-            "CapInh CapPrm CapEff CapBnd CapAmb all 0",
+            Id::InitPrivileges,
+            "CapInh CapPrm CapEff CapBnd CapAmb all 0 after the init's drop",
             format!(
-                "CapInh {:x} CapPrm {:x} CapEff {:x} CapBnd {:x} CapAmb {:x}",
-                sets[0], sets[1], sets[2], sets[3], sets[4]
+                "CapInh {:x} CapPrm {:x} CapEff {:x} CapBnd {:x} CapAmb {:x}{}",
+                sets[0],
+                sets[1],
+                sets[2],
+                sets[3],
+                sets[4],
+                obs.dropped
+                    .as_ref()
+                    .err()
+                    .map(|e| format!("; {e}"))
+                    .unwrap_or_default()
             ),
         ));
     }
-    pass(Id::CapsDropped);
-    pass(Id::CapAdded);
+    Ok(vec![Id::InitPrivileges])
+}
 
-    // 11. No network but loopback.
+/// No terminal, then stdin is /dev/null.
+fn terminal_and_stdin(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    if !obs.ttys.is_empty() {
+        return Err(refuse(
+            Id::NoTty,
+            "no terminal on fds 0-2",
+            format!("terminal on fds {:?}", obs.ttys),
+        ));
+    }
+    if obs.stdin.kind != "char" || obs.stdin.rdev != Some((1, 3)) {
+        return Err(refuse(
+            Id::StdinClosed,
+            "fd 0 is /dev/null (char 1:3)",
+            format!("fd 0 is {} {:?}", obs.stdin.kind, obs.stdin.rdev),
+        ));
+    }
+    Ok(vec![Id::NoTty, Id::StdinClosed])
+}
+
+/// Set by the engine before the init ran.
+fn engine_restrictions(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let start = seen(
+        Id::NoNewPrivileges,
+        "/proc/self/status at start",
+        &obs.start,
+    )?;
+    if start.no_new_privs != 1 {
+        return Err(refuse(
+            Id::NoNewPrivileges,
+            "NoNewPrivs 1",
+            format!("NoNewPrivs {}", start.no_new_privs),
+        ));
+    }
+    if start.seccomp != 2 {
+        return Err(refuse(
+            Id::SeccompDefault,
+            "Seccomp 2 (filter)",
+            format!("Seccomp {}", start.seccomp),
+        ));
+    }
+    Ok(vec![Id::NoNewPrivileges, Id::SeccompDefault])
+}
+
+/// No network but loopback.
+fn network(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     let ifaces = seen(Id::NetworkNone, "/proc/net/dev", &obs.interfaces)?;
     if ifaces.iter().any(|i| i != "lo") {
         return Err(refuse(
@@ -213,12 +320,52 @@ pub fn preflight(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal
             format!("interfaces {ifaces:?}"),
         ));
     }
-    pass(Id::NetworkNone);
+    Ok(vec![Id::NetworkNone])
+}
 
-    // 12-15. Filesystems.
-    judge_mounts(policy, obs, mounts, &mut pass)?;
+fn mounts(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let mounts = seen(Id::NoHostMounts, "/proc/self/mountinfo", &obs.mounts)?;
+    let mut passed = Vec::new();
+    judge_mounts(policy, obs, mounts, &mut |id| passed.push(id))?;
+    Ok(passed)
+}
 
-    // 16. Environment.
+/// The engine's masked and read-only paths are in place wherever they exist (a missing one is
+/// not a mount the mount check could miss: it is the kernel's own file).
+fn engine_masks(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let mounts = seen(Id::NoHostMounts, "/proc/self/mountinfo", &obs.mounts)?;
+    let exists = |p: &str| obs.masked.get(p).copied().unwrap_or(true);
+    for path in ENGINE_MASKED_PATHS.iter().chain(ENGINE_READONLY_PATHS) {
+        let mounted = mounts.iter().any(|m| m.mount_point == *path);
+        if exists(path) && !mounted {
+            return Err(refuse(
+                Id::NotPrivileged,
+                format!("{path} masked or read-only"),
+                format!("{path} is the kernel's own"),
+            ));
+        }
+    }
+    Ok(vec![Id::NotPrivileged])
+}
+
+/// Cordon's host-describing files are masked wherever they exist.
+fn host_files_masked(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let mounts = seen(Id::NoHostMounts, "/proc/self/mountinfo", &obs.mounts)?;
+    for path in &policy.masked {
+        let exists = obs.masked.get(path).copied().unwrap_or(true);
+        if exists && !mounts.iter().any(|m| m.mount_point == *path) {
+            return Err(refuse(
+                Id::HostInfoMasked,
+                format!("{path} masked"),
+                format!("{path} is the kernel's own"),
+            ));
+        }
+    }
+    Ok(vec![Id::HostInfoMasked])
+}
+
+/// The environment is exactly the policy's.
+fn environment(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     let mut want: Vec<&String> = policy.env.iter().collect();
     let mut have: Vec<&String> = obs.env.iter().collect();
     want.sort();
@@ -238,12 +385,17 @@ pub fn preflight(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal
             ),
         ));
     }
-    pass(Id::EnvAllowlist);
+    Ok(vec![Id::EnvAllowlist])
+}
 
-    // 17. cgroup limits.
-    judge_cgroup(policy, obs, &mut pass)?;
+fn cgroup_limits(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let mut passed = Vec::new();
+    judge_cgroup(policy, obs, &mut |id| passed.push(id))?;
+    Ok(passed)
+}
 
-    // 18. The exec allowlist names regular files nobody in here can change.
+/// The exec allowlist names regular files nobody in here can change.
+fn exec_allowlist(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     for path in &policy.landlock.exec {
         let facts = obs.paths.get(path).cloned().unwrap_or_default();
         if facts.kind != "file" || !facts.on_readonly_mount || facts.writable {
@@ -263,22 +415,56 @@ pub fn preflight(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal
             ));
         }
     }
-    pass(Id::ExecAllowlist);
-    Ok(passed)
+    Ok(vec![Id::ExecAllowlist])
 }
 
-fn rule_for<'a>(rules: &'a [MountRule], mount_point: &str) -> Option<&'a MountRule> {
-    rules
+/// The policy lets through no socket family beyond what the agent needs.
+fn socket_families(policy: &Policy, _: &Observations) -> Result<Vec<Id>, Refusal> {
+    let s = &policy.sockets;
+    let extra: Vec<u32> = s
+        .families
         .iter()
-        .find(|r| !r.beneath && r.path == mount_point)
-        .or_else(|| {
-            rules.iter().find(|r| {
-                r.beneath
-                    && mount_point
-                        .strip_prefix(r.path.as_str())
-                        .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
-            })
-        })
+        .copied()
+        .filter(|f| !seccomp::ALLOWED_FAMILIES.contains(f))
+        .collect();
+    let extra_netlink: Vec<u32> = s
+        .netlink_protocols
+        .iter()
+        .copied()
+        .filter(|p| !seccomp::ALLOWED_NETLINK_PROTOCOLS.contains(p))
+        .collect();
+    if !extra.is_empty() || !extra_netlink.is_empty() {
+        return Err(refuse(
+            Id::SocketFamilies,
+            format!(
+                "families within {:?}, netlink protocols within {:?}",
+                seccomp::ALLOWED_FAMILIES,
+                seccomp::ALLOWED_NETLINK_PROTOCOLS
+            ),
+            format!("also families {extra:?}, netlink protocols {extra_netlink:?}"),
+        ));
+    }
+    Ok(vec![Id::SocketFamilies])
+}
+
+/// The init made itself non-dumpable.
+fn sealed(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let dumpable = seen(Id::InitSealed, "PR_GET_DUMPABLE", &obs.dumpable)?;
+    if obs.sealed.is_err() || *dumpable != 0 {
+        return Err(refuse(
+            Id::InitSealed,
+            "PR_SET_DUMPABLE 0 took",
+            format!(
+                "dumpable {dumpable}{}",
+                obs.sealed
+                    .as_ref()
+                    .err()
+                    .map(|e| format!("; {e}"))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(vec![Id::InitSealed])
 }
 
 fn judge_mounts(
@@ -313,9 +499,15 @@ fn judge_mounts(
     }
     pass(Id::NoDockerSocket);
 
+    // Root owns the engine's mounts: as root (the gate's non-root-user row only) they are
+    // writable by their mode, and that is the identity's breach.
+    let root = obs
+        .status
+        .as_ref()
+        .is_ok_and(|s| s.uid.iter().any(|u| *u == 0));
     let mut seen_points = std::collections::BTreeSet::new();
     for m in mounts {
-        let Some(rule) = rule_for(&policy.mounts, &m.mount_point) else {
+        let Some(rule) = policy.rule_for(&m.mount_point) else {
             return Err(refuse(
                 Id::NoHostMounts,
                 "every mountpoint on the policy's list",
@@ -339,7 +531,14 @@ fn judge_mounts(
             }
         }
         let facts = obs.paths.get(&m.mount_point).cloned().unwrap_or_default();
-        judge_access(rule, m, &facts)?;
+        judge_access(rule, m, &facts, root)?;
+    }
+    // The flags last: a removal that makes a mount writable is named as that mount's protection
+    // even where the flags differ too.
+    for m in mounts {
+        if let Some(rule) = policy.rule_for(&m.mount_point) {
+            judge_flags(rule, m, &policy.skip, &obs.remount)?;
+        }
     }
     for rule in policy.mounts.iter().filter(|r| r.required && !r.beneath) {
         if !seen_points.contains(rule.path.as_str()) {
@@ -389,58 +588,33 @@ fn judge_mounts(
         pass(rule.protection);
     }
     pass(Id::WritableNosuidNodevNoexec);
+    pass(Id::ContentNoexec);
     pass(Id::NoHostMounts);
     Ok(())
 }
 
-fn judge_access(rule: &MountRule, m: &MountEntry, facts: &PathFacts) -> Result<(), Refusal> {
-    let missing_flags = |need: cordon_contract::policy::MountFlags| -> Vec<&'static str> {
-        [
-            ("nosuid", need.nosuid),
-            ("nodev", need.nodev),
-            ("noexec", need.noexec),
-        ]
-        .into_iter()
-        .filter(|(flag, needed)| *needed && !m.has(flag))
-        .map(|(flag, _)| flag)
-        .collect()
-    };
+/// Read-only where the rule says so; an engine mount the agent cannot write; a mask that masks.
+fn judge_access(
+    rule: &MountRule,
+    m: &MountEntry,
+    facts: &PathFacts,
+    root: bool,
+) -> Result<(), Refusal> {
     match rule.access {
         Access::ReadOnly if !m.read_only() => Err(refuse(
             rule.protection,
             format!("{} read-only", m.mount_point),
             m.line.clone(),
         )),
-        Access::Writable if !m.read_only() => {
-            let missing = missing_flags(cordon_contract::policy::MountFlags::ALL);
-            if missing.is_empty() {
-                Ok(())
+        Access::RootOwned if !m.read_only() && facts.writable => Err(refuse(
+            if root {
+                Id::NonRootUser
             } else {
-                Err(refuse(
-                    cordon_contract::Id::WritableNosuidNodevNoexec,
-                    format!("{} nosuid,nodev,noexec", m.mount_point),
-                    format!("missing {}: {}", missing.join(","), m.line),
-                ))
-            }
-        }
-        Access::RootOwned if !m.read_only() => {
-            let missing = missing_flags(rule.flags);
-            if facts.writable || !missing.is_empty() {
-                Err(refuse(
-                    rule.protection,
-                    format!(
-                        "{} not writable by the agent, with its engine flags",
-                        m.mount_point
-                    ),
-                    format!(
-                        "writable: {}, missing {:?}: {}",
-                        facts.writable, missing, m.line
-                    ),
-                ))
-            } else {
-                Ok(())
-            }
-        }
+                rule.protection
+            },
+            format!("{} not writable by the agent", m.mount_point),
+            m.line.clone(),
+        )),
         Access::Masked if !m.read_only() && facts.rdev != Some((1, 3)) => Err(refuse(
             rule.protection,
             format!("{} masked (/dev/null or read-only)", m.mount_point),
@@ -448,6 +622,58 @@ fn judge_access(rule: &MountRule, m: &MountEntry, facts: &PathFacts) -> Result<(
         )),
         _ => Ok(()),
     }
+}
+
+/// The flags a rule asks for: every writable mount nosuid, nodev and noexec (the profile's
+/// options give them); every other mount the rule's flags (the init's remount restores what the
+/// engine's read-only remount strips). The image's root is the one mount that may hold executables.
+fn judge_flags(
+    rule: &MountRule,
+    m: &MountEntry,
+    skip: &[Id],
+    remount_errors: &[String],
+) -> Result<(), Refusal> {
+    let writable = rule.access == Access::Writable && !m.read_only();
+    let (need, id) = if writable {
+        (MountFlags::ALL, Id::WritableNosuidNodevNoexec)
+    } else {
+        (rule.flags, Id::ContentNoexec)
+    };
+    if skip.contains(&id) {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [
+        ("nosuid", need.nosuid),
+        ("nodev", need.nodev),
+        ("noexec", need.noexec),
+    ]
+    .into_iter()
+    .filter(|(flag, needed)| *needed && !m.has(flag))
+    .map(|(flag, _)| flag)
+    .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let remount = remount_errors
+        .iter()
+        .find(|e| e.contains(&format!(" {}:", m.mount_point)))
+        .map(|e| format!("; {e}"))
+        .unwrap_or_default();
+    Err(refuse(
+        id,
+        format!(
+            "{} {}",
+            m.mount_point,
+            ["nosuid", "nodev", "noexec"]
+                .into_iter()
+                .zip([need.nosuid, need.nodev, need.noexec])
+                .filter(|(_, n)| *n)
+                .map(|(f, _)| f)
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        format!("missing {}: {}{remount}", missing.join(","), m.line),
+    ))
 }
 
 fn judge_cgroup(
@@ -496,7 +722,7 @@ fn judge_cgroup(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! One good observation set, then one change per check: each must be refused with its own id.
 
     use std::collections::BTreeMap;
@@ -511,7 +737,7 @@ mod tests {
     const MOUNTINFO: &str = "\
 71 46 0:39 / / ro,noatime - fuse.fuse-overlayfs fuse-overlayfs rw
 72 71 0:42 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
-73 71 0:43 / /dev rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755
+73 71 0:43 / /dev rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755
 74 73 0:44 / /dev/pts rw,nosuid,noexec,relatime - devpts devpts rw,gid=5
 75 71 0:45 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs ro
 76 75 0:46 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
@@ -519,10 +745,11 @@ mod tests {
 86 73 0:41 / /dev/mqueue rw,nosuid,nodev,noexec,relatime - mqueue mqueue rw
 87 71 0:40 / /work ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=8192k,nr_inodes=200
 88 71 0:47 / /tmp rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=4096k,nr_inodes=100
-89 87 0:48 / /work/.git ro,relatime - tmpfs tmpfs rw
-90 71 254:0 /c /run/cordon/control ro,relatime - ext4 /dev/vda rw
-91 71 254:0 /h /etc/hosts ro,relatime - ext4 /dev/vda rw
-52 72 0:43 /null /proc/keys rw,nosuid - tmpfs tmpfs rw,size=65536k,mode=755
+89 87 0:48 / /work/.git ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw
+90 71 0:49 / /run/cordon/control ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw
+91 71 254:0 /h /etc/hosts ro,nosuid,nodev,noexec,relatime - ext4 /dev/vda rw
+52 72 0:43 /null /proc/keys rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755
+53 72 0:43 /null /proc/cmdline rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755
 47 72 0:42 /sys /proc/sys ro,nosuid,nodev,noexec,relatime - proc proc rw
 ";
 
@@ -535,7 +762,7 @@ mod tests {
         policy::MountRule::required(path, access, protection, None, bounded)
     }
 
-    fn good_policy() -> Policy {
+    pub(crate) fn good_policy() -> Policy {
         let mut mounts = policy::engine_mount_rules();
         mounts.push(rule(
             "/work",
@@ -577,6 +804,7 @@ mod tests {
             vendor: Vendor::Claude,
             uid: 10001,
             gid: 10001,
+            start_capabilities: policy::START_CAPABILITIES.iter().map(|(_, n)| *n).collect(),
             hostname: "cordon".into(),
             env: vec!["PATH=/usr/bin".into(), "HOSTNAME=cordon".into()],
             cwd: "/work".into(),
@@ -588,6 +816,8 @@ mod tests {
                 devices: vec!["/dev/null".into()],
                 exec: vec!["/usr/bin/claude".into()],
             },
+            sockets: policy::SocketPolicy::agent(),
+            masked: vec!["/proc/cmdline".into(), "/proc/modules".into()],
             cgroup: CgroupLimits {
                 pids_max: 64,
                 memory_bytes: 1 << 28,
@@ -598,6 +828,18 @@ mod tests {
             deadline_ms: 1000,
             grace_ms: 100,
             skip: vec![],
+        }
+    }
+
+    fn start_caps() -> u64 {
+        policy::capability_mask(&good_policy().start_capabilities)
+    }
+
+    fn with_start(change: impl Fn(&mut Status)) -> impl Fn(&mut Observations) {
+        move |o: &mut Observations| {
+            if let Ok(s) = &mut o.start {
+                change(s)
+            }
         }
     }
 
@@ -613,6 +855,32 @@ mod tests {
             pid: 1,
             ppid: 0,
             pid1_cmdline: "/sbin/cordon-init".into(),
+            start: Ok(Status {
+                uid: vec![0; 4],
+                gid: vec![0; 4],
+                cap_prm: start_caps(),
+                cap_eff: start_caps(),
+                cap_bnd: start_caps(),
+                no_new_privs: 1,
+                seccomp: 2,
+                seccomp_filters: 1,
+                ..Status::default()
+            }),
+            remount: vec![],
+            dropped: Ok(()),
+            sealed: Ok(()),
+            dumpable: Ok(0),
+            // /proc/modules does not exist here: it needs no mask. Of the engine's paths only
+            // /proc/keys and /proc/sys exist (and are in MOUNTINFO).
+            masked: ENGINE_MASKED_PATHS
+                .iter()
+                .chain(ENGINE_READONLY_PATHS)
+                .map(|p| ((*p).to_owned(), ["/proc/keys", "/proc/sys"].contains(p)))
+                .chain([
+                    ("/proc/cmdline".to_owned(), true),
+                    ("/proc/modules".to_owned(), false),
+                ])
+                .collect(),
             extra_fds: vec![],
             cwd: Ok("/work".into()),
             cgroup: Ok(vec!["8:pids:/".into(), "0::/".into()]),
@@ -620,7 +888,7 @@ mod tests {
             status: Ok(Status {
                 uid: vec![10001; 4],
                 gid: vec![10001; 4],
-                groups: vec![10001],
+                groups: vec![],
                 no_new_privs: 1,
                 seccomp: 2,
                 seccomp_filters: 1,
@@ -646,6 +914,10 @@ mod tests {
                 ),
                 (
                     "/proc/keys".into(),
+                    facts("char", Some((1, 3)), true, false, None),
+                ),
+                (
+                    "/proc/cmdline".into(),
                     facts("char", Some((1, 3)), true, false, None),
                 ),
                 (
@@ -708,6 +980,11 @@ mod tests {
             Id::MemoryLimit,
             Id::CpuLimit,
             Id::ExecAllowlist,
+            Id::InitPrivileges,
+            Id::ContentNoexec,
+            Id::HostInfoMasked,
+            Id::SocketFamilies,
+            Id::InitSealed,
         ] {
             assert!(passed.contains(&id), "{id} not passed");
         }
@@ -759,17 +1036,41 @@ mod tests {
                 Id::NonRootUser,
                 Box::new(|o| {
                     if let Ok(s) = &mut o.status {
-                        s.groups = vec![10001, 0]
+                        s.groups = vec![10001]
                     }
                 }),
             ),
             (
                 Id::NotPrivileged,
+                Box::new(with_start(|s| s.cap_bnd = (1 << 41) - 1)),
+            ),
+            (
+                Id::InitPrivileges,
+                Box::new(with_start(|s| {
+                    s.uid = vec![10001; 4];
+                    s.cap_eff = 0;
+                    s.cap_prm = 0;
+                })),
+            ),
+            (
+                Id::InitPrivileges,
+                Box::new(with_start(|s| s.cap_bnd &= !(1 << 21))),
+            ),
+            (
+                Id::InitPrivileges,
+                Box::new(with_start(|s| s.cap_amb = 1 << 21)),
+            ),
+            (
+                Id::InitPrivileges,
                 Box::new(|o| {
                     if let Ok(s) = &mut o.status {
-                        s.cap_bnd = (1 << 41) - 1
+                        s.cap_bnd = 1 << 21
                     }
                 }),
+            ),
+            (
+                Id::InitPrivileges,
+                Box::new(|o| o.dropped = Err("PR_CAPBSET_DROP 0: EPERM".into())),
             ),
             (
                 Id::NotPrivileged,
@@ -787,35 +1088,80 @@ mod tests {
             ),
             (
                 Id::NoNewPrivileges,
-                Box::new(|o| {
-                    if let Ok(s) = &mut o.status {
-                        s.no_new_privs = 0
-                    }
-                }),
+                Box::new(with_start(|s| s.no_new_privs = 0)),
             ),
             (
                 Id::SeccompDefault,
-                Box::new(|o| {
-                    if let Ok(s) = &mut o.status {
-                        s.seccomp = 0
-                    }
-                }),
+                Box::new(with_start(|s| s.seccomp = 0)),
             ),
             (
                 Id::CapsDropped,
-                Box::new(|o| {
-                    if let Ok(s) = &mut o.status {
-                        s.cap_bnd = DOCKER_DEFAULT_CAPS
-                    }
-                }),
+                Box::new(with_start(|s| {
+                    s.cap_bnd |= DOCKER_DEFAULT_CAPS;
+                    s.cap_eff |= DOCKER_DEFAULT_CAPS;
+                    s.cap_prm |= DOCKER_DEFAULT_CAPS;
+                })),
             ),
             (
                 Id::CapAdded,
+                Box::new(with_start(|s| {
+                    s.cap_bnd |= 1;
+                    s.cap_eff |= 1;
+                    s.cap_prm |= 1;
+                })),
+            ),
+            (
+                Id::ContentNoexec,
+                Box::new(with_mount(
+                    "/work/.git ro,nosuid,nodev,noexec,",
+                    "/work/.git ro,",
+                )),
+            ),
+            (
+                Id::ContentNoexec,
+                Box::new(with_mount(
+                    "/run/cordon/control ro,nosuid,nodev,noexec,",
+                    "/run/cordon/control ro,nosuid,nodev,",
+                )),
+            ),
+            (
+                Id::ContentNoexec,
+                Box::new(with_mount("/dev rw,nosuid,noexec ", "/dev rw,nosuid ")),
+            ),
+            (
+                Id::ContentNoexec,
+                Box::new(with_mount("/proc/keys rw,nosuid,noexec ", "/proc/keys rw,nosuid ")),
+            ),
+            (
+                Id::HostInfoMasked,
+                Box::new(with_mount(
+                    "53 72 0:43 /null /proc/cmdline rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755\n",
+                    "",
+                )),
+            ),
+            (
+                Id::HostInfoMasked,
                 Box::new(|o| {
-                    if let Ok(s) = &mut o.status {
-                        s.cap_bnd = 1
-                    }
+                    o.masked.insert("/proc/modules".into(), true);
                 }),
+            ),
+            (
+                Id::NotPrivileged,
+                Box::new(with_mount(
+                    "47 72 0:42 /sys /proc/sys ro,nosuid,nodev,noexec,relatime - proc proc rw\n",
+                    "",
+                )),
+            ),
+            (
+                Id::NotPrivileged,
+                Box::new(|o| {
+                    o.masked.insert("/proc/kcore".into(), true);
+                }),
+            ),
+            (Id::InitSealed, Box::new(|o| o.dumpable = Ok(1))),
+            (
+                Id::InitSealed,
+                Box::new(|o| o.sealed = Err("PR_SET_DUMPABLE: EACCES".into())),
             ),
             (
                 Id::NetworkNone,
@@ -863,9 +1209,14 @@ mod tests {
                     "/tmp rw,nosuid,nodev,",
                 )),
             ),
+
             (
                 Id::RootfsReadonly,
                 Box::new(with_mount("/etc/hosts ro,", "/etc/hosts rw,")),
+            ),
+            (
+                Id::ContentNoexec,
+                Box::new(with_mount("/etc/hosts ro,nosuid,nodev,noexec,", "/etc/hosts ro,")),
             ),
             (
                 Id::NotPrivileged,
@@ -1017,9 +1368,10 @@ mod tests {
     #[test]
     fn a_missing_required_mount_is_refused() {
         let mut o = good_observations();
-        o.mounts = parse_mountinfo(
-            &MOUNTINFO.replace("89 87 0:48 / /work/.git ro,relatime - tmpfs tmpfs rw\n", ""),
-        );
+        o.mounts = parse_mountinfo(&MOUNTINFO.replace(
+            "89 87 0:48 / /work/.git ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw\n",
+            "",
+        ));
         assert_eq!(
             preflight(&good_policy(), &o).unwrap_err().check,
             Id::MetadataReadonly
@@ -1029,6 +1381,8 @@ mod tests {
     #[test]
     fn unreadable_facts_refuse_instead_of_passing() {
         assert_eq!(refused(|o| o.status = Err("gone".into())), Id::NonRootUser);
+        assert_eq!(refused(|o| o.start = Err("gone".into())), Id::NotPrivileged);
+        assert_eq!(refused(|o| o.dumpable = Err("gone".into())), Id::InitSealed);
         assert_eq!(refused(|o| o.mounts = Err("gone".into())), Id::NoHostMounts);
         assert_eq!(
             refused(|o| o.cgroup_limits.pids_max = Err("gone".into())),
@@ -1052,5 +1406,52 @@ mod tests {
             preflight(&good_policy(), &o).unwrap_err().check,
             Id::MemoryLimit
         );
+    }
+
+    #[test]
+    fn a_policy_that_lets_another_socket_family_through_is_refused() {
+        let mut p = good_policy();
+        p.sockets.families.push(libc::AF_VSOCK as u32);
+        let refusal = preflight(&p, &good_observations()).unwrap_err();
+        assert_eq!(refusal.check, Id::SocketFamilies);
+        let mut p = good_policy();
+        p.sockets.netlink_protocols.push(libc::NETLINK_AUDIT as u32);
+        assert_eq!(
+            preflight(&p, &good_observations()).unwrap_err().check,
+            Id::SocketFamilies
+        );
+    }
+
+    #[test]
+    fn a_policy_naming_uid_0_is_refused() {
+        let mut p = good_policy();
+        p.uid = 0;
+        let mut o = good_observations();
+        if let Ok(s) = &mut o.status {
+            s.uid = vec![0; 4];
+        }
+        assert_eq!(preflight(&p, &o).unwrap_err().check, Id::NonRootUser);
+    }
+
+    /// A skipped protection (the gate's probe layer) is neither refused nor counted, and the
+    /// checks after it still run.
+    #[test]
+    fn a_skipped_check_is_passed_over_and_not_attested() {
+        let mut p = good_policy();
+        p.skip = vec![Id::WritableNosuidNodevNoexec];
+        let mut o = good_observations();
+        with_mount("/tmp rw,nosuid,nodev,noexec,", "/tmp rw,nosuid,nodev,")(&mut o);
+        let passed = preflight(&p, &o).unwrap();
+        assert!(!passed.contains(&Id::WritableNosuidNodevNoexec));
+        assert!(passed.contains(&Id::ExecAllowlist));
+        o.env.push("SECRET=x".into());
+        assert_eq!(preflight(&p, &o).unwrap_err().check, Id::EnvAllowlist);
+        let mut p = good_policy();
+        p.skip = vec![Id::NonRootUser];
+        let mut o = good_observations();
+        if let Ok(s) = &mut o.status {
+            s.uid = vec![0; 4];
+        }
+        assert!(!preflight(&p, &o).unwrap().contains(&Id::NonRootUser));
     }
 }

@@ -15,6 +15,7 @@ mod digest;
 mod judge;
 mod landlock;
 mod observe;
+mod privileges;
 mod seccomp;
 mod supervise;
 
@@ -85,7 +86,35 @@ fn no_core_dumps() {
 
 fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     let (policy, digest) = read_policy();
-    let observations = observe::gather(&policy);
+    // The gate's probe layer may tell the init to leave one protection out, to show the probes
+    // see exactly that; the attestation names it, a profile never asks for it, and the host
+    // trusts no attestation that skipped anything.
+    let enforced = |id: Id| !policy.skip.contains(&id);
+
+    // As uid 0 with the start capabilities: only steps that take privilege away, each reporting
+    // instead of stopping, so the judge refuses in its own order.
+    let start = observe::status();
+    let remount = if enforced(Id::ContentNoexec) {
+        match observe::mountinfo() {
+            Ok(mounts) => privileges::remount(&policy, &mounts),
+            Err(e) => vec![e],
+        }
+    } else {
+        Vec::new()
+    };
+    let dropped = observe::cap_last_cap()
+        .and_then(|last| privileges::drop_all(&policy, last, enforced(Id::NonRootUser)));
+    let sealed = privileges::seal(&policy);
+
+    let observations = observe::gather(
+        &policy,
+        observe::Acted {
+            start,
+            remount,
+            dropped,
+            sealed,
+        },
+    );
     let mut checks = match judge::preflight(&policy, &observations) {
         Ok(passed) => passed,
         Err(r) => refuse(r.check, r.expected, r.observed),
@@ -93,9 +122,6 @@ fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: b
     close_inherited_fds();
     no_core_dumps();
 
-    // The gate's probe layer may tell the init to leave one init-only protection out, to show the
-    // probes see exactly that; the attestation names it and a profile never asks for it.
-    let enforced = |id: Id| !policy.skip.contains(&id);
     let cover = landlock::Cover {
         filesystem: enforced(Id::Landlock),
         execute: enforced(Id::ExecAllowlist),
@@ -107,17 +133,16 @@ fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: b
             e,
         )
     });
-    checks.retain(|id| enforced(*id));
     if enforced(Id::Landlock) {
         checks.push(Id::Landlock);
     }
-    if enforced(Id::SeccompStacked) {
-        let before = observations
-            .status
-            .as_ref()
-            .map(|s| s.seccomp_filters)
-            .unwrap_or(0);
-        install_seccomp(before);
+    let before = observations
+        .status
+        .as_ref()
+        .map(|s| s.seccomp_filters)
+        .unwrap_or(0);
+    install_seccomp(&policy, before);
+    if enforced(Id::SeccompStacked) && !checks.contains(&Id::SeccompStacked) {
         checks.push(Id::SeccompStacked);
     }
 
@@ -144,22 +169,22 @@ fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: b
     std::process::exit(code);
 }
 
-/// Stack cordon's filters and prove the kernel took both.
-fn install_seccomp(filters_before: u32) {
-    if let Err(e) = seccomp::install() {
-        refuse(Id::SeccompStacked, "cordon's seccomp filters installed", e);
-    }
-    let filters_after = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|t| cordon_contract::procfs::parse_status(&t).ok())
-        .map(|s| s.seccomp_filters)
-        .unwrap_or(0);
-    if filters_after < filters_before + 2 {
+/// Stack cordon's filters, prove the kernel took each, and prove each answers its canaries.
+fn install_seccomp(policy: &Policy, filters_before: u32) {
+    let installed = match seccomp::install(policy) {
+        Ok(n) => n,
+        Err((id, e)) => refuse(id, "cordon's seccomp filters installed", e),
+    };
+    let filters_after = observe::status().map(|s| s.seccomp_filters).unwrap_or(0);
+    if filters_after < filters_before + installed {
         refuse(
             Id::SeccompStacked,
-            format!("Seccomp_filters {}", filters_before + 2),
+            format!("Seccomp_filters {}", filters_before + installed),
             format!("Seccomp_filters {filters_after}"),
         );
+    }
+    if let Err((id, e)) = seccomp::verify(policy) {
+        refuse(id, "every canary refused by its own filter", e);
     }
 }
 

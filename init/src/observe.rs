@@ -8,7 +8,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
 use cordon_contract::paths;
-use cordon_contract::policy::{Access, Policy};
+use cordon_contract::policy::{Access, Policy, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS};
 use nix::sys::statvfs::{statvfs, FsFlags};
 use nix::unistd::{faccessat, AccessFlags};
 
@@ -47,6 +47,17 @@ pub struct Observations {
     pub pid: i32,
     pub ppid: i32,
     pub pid1_cmdline: String,
+    /// /proc/self/status before the init changed anything (its start identity and capabilities).
+    pub start: Result<Status, String>,
+    /// What the init's remount could not do, one line per mount.
+    pub remount: Vec<String>,
+    /// How the init's drop of capabilities and ids went.
+    pub dropped: Result<(), String>,
+    /// How PR_SET_DUMPABLE went, and what PR_GET_DUMPABLE says now.
+    pub sealed: Result<(), String>,
+    pub dumpable: Result<i32, String>,
+    /// Whether each of the policy's masked paths exists (a missing one needs no mask).
+    pub masked: BTreeMap<String, bool>,
     /// Open fds other than 0-2, as "N -> target".
     pub extra_fds: Vec<String>,
     pub cwd: Result<String, String>,
@@ -262,11 +273,39 @@ fn cgroup_limits() -> CgroupObs {
     }
 }
 
-/// Read everything. Nothing here changes state.
-pub fn gather(policy: &Policy) -> Observations {
+/// /proc/self/status, parsed.
+pub fn status() -> Result<Status, String> {
+    read("/proc/self/status").and_then(|t| procfs::parse_status(&t))
+}
+
+/// /proc/self/mountinfo, parsed.
+pub fn mountinfo() -> Result<Vec<MountEntry>, String> {
+    read("/proc/self/mountinfo").and_then(|t| procfs::parse_mountinfo(&t))
+}
+
+/// The highest capability number the kernel knows.
+pub fn cap_last_cap() -> Result<u32, String> {
+    read("/proc/sys/kernel/cap_last_cap").and_then(|t| {
+        t.trim()
+            .parse()
+            .map_err(|_| format!("cap_last_cap {t:?} is not a number"))
+    })
+}
+
+/// What the init's own steps did, for the judge.
+#[derive(Debug)]
+pub struct Acted {
+    pub start: Result<Status, String>,
+    pub remount: Vec<String>,
+    pub dropped: Result<(), String>,
+    pub sealed: Result<(), String>,
+}
+
+/// Read everything, after the init's own steps. Nothing here changes state.
+pub fn gather(policy: &Policy, acted: Acted) -> Observations {
     let pid = std::process::id() as i32;
     let ppid = nix::unistd::getppid().as_raw();
-    let mounts = read("/proc/self/mountinfo").and_then(|t| procfs::parse_mountinfo(&t));
+    let mounts = mountinfo();
     let path_facts = policy_path_facts(policy, mounts.as_deref().unwrap_or_default());
     let dev_extra = fs::read_dir("/dev")
         .map_err(|e| format!("/dev: {e}"))
@@ -285,6 +324,19 @@ pub fn gather(policy: &Policy) -> Observations {
         pid1_cmdline: read("/proc/1/cmdline")
             .map(|s| s.replace('\0', " ").trim().to_owned())
             .unwrap_or_default(),
+        start: acted.start,
+        remount: acted.remount,
+        dropped: acted.dropped,
+        sealed: acted.sealed,
+        dumpable: crate::privileges::dumpable(),
+        masked: policy
+            .masked
+            .iter()
+            .map(String::as_str)
+            .chain(ENGINE_MASKED_PATHS.iter().copied())
+            .chain(ENGINE_READONLY_PATHS.iter().copied())
+            .map(|p| (p.to_owned(), fs::symlink_metadata(p).is_ok()))
+            .collect(),
         extra_fds: extra_fds(),
         cwd: fs::read_link("/proc/self/cwd")
             .map(|p| p.to_string_lossy().into_owned())
@@ -293,12 +345,8 @@ pub fn gather(policy: &Policy) -> Observations {
         hostname: nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .map_err(|e| format!("gethostname: {e}")),
-        status: read("/proc/self/status").and_then(|t| procfs::parse_status(&t)),
-        cap_last_cap: read("/proc/sys/kernel/cap_last_cap").and_then(|t| {
-            t.trim()
-                .parse()
-                .map_err(|_| format!("cap_last_cap {t:?} is not a number"))
-        }),
+        status: status(),
+        cap_last_cap: cap_last_cap(),
         ttys: (0..3)
             .filter(|fd| {
                 // SAFETY: isatty only inspects the descriptor number.

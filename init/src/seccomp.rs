@@ -1,142 +1,199 @@
-//! Act: cordon's own seccomp filters, stacked on the engine's default profile.
+//! Act: cordon's own seccomp filters, stacked on the engine's profile, compiled from the tables in
+//! `cordon_contract::seccomp` (the probes call the same tables' canaries).
 //!
-//! Two filters: one returns EPERM for kernel surfaces an agent never needs (and for
-//! `memfd_create` without `MFD_NOEXEC_SEAL` and `clone` with namespace flags); one returns ENOSYS
-//! for `clone3`, whose flags a filter cannot read, so libc falls back to `clone`.
+//! Three filters, each with an errno of its own so a refusal says which one answered:
+//! - deny (EACCES): kernel surfaces an agent never needs (`seccomp-stacked`), and calls that tune
+//!   another process, PID 1 among them (`init-sealed`);
+//! - socket families (EAFNOSUPPORT): only what the agent needs (`socket-families`);
+//! - clone3 (ENOSYS): its flags are behind a pointer, so libc falls back to `clone`, whose flags
+//!   the deny filter reads.
 
 use std::collections::BTreeMap;
 
+use cordon_contract::policy::Policy;
+use cordon_contract::seccomp::{self as table, Canary, Cond, Rule};
+use cordon_contract::Id;
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
 };
 
-/// Syscalls refused outright.
-pub const DENIED: &[(&str, libc::c_long)] = &[
-    ("io_uring_setup", libc::SYS_io_uring_setup),
-    ("io_uring_enter", libc::SYS_io_uring_enter),
-    ("io_uring_register", libc::SYS_io_uring_register),
-    ("ptrace", libc::SYS_ptrace),
-    ("process_vm_readv", libc::SYS_process_vm_readv),
-    ("process_vm_writev", libc::SYS_process_vm_writev),
-    ("pidfd_getfd", libc::SYS_pidfd_getfd),
-    ("kcmp", libc::SYS_kcmp),
-    ("keyctl", libc::SYS_keyctl),
-    ("add_key", libc::SYS_add_key),
-    ("request_key", libc::SYS_request_key),
-    ("bpf", libc::SYS_bpf),
-    ("userfaultfd", libc::SYS_userfaultfd),
-    ("perf_event_open", libc::SYS_perf_event_open),
-    ("mount", libc::SYS_mount),
-    ("umount2", libc::SYS_umount2),
-    ("pivot_root", libc::SYS_pivot_root),
-    ("chroot", libc::SYS_chroot),
-    ("move_mount", libc::SYS_move_mount),
-    ("open_tree", libc::SYS_open_tree),
-    ("fsopen", libc::SYS_fsopen),
-    ("fsconfig", libc::SYS_fsconfig),
-    ("fsmount", libc::SYS_fsmount),
-    ("fspick", libc::SYS_fspick),
-    ("mount_setattr", libc::SYS_mount_setattr),
-    ("unshare", libc::SYS_unshare),
-    ("setns", libc::SYS_setns),
-    ("execveat", libc::SYS_execveat),
-    ("name_to_handle_at", libc::SYS_name_to_handle_at),
-    ("open_by_handle_at", libc::SYS_open_by_handle_at),
-    ("kexec_load", libc::SYS_kexec_load),
-    ("kexec_file_load", libc::SYS_kexec_file_load),
-    ("init_module", libc::SYS_init_module),
-    ("finit_module", libc::SYS_finit_module),
-    ("delete_module", libc::SYS_delete_module),
-    ("quotactl", libc::SYS_quotactl),
-    ("swapon", libc::SYS_swapon),
-    ("swapoff", libc::SYS_swapoff),
-    ("reboot", libc::SYS_reboot),
-    ("acct", libc::SYS_acct),
-];
-
-/// `MFD_NOEXEC_SEAL`: a memfd created with it can never be executed.
-pub const MFD_NOEXEC_SEAL: u64 = 0x0008;
-
-/// Namespace flags `clone` must not carry.
-const CLONE_NAMESPACE_FLAGS: &[u64] = &[
-    libc::CLONE_NEWNS as u64,
-    libc::CLONE_NEWCGROUP as u64,
-    libc::CLONE_NEWUTS as u64,
-    libc::CLONE_NEWIPC as u64,
-    libc::CLONE_NEWUSER as u64,
-    libc::CLONE_NEWPID as u64,
-    libc::CLONE_NEWNET as u64,
-    0x0000_0080, // CLONE_NEWTIME
-];
-
-fn condition(
-    arg: u8,
-    len: SeccompCmpArgLen,
-    op: SeccompCmpOp,
-    value: u64,
-) -> Result<SeccompCondition, String> {
+fn condition(cond: Cond) -> Result<SeccompCondition, String> {
+    let (arg, len, op, value) = match cond {
+        Cond::Lacks { arg, bits } => (
+            arg,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(bits),
+            0,
+        ),
+        Cond::Has { arg, bits } => (
+            arg,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(bits),
+            bits,
+        ),
+        Cond::Is { arg, value } => (
+            arg,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            u64::from(value),
+        ),
+        Cond::Not { arg, value } => (
+            arg,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            u64::from(value),
+        ),
+    };
     SeccompCondition::new(arg, len, op, value).map_err(|e| format!("condition: {e}"))
 }
 
-fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
-    SeccompRule::new(conditions).map_err(|e| format!("rule: {e}"))
+/// Add one syscall's alternatives to a filter's rule map (no alternative: always refused).
+fn add(
+    rules: &mut BTreeMap<i64, Vec<SeccompRule>>,
+    nr: i64,
+    when: &[Vec<Cond>],
+) -> Result<(), String> {
+    let entry = rules.entry(nr).or_default();
+    for all in when {
+        let conditions = all
+            .iter()
+            .map(|c| condition(*c))
+            .collect::<Result<Vec<_>, _>>()?;
+        entry.push(SeccompRule::new(conditions).map_err(|e| format!("rule: {e}"))?);
+    }
+    Ok(())
 }
 
-/// The EPERM filter.
-pub fn deny_filter() -> Result<BpfProgram, String> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        DENIED.iter().map(|(_, nr)| (*nr, vec![])).collect();
-    // memfd_create(name, flags): refused unless flags carry MFD_NOEXEC_SEAL.
-    rules.insert(
-        libc::SYS_memfd_create,
-        vec![rule(vec![condition(
-            1,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::MaskedEq(MFD_NOEXEC_SEAL),
-            0,
-        )?])?],
-    );
-    // clone(flags, ...): refused when any namespace flag is set.
-    let clone_rules = CLONE_NAMESPACE_FLAGS
-        .iter()
-        .map(|flag| {
-            rule(vec![condition(
-                0,
-                SeccompCmpArgLen::Qword,
-                SeccompCmpOp::MaskedEq(*flag),
-                *flag,
-            )?])
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    rules.insert(libc::SYS_clone, clone_rules);
+fn owned(when: &[&[Cond]]) -> Vec<Vec<Cond>> {
+    when.iter().map(|all| all.to_vec()).collect()
+}
+
+fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, String> {
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
+        SeccompAction::Errno(errno as u32),
         TargetArch::x86_64,
     )
     .map_err(|e| format!("filter: {e}"))?;
     BpfProgram::try_from(filter).map_err(|e| format!("compile: {e}"))
 }
 
-/// The ENOSYS filter for clone3.
-pub fn clone3_filter() -> Result<BpfProgram, String> {
-    let rules = BTreeMap::from([(libc::SYS_clone3, vec![])]);
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        TargetArch::x86_64,
-    )
-    .map_err(|e| format!("filter: {e}"))?;
-    BpfProgram::try_from(filter).map_err(|e| format!("compile: {e}"))
+fn table_filter(tables: &[&[Rule]], errno: i32) -> Result<Option<BpfProgram>, String> {
+    let mut rules = BTreeMap::new();
+    for rule in tables.iter().flat_map(|t| t.iter()) {
+        add(&mut rules, rule.nr, &owned(rule.when))?;
+    }
+    if rules.is_empty() {
+        return Ok(None);
+    }
+    compile(rules, errno).map(Some)
 }
 
-/// Install both filters on every thread.
-pub fn install() -> Result<(), String> {
-    for program in [deny_filter()?, clone3_filter()?] {
-        seccompiler::apply_filter_all_threads(&program).map_err(|e| format!("seccomp: {e}"))?;
+/// The filters a policy asks for, each with the protection whose check refuses when it is
+/// missing, leaving out what the policy skips (the gate's probe layer only).
+pub fn filters(policy: &Policy) -> Result<Vec<(Id, BpfProgram)>, String> {
+    let enforced = |id: Id| !policy.skip.contains(&id);
+    let mut out = Vec::new();
+    let mut deny: Vec<&[Rule]> = Vec::new();
+    if enforced(Id::SeccompStacked) {
+        deny.push(table::DENIED);
+    }
+    if enforced(Id::InitSealed) {
+        deny.push(table::SEALED);
+    }
+    if let Some(program) = table_filter(&deny, table::DENY_ERRNO)? {
+        out.push((Id::SeccompStacked, program));
+    }
+    if enforced(Id::SocketFamilies) {
+        let families = policy.sockets.families();
+        let when = families.when();
+        let mut rules = BTreeMap::new();
+        for (_, nr) in table::Families::SYSCALLS {
+            add(&mut rules, nr, &when)?;
+        }
+        out.push((Id::SocketFamilies, compile(rules, table::FAMILY_ERRNO)?));
+    }
+    if enforced(Id::SeccompStacked) {
+        if let Some(program) = table_filter(&[table::CLONE3], table::CLONE3_ERRNO)? {
+            out.push((Id::SeccompStacked, program));
+        }
+    }
+    Ok(out)
+}
+
+/// Install the filters on every thread; returns how many were installed, or the protection of the
+/// first that failed and why.
+pub fn install(policy: &Policy) -> Result<u32, (Id, String)> {
+    let programs = filters(policy).map_err(|e| (Id::SeccompStacked, e))?;
+    let mut installed = 0;
+    for (id, program) in programs {
+        seccompiler::apply_filter_all_threads(&program)
+            .map_err(|e| (id, format!("seccomp: {e}")))?;
+        installed += 1;
+    }
+    Ok(installed)
+}
+
+/// Make a canary call; the errno it ends with (0 when it succeeded).
+pub fn call(canary: &Canary) -> i32 {
+    let a = canary.args;
+    // SAFETY: every canary passes only integers and pointers the kernel rejects (see the table):
+    // whatever answers, no memory of ours is written and nothing is created.
+    let rc = unsafe { libc::syscall(canary.nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
+    if rc < 0 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    } else {
+        // A canary that succeeded made something: a file descriptor at most. Close it.
+        if rc <= i64::from(i32::MAX) {
+            // SAFETY: closing a descriptor this call just returned.
+            unsafe { libc::close(rc as i32) };
+        }
+        0
+    }
+}
+
+/// What each enforced filter must answer for its canaries, checked once the filters are in: the
+/// init verifies what it enforces before anything of the workload runs. Returns the protection and
+/// evidence of the first canary that was not refused by its own filter.
+pub fn verify(policy: &Policy) -> Result<(), (Id, String)> {
+    let enforced = |id: Id| !policy.skip.contains(&id);
+    let sealed: Vec<&Rule> = table::SEALED.iter().collect();
+    let mut checks: Vec<(Id, i32, &Canary)> = Vec::new();
+    for canary in table::CANARIES {
+        let id = if sealed.iter().any(|r| r.refuses(canary.nr, &canary.args)) {
+            Id::InitSealed
+        } else {
+            Id::SeccompStacked
+        };
+        let errno = if canary.nr == libc::SYS_clone3 {
+            table::CLONE3_ERRNO
+        } else {
+            table::DENY_ERRNO
+        };
+        checks.push((id, errno, canary));
+    }
+    let families = policy.sockets.families();
+    for canary in table::FAMILY_CANARIES {
+        if families.refuses(canary.nr, &canary.args) {
+            checks.push((Id::SocketFamilies, table::FAMILY_ERRNO, canary));
+        }
+    }
+    for (id, errno, canary) in checks {
+        if !enforced(id) {
+            continue;
+        }
+        let got = call(canary);
+        if got != errno {
+            return Err((
+                id,
+                format!(
+                    "{}: errno {got} where the filter answers {errno} (unfiltered: {})",
+                    canary.action, canary.unfiltered
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -144,30 +201,96 @@ pub fn install() -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cordon_contract::policy::SocketPolicy;
 
-    #[test]
-    fn filters_compile() {
-        assert!(!deny_filter().unwrap().is_empty());
-        assert!(!clone3_filter().unwrap().is_empty());
+    fn policy(skip: Vec<Id>) -> Policy {
+        let mut policy = crate::judge::tests::good_policy();
+        policy.skip = skip;
+        policy
     }
 
     #[test]
-    fn denied_list_covers_the_issue() {
-        for name in [
-            "io_uring_setup",
-            "ptrace",
-            "process_vm_readv",
-            "process_vm_writev",
-            "keyctl",
-            "bpf",
-            "userfaultfd",
-            "mount",
-            "umount2",
-            "unshare",
-            "setns",
-            "execveat",
-        ] {
-            assert!(DENIED.iter().any(|(n, _)| *n == name), "{name}");
+    fn filters_compile_and_skips_leave_exactly_their_filter_out() {
+        assert_eq!(filters(&policy(vec![])).unwrap().len(), 3);
+        let without = |id| {
+            filters(&policy(vec![id]))
+                .unwrap()
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            without(Id::SocketFamilies),
+            [Id::SeccompStacked, Id::SeccompStacked]
+        );
+        assert_eq!(
+            without(Id::SeccompStacked),
+            [Id::SeccompStacked, Id::SocketFamilies]
+        );
+        assert_eq!(without(Id::InitSealed).len(), 3);
+    }
+
+    /// The compiled filters, installed in a child process on this (unfiltered) host: every canary
+    /// is answered by its own filter's errno, and the families the agent needs still reach the
+    /// kernel. Without the filters the same canaries get the kernel's own answers.
+    #[test]
+    fn every_canary_is_refused_by_the_compiled_filters_on_an_unfiltered_kernel() {
+        let policy = policy(vec![]);
+        let programs = filters(&policy).unwrap();
+        // SAFETY: the child only makes raw syscalls and exits; it never returns into the harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            let before: Vec<i32> = table::CANARIES
+                .iter()
+                .chain(table::FAMILY_CANARIES)
+                .map(call)
+                .collect();
+            let mut code = 0;
+            for (_, program) in &programs {
+                if seccompiler::apply_filter(program).is_err() {
+                    code = 10;
+                }
+            }
+            if let Err(e) = verify(&policy) {
+                eprintln!("{e:?}");
+                code = 11;
+            }
+            for canary in table::FAMILY_ALLOWED {
+                let got = call(canary);
+                if got == table::FAMILY_ERRNO || got == 0 {
+                    eprintln!("{}: errno {got}", canary.action);
+                    code = 12;
+                }
+            }
+            // Unfiltered, no canary got a filter's errno (so a refusal proves the filter).
+            let theirs = [table::DENY_ERRNO, table::FAMILY_ERRNO];
+            if code == 0 && before.iter().any(|e| theirs.contains(e)) {
+                code = 13;
+            }
+            // SAFETY: leave the child at once.
+            unsafe { libc::_exit(code) };
         }
+        let mut status = 0;
+        // SAFETY: waiting for the child forked above.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child died: {status:#x}");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "10 install, 11 verify, 12 allowed family refused, 13 the kernel answers like a filter"
+        );
+    }
+
+    #[test]
+    fn a_policy_family_list_becomes_the_filter() {
+        let mut p = policy(vec![]);
+        p.sockets = SocketPolicy {
+            families: vec![libc::AF_UNIX as u32],
+            netlink_protocols: vec![],
+        };
+        let f = p.sockets.families();
+        let inet = [libc::AF_INET as u64, 1, 0, 0, 0, 0];
+        assert!(f.refuses(libc::SYS_socket, &inet));
     }
 }

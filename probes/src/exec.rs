@@ -1,6 +1,7 @@
 //! `exec-policy`: in every phase, exec of anything the policy does not list fails: the vendor CLI's
 //! neighbours in the image, cordon-init, a copy of a binary in a writable area (directly and as an
-//! mmap(PROT_EXEC)), a binary in a memfd. The listed files still run. (The test image ships no
+//! mmap(PROT_EXEC)), a binary in a memfd; and no file of the work tree, the metadata, the control
+//! or the input dir can be mapped executable. The listed files still run. (The test image ships no
 //! ELF loader and no interpreter, so there is none to try: the image's contents are the
 //! allowlist's outer bound.)
 
@@ -11,7 +12,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::process::{Command, Stdio};
 
 use cordon_contract::paths;
-use cordon_contract::probe::ops;
+use cordon_contract::probe::{fixture, ops};
 
 use crate::report::{check, cpath, Probe};
 
@@ -31,6 +32,67 @@ fn spawn(program: &str, args: &[&str]) -> std::io::Result<()> {
 
 fn own_binary() -> std::io::Result<Vec<u8>> {
     std::fs::read("/proc/self/exe")
+}
+
+/// Map the first page of `path` PROT_EXEC (what an ELF loader does to run a file): Ok is a
+/// breach. The mapping is unmapped at once and never touched.
+fn mmap_exec(path: &str) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    // SAFETY: a fresh private mapping of a file we opened; unmapped below, never read.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_EXEC,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the mapping made just above.
+    unsafe { libc::munmap(addr, 4096) };
+    Ok(())
+}
+
+/// The first regular file directly in `dir` (not following links), if any.
+fn a_file_in(dir: &str) -> Option<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.path().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names.into_iter().next()
+}
+
+/// Content of every mount the repository, the agent or a caller fills: the kernel refuses to map
+/// any of it executable (read-only mounts included, which the engine leaves exec-capable).
+fn content_noexec(p: &mut Probe<'_>) {
+    let work = format!("{}/{}", paths::WORK, fixture::WORK_FILES[0].0);
+    let targets = [
+        (&ops::MMAP_EXEC_WORK, Some(work)),
+        (
+            &ops::MMAP_EXEC_METADATA,
+            Some(format!("{}/HEAD", paths::METADATA)),
+        ),
+        (&ops::MMAP_EXEC_CONTROL, Some(paths::POLICY_FILE.to_owned())),
+        (&ops::MMAP_EXEC_INPUT, a_file_in(paths::INPUT_DIR)),
+    ];
+    for (op, target) in targets {
+        match target {
+            Some(path) => {
+                p.deny(op, &format!("mmap(PROT_EXEC) {path}"), || mmap_exec(&path));
+            }
+            None => p.error(format!("{}: no file to map", op.action)),
+        }
+    }
 }
 
 pub fn run(p: &mut Probe<'_>) {
@@ -73,32 +135,14 @@ pub fn run(p: &mut Probe<'_>) {
             p.deny(
                 &ops::MMAP_EXEC_SCRATCH,
                 "mmap(PROT_EXEC) a file in /tmp",
-                || {
-                    let file = std::fs::File::open(&copy)?;
-                    // SAFETY: a fresh private mapping of our own file, unmapped at once and never
-                    // touched.
-                    let addr = unsafe {
-                        libc::mmap(
-                            std::ptr::null_mut(),
-                            4096,
-                            libc::PROT_READ | libc::PROT_EXEC,
-                            libc::MAP_PRIVATE,
-                            file.as_raw_fd(),
-                            0,
-                        )
-                    };
-                    if addr == libc::MAP_FAILED {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    // SAFETY: the mapping made just above.
-                    unsafe { libc::munmap(addr, 4096) };
-                    Ok(())
-                },
+                || mmap_exec(&copy),
             );
             let _ = std::fs::remove_file(&copy);
         }
         Err(e) => p.error(format!("cannot copy a binary into {}: {e}", paths::TMP)),
     }
+
+    content_noexec(p);
 
     p.deny(&ops::EXEC_MEMFD, "exec a binary from a memfd", || {
         let name = cpath("cordon-exec");

@@ -31,6 +31,36 @@ fn is_null_device(path: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// The host-describing files the policy masks tell nothing: a masked file reads empty (it is the
+/// engine's /dev/null), a masked directory lists nothing. Only whether a byte or an entry came
+/// back is kept, never what.
+fn host_info(p: &mut Probe<'_>) {
+    use std::io::Read;
+    let mut told = Vec::new();
+    for path in p.ctx.policy.masked.clone() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let tells = if meta.is_dir() {
+            std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_some())
+        } else {
+            let mut byte = [0u8; 1];
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                .open(&path)
+                .and_then(|mut f| f.read(&mut byte))
+                .is_ok_and(|n| n > 0)
+        };
+        if tells {
+            told.push(path);
+        }
+    }
+    p.require(&ops::HOST_INFO, told.is_empty(), || {
+        format!("readable host-describing files: {told:?}")
+    });
+}
+
 pub fn run(p: &mut Probe<'_>) {
     let token = p.ctx.token.clone();
     p.require(&ops::ROOTFS_STATFS, read_only("/") == Some(true), || {
@@ -114,6 +144,7 @@ pub fn run(p: &mut Probe<'_>) {
     p.require(&ops::MASKED_PATHS, unmasked.is_empty(), || {
         format!("not masked: {unmasked:?}")
     });
+    host_info(p);
 
     // Writable mounts that are not writable areas: only Landlock stops these.
     let queue = format!("/dev/mqueue/cordon-probe-{token}");

@@ -1,5 +1,6 @@
-//! `lockdown`: identity, capabilities, no_new_privs, seccomp (the engine's profile and cordon's
-//! stacked filter, by canary syscalls), IPC, stdin, TTY, namespaces, environment, the pids limit.
+//! `lockdown`: identity, capabilities, no_new_privs, seccomp (the engine's profile and every rule
+//! of cordon's stacked filters, by canary syscalls), PID 1 sealed, IPC, stdin, TTY, namespaces,
+//! environment, the pids limit.
 
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::fs::MetadataExt;
@@ -7,9 +8,9 @@ use std::os::unix::fs::MetadataExt;
 use cordon_contract::paths::ENGINE_DEFAULT_CAPS;
 use cordon_contract::probe::ops;
 use cordon_contract::procfs;
-use cordon_contract::Id;
+use cordon_contract::{seccomp, Id};
 
-use crate::report::{check, cpath, Probe};
+use crate::report::{check, Probe};
 
 fn syscall6(nr: libc::c_long, a: [usize; 6]) -> std::io::Result<i64> {
     // SAFETY: every canary passes arguments the kernel validates and rejects (or, for memfd,
@@ -17,54 +18,33 @@ fn syscall6(nr: libc::c_long, a: [usize; 6]) -> std::io::Result<i64> {
     check(unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) })
 }
 
-fn seccomp_canaries(p: &mut Probe<'_>) {
-    // Each call's arguments make the kernel answer with something other than EPERM/ENOSYS.
-    p.deny_syscall(&ops::IO_URING, "io_uring_setup(0, NULL)", || {
-        syscall6(libc::SYS_io_uring_setup, [0; 6])
-    });
-    p.deny_syscall(&ops::PTRACE, "ptrace(invalid request, pid 0)", || {
-        syscall6(libc::SYS_ptrace, [0xdead, 0, 0, 0, 0, 0])
-    });
+/// The engine's own profile, for a container without the init's start capabilities: the gate's
+/// container-level rows, which run the probe as the workload from the start. Under the init the
+/// container starts with SYS_ADMIN, which loosens Docker's profile (mount, unshare, bpf are let
+/// through): there cordon's own filter answers, and its canaries below prove it.
+fn engine_canaries(p: &mut Probe<'_>) {
+    if !p.ctx.without_init {
+        return;
+    }
     let pid = std::process::id() as usize;
     p.deny_syscall(
-        &ops::PROCESS_VM_READV,
+        &ops::ENGINE_PROCESS_VM_READV,
         "process_vm_readv(self, flags=invalid)",
         || syscall6(libc::SYS_process_vm_readv, [pid, 0, 0, 0, 0, 0xffff]),
     );
     p.deny_syscall(
-        &ops::PROCESS_VM_WRITEV,
+        &ops::ENGINE_PROCESS_VM_WRITEV,
         "process_vm_writev(self, flags=invalid)",
         || syscall6(libc::SYS_process_vm_writev, [pid, 0, 0, 0, 0, 0xffff]),
     );
-    p.deny_syscall(&ops::EXECVEAT, "execveat(-1, \"\", flags=invalid)", || {
-        let empty = cpath("");
-        syscall6(
-            libc::SYS_execveat,
-            [usize::MAX, empty.as_ptr() as usize, 0, 0, 0xffff, 0],
-        )
-    });
-    p.deny_syscall(
-        &ops::MEMFD_EXECUTABLE,
-        "memfd_create without MFD_NOEXEC_SEAL",
-        || {
-            let name = cpath("cordon-probe");
-            let fd = syscall6(
-                libc::SYS_memfd_create,
-                [name.as_ptr() as usize, 0, 0, 0, 0, 0],
-            )?;
-            // SAFETY: closing the descriptor we just got.
-            unsafe { libc::close(fd as i32) };
-            Ok(fd)
-        },
-    );
-    p.deny_syscall(&ops::KEYCTL, "keyctl(invalid command)", || {
+    p.deny_syscall(&ops::ENGINE_KEYCTL, "keyctl(invalid command)", || {
         syscall6(libc::SYS_keyctl, [0xffff, 0, 0, 0, 0, 0])
     });
-    p.deny_syscall(&ops::BPF, "bpf(invalid command)", || {
+    p.deny_syscall(&ops::ENGINE_BPF, "bpf(invalid command)", || {
         syscall6(libc::SYS_bpf, [0xffff, 0, 0, 0, 0, 0])
     });
     p.deny_syscall(
-        &ops::UNSHARE_USER,
+        &ops::ENGINE_UNSHARE_USER,
         "unshare(CLONE_NEWUSER | invalid flag)",
         || {
             syscall6(
@@ -73,8 +53,41 @@ fn seccomp_canaries(p: &mut Probe<'_>) {
             )
         },
     );
-    p.deny_syscall(&ops::MOUNT, "mount(target=invalid pointer)", || {
+    p.deny_syscall(&ops::ENGINE_MOUNT, "mount(target=invalid pointer)", || {
         syscall6(libc::SYS_mount, [0, 1, 0, 0, 0, 0])
+    });
+}
+
+/// cordon-init's own filters: every canary of the shared table must be answered by the filter's
+/// own errno (EACCES; ENOSYS for clone3), not by Docker's EPERM and not by the kernel: so a rule
+/// dropped from cordon's filter shows even where Docker's profile refuses the call too.
+fn init_canaries(p: &mut Probe<'_>) {
+    for (op, canary) in ops::canaries() {
+        if op.probe != "lockdown" {
+            continue;
+        }
+        // clone3 is ENOSYS (glibc falls back to clone): Docker's profile answers the same for a
+        // container without SYS_ADMIN, but the init starts with SYS_ADMIN, and with it Docker's
+        // profile lets clone3 through: cordon's filter is the one that answers here.
+        let errno = if canary.nr == libc::SYS_clone3 {
+            seccomp::CLONE3_ERRNO
+        } else {
+            seccomp::DENY_ERRNO
+        };
+        p.refused_with(&op, errno, canary.unfiltered, || {
+            crate::report::canary(&canary)
+        });
+    }
+}
+
+/// PID 1 is non-dumpable: its environment and memory are closed to the workload, which shares its
+/// uid (only the open is tried: nothing is read).
+fn pid1_sealed(p: &mut Probe<'_>) {
+    p.deny(&ops::PROC1_ENVIRON, "open /proc/1/environ", || {
+        std::fs::File::open("/proc/1/environ")
+    });
+    p.deny(&ops::PROC1_MEM, "open /proc/1/mem", || {
+        std::fs::File::open("/proc/1/mem")
     });
 }
 
@@ -179,13 +192,9 @@ pub fn run(p: &mut Probe<'_>) {
     p.require(&ops::SECCOMP_MODE, status.seccomp == 2, || {
         format!("Seccomp {}", status.seccomp)
     });
-    p.require(&ops::SECCOMP_STACKED, status.seccomp_filters >= 2, || {
-        format!(
-            "Seccomp_filters {}: only the engine's filter",
-            status.seccomp_filters
-        )
-    });
-    seccomp_canaries(p);
+    engine_canaries(p);
+    init_canaries(p);
+    pid1_sealed(p);
 
     p.deny(&ops::DEV_SHM, "/dev/shm exists", || {
         std::fs::symlink_metadata("/dev/shm")

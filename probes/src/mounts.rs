@@ -1,27 +1,14 @@
 //! `mounts`: the mountpoints in /proc/self/mountinfo are exactly the policy's (nothing more,
-//! nothing missing), writable ones carry nosuid, nodev and noexec, no engine socket and no extra
-//! device is present.
+//! nothing missing), writable ones carry nosuid, nodev and noexec, every other one the flags its
+//! rule names (the image's root alone may hold executables), the profile's own mounts show no host
+//! path and no host disk, no engine socket and no extra device is present.
 
 use cordon_contract::paths;
-use cordon_contract::policy::{Access, MountRule};
+use cordon_contract::policy::Access;
 use cordon_contract::probe::ops;
 use cordon_contract::procfs::{self, MountEntry};
 
 use crate::report::Probe;
-
-fn rule_for<'a>(rules: &'a [MountRule], point: &str) -> Option<&'a MountRule> {
-    rules
-        .iter()
-        .find(|r| !r.beneath && r.path == point)
-        .or_else(|| {
-            rules.iter().find(|r| {
-                r.beneath
-                    && point
-                        .strip_prefix(r.path.as_str())
-                        .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
-            })
-        })
-}
 
 fn socket_like(point: &str) -> bool {
     point.ends_with(".sock") || paths::DAEMON_SOCKETS.contains(&point)
@@ -36,7 +23,8 @@ pub fn run(p: &mut Probe<'_>) {
         Ok(m) => m,
         Err(e) => return p.error(e),
     };
-    let rules = p.ctx.policy.mounts.clone();
+    let policy = p.ctx.policy.clone();
+    let rules = policy.mounts.clone();
     let tty = p.ctx.tty;
 
     for socket in paths::DAEMON_SOCKETS {
@@ -77,7 +65,7 @@ pub fn run(p: &mut Probe<'_>) {
         .iter()
         .filter(|m| m.mount_point != "/dev/shm" && !socket_like(&m.mount_point))
         .filter(|m| !(tty && m.mount_point == "/dev/console"))
-        .filter(|m| rule_for(&rules, &m.mount_point).is_none())
+        .filter(|m| policy.rule_for(&m.mount_point).is_none())
         .map(|m| m.mount_point.as_str())
         .collect();
     p.require(&ops::MOUNT_SET, unknown.is_empty(), || {
@@ -97,11 +85,46 @@ pub fn run(p: &mut Probe<'_>) {
     let weak: Vec<String> = mounts
         .iter()
         .filter(|m| !m.read_only())
-        .filter(|m| rule_for(&rules, &m.mount_point).is_some_and(|r| r.access == Access::Writable))
+        .filter(|m| {
+            policy
+                .rule_for(&m.mount_point)
+                .is_some_and(|r| r.access == Access::Writable)
+        })
         .filter(|m| !(m.has("nosuid") && m.has("nodev") && m.has("noexec")))
         .map(|m| m.line.clone())
         .collect();
     p.require(&ops::WRITABLE_FLAGS, weak.is_empty(), || {
         format!("writable without nosuid,nodev,noexec: {weak:?}")
+    });
+    // Every other mount: the flags its rule names. The engine's read-only remount strips them
+    // from content mounts; only the init puts them back.
+    let exec_capable: Vec<String> = mounts
+        .iter()
+        .filter_map(|m| Some((m, policy.rule_for(&m.mount_point)?)))
+        .filter(|(m, r)| !(r.access == Access::Writable && !m.read_only()))
+        .filter(|(m, r)| {
+            (r.flags.nosuid && !m.has("nosuid"))
+                || (r.flags.nodev && !m.has("nodev"))
+                || (r.flags.noexec && !m.has("noexec"))
+        })
+        .map(|(m, _)| m.line.clone())
+        .collect();
+    p.require(&ops::CONTENT_FLAGS, exec_capable.is_empty(), || {
+        format!("mounts missing their flags: {exec_capable:?}")
+    });
+    // The profile's own mounts are whole tmpfs: a bind of a host directory, or a plain local
+    // volume (a directory on the host's disk), shows its host path as the mount's root.
+    let host_backed: Vec<String> = mounts
+        .iter()
+        .filter(|m| {
+            rules.iter().any(|r| {
+                r.required && r.path == m.mount_point && r.fstype.as_deref() == Some("tmpfs")
+            })
+        })
+        .filter(|m| m.root != "/" || m.fstype != "tmpfs")
+        .map(|m| format!("{} ({} {})", m.mount_point, m.fstype, m.root))
+        .collect();
+    p.require(&ops::HOST_PATHS, host_backed.is_empty(), || {
+        format!("mounts backed by the host: {host_backed:?}")
     });
 }

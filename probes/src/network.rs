@@ -1,35 +1,44 @@
-//! `network`: only loopback exists, there is no route, a TCP connect to a literal public and a
-//! literal private address fails at once for want of a route, and no DNS query can be sent to any
-//! configured resolver.
+//! `network`: only loopback exists, there is no route, no TCP connect and no DNS query can leave,
+//! and no socket family beyond what the agent needs can be opened (AF_VSOCK is not
+//! network-namespaced: it reaches the VM's host whatever `NetworkMode` says).
+//!
+//! Nothing here sends a packet beyond this container: a route is judged by the kernel's routing
+//! decision alone (connect(2) on a UDP socket makes it and sends nothing), and only where it finds
+//! no route is the TCP connect tried, which then fails at once without a packet.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use cordon_contract::probe::{ops, Operation};
-use cordon_contract::procfs;
+use cordon_contract::{procfs, seccomp};
 
 use crate::report::Probe;
 
-/// A TCP connect to `addr`. It is denied only when it fails at once for want of a route and the
-/// kernel confirms there is none (connect(2) on a UDP socket makes the routing decision and sends
-/// nothing), so the verdict does not depend on what lies beyond this host: an answer, a refusal,
-/// a timeout or an ICMP error from outside all mean a packet left.
+fn no_route(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENETUNREACH) | Some(libc::EADDRNOTAVAIL) | Some(libc::ENETDOWN)
+    )
+}
+
+/// Whether the kernel has a route to `addr` (the routing decision of a UDP connect: no packet).
+fn routed(addr: SocketAddrV4) -> std::io::Result<bool> {
+    let udp = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    match udp.connect(addr) {
+        Ok(()) => Ok(true),
+        Err(e) if no_route(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A TCP connect to `addr` that could leave: Ok (a breach) when the kernel has a route, without
+/// sending anything; otherwise the connect itself, which must fail at once for want of a route.
 fn connect(addr: SocketAddrV4) -> std::io::Result<()> {
-    let tcp = std::net::TcpStream::connect_timeout(&addr.into(), Duration::from_millis(300));
-    let no_route = |e: &std::io::Error| {
-        matches!(
-            e.raw_os_error(),
-            Some(libc::ENETUNREACH) | Some(libc::EADDRNOTAVAIL) | Some(libc::ENETDOWN)
-        )
-    };
-    match tcp {
-        Err(e) if no_route(&e) => {
-            let udp = std::net::UdpSocket::bind("0.0.0.0:0")?;
-            match udp.connect(addr) {
-                Err(route) if no_route(&route) => Err(e),
-                _ => Ok(()),
-            }
-        }
+    if routed(addr)? {
+        return Ok(());
+    }
+    match std::net::TcpStream::connect_timeout(&addr.into(), Duration::from_millis(300)) {
+        Err(e) if no_route(&e) => Err(e),
         _ => Ok(()),
     }
 }
@@ -47,17 +56,43 @@ fn nameservers() -> Vec<Ipv4Addr> {
     servers
 }
 
+/// A DNS query could be sent to each configured resolver: a route to it is the breach (the query
+/// itself is never sent).
 fn resolver(p: &mut Probe<'_>, op: &Operation) {
-    // A DNS query for example.com, type A: sending it is the breach (it could leave).
-    const QUERY: &[u8] =
-        b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01";
     for server in nameservers() {
-        p.deny(op, &format!("send a DNS query to {server}:53"), || {
-            let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
-            socket
-                .send_to(QUERY, SocketAddrV4::new(server, 53))
-                .map(drop)
+        let addr = SocketAddrV4::new(server, 53);
+        p.deny(
+            op,
+            &format!("a route for a DNS query to {addr}"),
+            || match routed(addr) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(std::io::Error::from_raw_os_error(libc::ENETUNREACH)),
+                Err(e) => Err(e),
+            },
+        );
+    }
+}
+
+/// Socket families beyond the agent's are refused by the init's family filter (its own errno);
+/// the agent's own still reach the kernel.
+fn families(p: &mut Probe<'_>) {
+    for (op, canary) in ops::canaries() {
+        if op.probe != "network" {
+            continue;
+        }
+        p.refused_with(&op, seccomp::FAMILY_ERRNO, canary.unfiltered, || {
+            crate::report::canary(&canary)
         });
+    }
+    for canary in seccomp::FAMILY_ALLOWED {
+        if let Err(e) = crate::report::canary(canary) {
+            if e.raw_os_error() == Some(seccomp::FAMILY_ERRNO) && !p.ctx.without_init {
+                p.error(format!(
+                    "{}: the family filter refuses a family the agent needs",
+                    canary.action
+                ));
+            }
+        }
     }
 }
 
@@ -86,4 +121,5 @@ pub fn run(p: &mut Probe<'_>) {
         connect(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80))
     });
     resolver(p, &ops::RESOLVER);
+    families(p);
 }

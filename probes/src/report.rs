@@ -36,10 +36,27 @@ pub struct Probe<'a> {
     report: ProbeReport,
 }
 
-/// errno values a seccomp filter returns for a refused syscall (EPERM from Docker's profile and
-/// cordon's, ENOSYS for clone3-style refusals).
+/// errno values a seccomp filter returns for a refused syscall (EPERM from Docker's profile,
+/// EACCES from cordon's, ENOSYS for clone3-style refusals).
 pub fn filtered(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOSYS))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPERM) | Some(libc::ENOSYS) | Some(cordon_contract::seccomp::DENY_ERRNO)
+    )
+}
+
+/// Make a canary call of the shared tables (integers and bad pointers only).
+pub fn canary(canary: &cordon_contract::seccomp::Canary) -> io::Result<i64> {
+    let a = canary.args;
+    // SAFETY: every canary passes only integers and pointers the kernel rejects (see the table):
+    // whatever answers, no memory of ours is written.
+    let rc = unsafe { libc::syscall(canary.nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
+    if rc >= 0 && rc <= i64::from(i32::MAX) {
+        // A canary that got through made a descriptor at most: close it.
+        // SAFETY: closing what this call just returned.
+        unsafe { libc::close(rc as i32) };
+    }
+    check(rc)
 }
 
 impl<'a> Probe<'a> {
@@ -119,6 +136,41 @@ impl<'a> Probe<'a> {
             Err(e) if filtered(&e) => {}
             Ok(_) => self.breach(op, id, format!("{what}: succeeded")),
             Err(e) => self.breach(op, id, format!("{what}: reached the kernel ({e})")),
+        }
+    }
+
+    /// A call one filter must refuse with exactly `errno`: another errno means another layer
+    /// answered (Docker's profile, or the kernel itself: the filter let it through).
+    pub fn refused_with(
+        &mut self,
+        op: &Operation,
+        errno: i32,
+        unfiltered: &str,
+        attempt: impl FnOnce() -> io::Result<i64>,
+    ) {
+        self.refused_with_any(op, &[errno], unfiltered, attempt)
+    }
+
+    /// As [`Probe::refused_with`], for a call any of several filters may answer.
+    pub fn refused_with_any(
+        &mut self,
+        op: &Operation,
+        errnos: &[i32],
+        unfiltered: &str,
+        attempt: impl FnOnce() -> io::Result<i64>,
+    ) {
+        if !self.runs(op) {
+            return;
+        }
+        let id = self.id_for(op);
+        match attempt() {
+            Err(e) if e.raw_os_error().is_some_and(|n| errnos.contains(&n)) => {}
+            Ok(_) => self.breach(op, id, "succeeded".to_owned()),
+            Err(e) => self.breach(
+                op,
+                id,
+                format!("answered {e}, not by its filter (unfiltered: {unfiltered})"),
+            ),
         }
     }
 

@@ -53,7 +53,7 @@ async fn gate_truth_table_passes_and_covers_every_protection() {
             );
         }
     }
-    for op in ops::ALL {
+    for op in ops::all() {
         let suffix = format!("/{}/{}", op.probe, op.action);
         assert!(
             passing(Layer::Probe).any(|c| c.observed.iter().any(|o| o.ends_with(&suffix))),

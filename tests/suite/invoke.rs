@@ -82,7 +82,9 @@ fn unused_storage() -> StorageHandle {
         keeper: "k".into(),
         work: cordon::storage::DEFAULT_WORK,
         metadata: cordon::storage::DEFAULT_METADATA,
+        uid: cordon::uids::Uid::new(1_500_000).unwrap(),
         head: None,
+        gitlinks: Some(vec![]),
         metadata_baseline: None,
     }
 }
@@ -153,7 +155,8 @@ fn capture_refuses_bad_requests_and_a_second_capture() {
 fn the_profile_refuses_a_schema_that_differs_from_the_mounted_file() {
     use cordon::profile::{Profile, ProfileSpec};
     let owner = Owner::random("t-schema");
-    let allocation = cordon::labels::Allocation::new(&owner, "s").unwrap();
+    let uid = cordon::uids::Uid::new(1_500_000).unwrap();
+    let allocation = cordon::labels::Allocation::new(&owner, "s", uid).unwrap();
     let spec = |argument: &str, mounted: &str| ProfileSpec {
         phase: Phase::Planning,
         vendor: Vendor::Claude,
@@ -538,7 +541,8 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
         );
     }
     // Retired: every launch path refuses a profile of that allocation.
-    let mut allocation = cordon::labels::Allocation::new(&owner, &result.attempt).unwrap();
+    let mut allocation =
+        cordon::labels::Allocation::new(&owner, &result.attempt, storage.uid).unwrap();
     allocation.id = result.allocation;
     let profile = cordon::profile::Profile::new(cordon::profile::ProfileSpec {
         phase: Phase::Questions,

@@ -87,7 +87,7 @@ async fn subpath_profile_is_refused_on_api_1_41() {
     .expect("engine at 1.41");
     let base = f.profile(&Run::vendor(Phase::Execute, &["--version"]));
     let mut spec = base.spec().clone();
-    spec.allocation = Allocation::new(&f.owner, "test").unwrap();
+    spec.allocation = Allocation::new(&f.owner, "test", f.storage.allocation.uid).unwrap();
     spec.storage = f.storage.mounts_for(&spec.allocation);
     spec.pins = vec!["src".into()];
     let pinned = Profile::new(spec).unwrap();
@@ -110,7 +110,7 @@ async fn subpath_profile_is_refused_on_api_1_41() {
     let mut prepared = Prepared::new(&f.engine, &base).unwrap();
     prepared.plan.create = pinned.create_body();
     prepared.plan.policy = pinned.policy();
-    prepared.volumes = cordon::profile::invocation_volume_requests(pinned.allocation());
+    prepared.volumes = cordon::profile::invocation_volume_requests(&pinned);
     let launch = launch::create(&f.engine, &pinned, prepared)
         .await
         .expect("create");

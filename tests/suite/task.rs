@@ -385,7 +385,9 @@ async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
     let engine = engine().await;
     let image = image(&engine).await;
     let (ours, theirs) = (Owner::random("t-race-ours"), Owner::random("t-race-theirs"));
-    let allocation = cordon::labels::Allocation::new(&ours, "race").unwrap();
+    let allocation = cordon::uids::allocation(&engine, &ours, "race")
+        .await
+        .unwrap();
     let intruder = cordon::labels::Allocation {
         owner: theirs.clone(),
         ..allocation.clone()
@@ -527,7 +529,9 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
         keeper: format!("cordon-keeper-{allocation}"),
         work: cordon::storage::DEFAULT_WORK,
         metadata: cordon::storage::DEFAULT_METADATA,
+        uid: cordon::uids::Uid::new(1_500_000).unwrap(),
         head: None,
+        gitlinks: None,
         metadata_baseline: None,
     };
     match task::remove(&engine, &handle).await {

@@ -45,6 +45,8 @@ pub enum StorageVariant {
     WorkNoSize,
     /// The work volume has no `nr_inodes`.
     WorkNoInodes,
+    /// Another live storage allocation carries the storage's uid too.
+    SharedUid,
 }
 
 /// One row of the truth table.
@@ -64,6 +66,10 @@ pub struct Case {
     pub hostile: bool,
     /// The probe layer's storage keeps the metadata inside the writable work tree.
     pub metadata_in_work: bool,
+    /// The probe layer runs under the init told to leave the removed protection out, with the
+    /// removal applied too (a container-level protection whose other half the init holds: a
+    /// writable mount's `noexec`, where Landlock alone must refuse the exec).
+    pub under_init: bool,
     pub validator: bool,
     pub init: bool,
     pub probe: bool,
@@ -154,6 +160,19 @@ pub fn seccomp_denying(names: &[&str]) -> String {
     .to_string()
 }
 
+/// A seccomp profile that allows everything but `name` when its first argument is `arg0`.
+pub fn seccomp_denying_arg0(name: &str, arg0: u64) -> String {
+    serde_json::json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{
+            "names": [name],
+            "action": "SCMP_ACT_ERRNO",
+            "args": [{ "index": 0, "value": arg0, "op": "SCMP_CMP_EQ" }],
+        }],
+    })
+    .to_string()
+}
+
 fn bind(source: &str, target: &str) -> Mount {
     Mount {
         typ: Some(MountType::BIND),
@@ -180,6 +199,7 @@ fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case
         storage: StorageVariant::Normal,
         hostile: false,
         metadata_in_work: false,
+        under_init: false,
         validator: layers.validator,
         init: layers.init,
         probe: layers.probe,
@@ -188,7 +208,9 @@ fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case
 }
 
 /// The forms a removal can take, named after the `/` in a case name.
-const FACETS: &[&str] = &["pid", "cgroup", "uts", "bind", "device"];
+const FACETS: &[&str] = &[
+    "pid", "cgroup", "uts", "bind", "device", "disk", "volume", "shared", "masks",
+];
 
 fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
     Case {
@@ -203,6 +225,7 @@ fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
         storage: StorageVariant::Normal,
         hostile: false,
         metadata_in_work: false,
+        under_init: false,
         also: vec![],
         facet: None,
         validator: true,
@@ -246,16 +269,50 @@ pub fn all() -> Vec<Case> {
             m.host().cap_drop = None
         }),
         case("cap-added", Id::CapAdded, |m, _| {
-            m.host().cap_add = Some(vec!["CHOWN".into()])
+            m.host()
+                .cap_add
+                .get_or_insert_with(Vec::new)
+                .push("CHOWN".into())
+        }),
+        // The init starts without root: it can neither remount nor switch ids.
+        case("init-privileges", Id::InitPrivileges, |m, _| {
+            m.create.user = Some(format!("{0}:{0}", m.policy.uid))
         }),
         case("no-new-privileges", Id::NoNewPrivileges, |m, _| {
             m.host().security_opt = None
         }),
+        // The policy names root as the workload's ids.
         case("non-root-user", Id::NonRootUser, |m, _| {
-            m.create.user = Some("0:0".into())
+            m.policy.uid = 0;
+            m.policy.gid = 0;
         }),
-        case("not-privileged", Id::NotPrivileged, |m, _| {
-            m.host().privileged = Some(true)
+        // On this engine runc cannot start a privileged container as root ("unable to apply
+        // caps"), so the init layer's row starts it as the allocation's uid: the init names the
+        // cause, a full bounding set, before its start identity.
+        Case {
+            init: false,
+            ..case("not-privileged", Id::NotPrivileged, |m, _| {
+                m.host().privileged = Some(true)
+            })
+        },
+        Case {
+            validator: false,
+            probe: false,
+            ..case("not-privileged/as-uid", Id::NotPrivileged, |m, _| {
+                m.host().privileged = Some(true);
+                m.create.user = Some(format!("{0}:{0}", m.policy.uid));
+            })
+        },
+        // The engine's masks and read-only paths gone (what `systempaths=unconfined` does),
+        // cordon's own masks kept.
+        case("not-privileged/masks", Id::NotPrivileged, |m, _| {
+            m.host().masked_paths = Some(
+                cordon_contract::policy::CORDON_MASKED_PATHS
+                    .iter()
+                    .map(|p| (*p).to_owned())
+                    .collect(),
+            );
+            m.host().readonly_paths = Some(vec![]);
         }),
         case("ipc-none", Id::IpcNone, |m, _| {
             m.host().ipc_mode = Some("private".into())
@@ -294,6 +351,43 @@ pub fn all() -> Vec<Case> {
         case("exec-allowlist", Id::ExecAllowlist, |m, _| {
             m.policy.landlock.exec.push("/usr/bin".into())
         }),
+        // The init cannot remount: the read-only content mounts stay exec-capable.
+        case("content-noexec", Id::ContentNoexec, |m, _| {
+            m.add_security_opt(format!("seccomp={}", seccomp_denying(&["mount"])))
+        }),
+        case("socket-families", Id::SocketFamilies, |m, _| {
+            m.policy.sockets.families.push(libc::AF_VSOCK as u32)
+        }),
+        // The init cannot make itself non-dumpable.
+        case("init-sealed", Id::InitSealed, |m, _| {
+            m.add_security_opt(format!(
+                "seccomp={}",
+                seccomp_denying_arg0("prctl", libc::PR_SET_DUMPABLE as u64)
+            ))
+        }),
+        case("host-info-masked", Id::HostInfoMasked, |m, _| {
+            m.host().masked_paths = Some(
+                cordon_contract::policy::ENGINE_MASKED_PATHS
+                    .iter()
+                    .map(|p| (*p).to_owned())
+                    .collect(),
+            )
+        }),
+        // An invocation volume owned by another uid.
+        case("uid-per-allocation/volume", Id::UidPerAllocation, |m, _| {
+            if let Some(o) = m
+                .volumes
+                .get_mut(&Kind::Egress)
+                .and_then(|v| v.driver_opts.as_mut())
+                .and_then(|opts| opts.get_mut("o"))
+            {
+                *o = o.replace("uid=", "uid=1").replace("gid=", "gid=1");
+            }
+        }),
+        storage(
+            case("uid-per-allocation/shared", Id::UidPerAllocation, |_, _| {}),
+            StorageVariant::SharedUid,
+        ),
         case("host-namespaces/pid", Id::HostNamespaces, |m, _| {
             m.host().pid_mode = Some("host".into())
         }),
@@ -316,6 +410,12 @@ pub fn all() -> Vec<Case> {
         }),
         case("no-docker-socket", Id::NoDockerSocket, |m, env| {
             m.add_mount(bind(&env.socket, "/var/run/docker.sock"))
+        }),
+        // The control dir as a plain local volume: a directory on the host's disk.
+        case("no-host-mounts/disk", Id::NoHostMounts, |m, _| {
+            if let Some(v) = m.volumes.get_mut(&Kind::Control) {
+                v.driver_opts = Some(Default::default());
+            }
         }),
         planning(case("work-readonly", Id::WorkReadonly, |m, _| {
             m.make_writable(paths::WORK)
@@ -423,6 +523,30 @@ pub fn all() -> Vec<Case> {
     };
     cases.push(metadata(Phase::Planning));
     cases.push(metadata(Phase::Review));
+    // The read-only work tree too (in execute it is writable, and has its flags from its options).
+    cases.push(
+        case("content-noexec", Id::ContentNoexec, |_, _| {})
+            .with_phase(Phase::Planning)
+            .probe_only(),
+    );
+    // A writable mount's noexec removed under the init: Landlock alone must refuse the exec (the
+    // mapping is no exec and Landlock does not see it).
+    let mut landlock_alone = case(
+        "writable-nosuid-nodev-noexec/under-init",
+        Id::WritableNosuidNodevNoexec,
+        |m, _| {
+            m.tmpfs(paths::TMP, |o| {
+                Some(if o == "noexec" {
+                    "exec".to_owned()
+                } else {
+                    o.to_owned()
+                })
+            })
+        },
+    )
+    .probe_only();
+    landlock_alone.under_init = true;
+    cases.push(landlock_alone);
     // The metadata inside the writable work tree instead of its own read-only mount: the only
     // way .git could be moved, or hard-linked into the tree.
     let mut unmounted = case(

@@ -223,6 +223,7 @@ async fn probe_storage(
             allocation: None,
             work: PROBE_WORK,
             deadline: Duration::from_secs(120),
+            uids: crate::uids::UidRange::default(),
         };
         let variant = case.storage;
         let handle = crate::task::prepare_with(
@@ -236,7 +237,7 @@ async fn probe_storage(
         let storage = handle.storage()?;
         return Ok(ProbeStorage::Seeded(Box::new((handle, storage))));
     }
-    let allocation = Allocation::new(owner, "gate")?;
+    let allocation = crate::uids::allocation(engine, owner, "gate").await?;
     let (mut work, metadata) =
         storage::task_volume_requests(&allocation, PROBE_WORK, PROBE_METADATA);
     drop_volume_option(&mut work, case.storage);
@@ -259,7 +260,7 @@ async fn probe_storage(
             .upload(
                 engine,
                 cordon_contract::paths::WORK,
-                probe::work_tar(case.hostile, case.metadata_in_work)?,
+                probe::work_tar(case.hostile, case.metadata_in_work, allocation.uid.get())?,
             )
             .await?;
         if !case.metadata_in_work {
@@ -267,7 +268,7 @@ async fn probe_storage(
                 .upload(
                     engine,
                     cordon_contract::paths::METADATA,
-                    probe::metadata_tar()?,
+                    probe::metadata_tar(allocation.uid.get())?,
                 )
                 .await?;
         }
@@ -306,8 +307,9 @@ async fn run_probe_case(
         Err(e) => return row(vec![format!("error: {e}")], e.to_string()),
     };
     let run = async {
-        let allocation = Allocation::new(owner, "gate")?;
+        let allocation = Allocation::new(owner, "gate", storage.storage().allocation.uid)?;
         let probe_path = cordon_contract::paths::PROBE.to_owned();
+        let uid = allocation.uid;
         let profile = Profile::new(ProfileSpec {
             phase: case.phase,
             vendor: case.vendor,
@@ -324,14 +326,33 @@ async fn run_probe_case(
                 vec![]
             },
             pins: vec![],
-            input_files: vec![],
+            // Something in the input dir for the probes to try to map executable.
+            input_files: vec![("note.txt".to_owned(), b"probe input\n".to_vec())],
             landlock_abi: DEFAULT_LANDLOCK_ABI,
         })?;
         let mut prepared = Prepared::new(engine, &profile)?;
         match probe::mode(case) {
             probe::Mode::Init => {}
-            probe::Mode::InitSkipping(id) => prepared.plan.policy.skip = vec![id],
+            probe::Mode::InitSkipping(id) => {
+                prepared.plan.policy.skip = vec![id];
+                if case.under_init {
+                    (case.mutate)(
+                        &mut Mutable {
+                            create: &mut prepared.plan.create,
+                            policy: &mut prepared.plan.policy,
+                            volumes: &mut prepared.volumes,
+                        },
+                        env,
+                    );
+                }
+            }
             probe::Mode::WithoutInit => {
+                // Without the init the probe is the workload from the start: it runs as the ids
+                // the init would switch to, holding nothing the init would drop.
+                prepared.plan.create.user = Some(format!("{uid}:{uid}"));
+                if let Some(host) = prepared.plan.create.host_config.as_mut() {
+                    host.cap_add = None;
+                }
                 (case.mutate)(
                     &mut Mutable {
                         create: &mut prepared.plan.create,
@@ -364,13 +385,18 @@ async fn run_probe_case(
         (Ok((code, output)), Ok(())) => {
             let observed: Vec<String> = probe::observed(&output.stdout).into_iter().collect();
             let clean = observed.is_empty();
-            let detail = if clean == (code == 0) {
-                String::new()
-            } else {
+            let detail = if clean != (code == 0) {
                 format!(
                     "exit {code} does not match the reports; stderr {:?}",
                     output.stderr.chars().take(600).collect::<String>()
                 )
+            } else if observed != expected {
+                format!(
+                    "exit {code}; stderr {:?}",
+                    output.stderr.chars().take(600).collect::<String>()
+                )
+            } else {
+                String::new()
             };
             let mut r = row(observed, detail);
             r.pass &= clean == (code == 0);
@@ -393,7 +419,7 @@ fn gate_limits() -> Limits {
 /// Remove the work volume's `size` or `nr_inodes` for the storage variants that lack one.
 fn drop_volume_option(work: &mut bollard::models::VolumeCreateRequest, variant: StorageVariant) {
     let drop_key = match variant {
-        StorageVariant::Normal => return,
+        StorageVariant::Normal | StorageVariant::SharedUid => return,
         StorageVariant::WorkNoSize => "size",
         StorageVariant::WorkNoInodes => "nr_inodes",
     };
@@ -412,21 +438,38 @@ async fn make_storage(
     image_id: &str,
     variant: StorageVariant,
 ) -> Result<TaskStorage> {
-    let allocation = Allocation::new(owner, "gate")?;
+    let allocation = crate::uids::allocation(engine, owner, "gate").await?;
     let (mut work, metadata) = storage::task_volume_requests(
         &allocation,
         storage::DEFAULT_WORK,
         storage::DEFAULT_METADATA,
     );
     drop_volume_option(&mut work, variant);
-    TaskStorage::create_from(
+    let made = TaskStorage::create_from(
         engine,
         &allocation,
         image_id,
         (work, storage::DEFAULT_WORK),
         (metadata, storage::DEFAULT_METADATA),
     )
-    .await
+    .await?;
+    if variant == StorageVariant::SharedUid {
+        // Another allocation's work volume with the same uid (made after the storage, which
+        // checks its uid right after its first create).
+        let other = Allocation {
+            id: uuid::Uuid::new_v4(),
+            ..allocation.clone()
+        };
+        let (decoy, _) = storage::task_volume_requests(&other, PROBE_WORK, PROBE_METADATA);
+        let mut created = crate::cleanup::Created::default();
+        let decoy = crate::storage::create_volume(engine, decoy, &mut created).await;
+        if let Err(e) = decoy {
+            made.remove(engine).await?;
+            return Err(e);
+        }
+        return Ok(made.with_extra(created));
+    }
+    Ok(made)
 }
 
 fn ids(list: &[Id]) -> Vec<String> {
@@ -493,7 +536,7 @@ async fn run_validator_init(
         }
         out
     };
-    let allocation = match Allocation::new(owner, "gate") {
+    let allocation = match Allocation::new(owner, "gate", storage.allocation.uid) {
         Ok(a) => a,
         Err(e) => return failed_all(e.to_string()),
     };

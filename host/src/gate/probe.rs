@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 
 use cordon_contract::probe::{fixture, ops, Operation, ProbeReport};
-use cordon_contract::{paths, Id, Vendor};
+use cordon_contract::{Id, Vendor};
 
 use super::cases::Case;
 use crate::error::{Error, Result};
@@ -30,7 +30,7 @@ pub enum Mode {
 pub fn mode(case: &Case) -> Mode {
     match case.removed {
         None => Mode::Init,
-        Some(id) if id.layers().init_only() => Mode::InitSkipping(id),
+        Some(id) if id.layers().init_only() || case.under_init => Mode::InitSkipping(id),
         Some(_) => Mode::WithoutInit,
     }
 }
@@ -44,6 +44,18 @@ fn reached(op: &Operation, id: Id, case: &Case) -> bool {
     let writable_phase = case.phase.work_writable();
     let root = removed.contains(&Id::NonRootUser);
     match (op.probe, op.action) {
+        // Under the init, Landlock refuses the exec even from an exec-capable mount; the mapping
+        // is no exec, and nothing but the mount's noexec refuses it.
+        ("exec-policy", "exec-scratch-copy") => mode(case) == Mode::WithoutInit,
+        // A writable work tree keeps its flags from its volume's options.
+        ("exec-policy", "mmap-exec-work") => !writable_phase,
+        ("mounts", "host-paths") => case.facet == Some("disk"),
+        // A privileged container keeps the masks and read-only paths a create names explicitly
+        // (cordon's always does): only their own removal opens them.
+        ("read-only-isolation", "masked-paths" | "proc-sys-readonly") => {
+            case.facet == Some("masks")
+        }
+        _ if id == Id::NotPrivileged && case.facet == Some("masks") => false,
         // Root-owned files: only root writes them once the mount is writable.
         ("read-only-isolation", "image-binaries-write")
         | ("scratch-capacity", "control-write" | "input-write") => root,
@@ -71,8 +83,8 @@ fn reached(op: &Operation, id: Id, case: &Case) -> bool {
 
 /// The breaches the probes must report in `case`, as `id/probe/action`.
 pub fn expected(case: &Case) -> BTreeSet<String> {
-    ops::ALL
-        .iter()
+    ops::all()
+        .into_iter()
         .flat_map(|op| op.ids.iter().map(move |id| (op, *id)))
         .filter(|(op, id)| reached(op, *id, case))
         .map(|(op, id)| key(id, op.probe, op.action))
@@ -104,19 +116,28 @@ pub fn observed(stdout: &str) -> BTreeSet<String> {
     seen
 }
 
-fn append(
-    builder: &mut tar::Builder<Vec<u8>>,
-    path: &str,
+/// One fixture tar entry, owned by the storage's uid.
+struct Entry<'a> {
+    path: &'a str,
     kind: tar::EntryType,
     mode: u32,
-    data: &[u8],
-    link: Option<&str>,
-) -> Result<()> {
+    data: &'a [u8],
+    link: Option<&'a str>,
+}
+
+fn append(builder: &mut tar::Builder<Vec<u8>>, uid: u32, e: Entry<'_>) -> Result<()> {
+    let Entry {
+        path,
+        kind,
+        mode,
+        data,
+        link,
+    } = e;
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(kind);
     header.set_mode(mode);
-    header.set_uid(u64::from(paths::AGENT_UID));
-    header.set_gid(u64::from(paths::AGENT_GID));
+    header.set_uid(u64::from(uid));
+    header.set_gid(u64::from(uid));
     header.set_mtime(0);
     header.set_size(data.len() as u64);
     let result = match link {
@@ -127,7 +148,7 @@ fn append(
 }
 
 /// The work tree fixture (and, with `metadata`, the `.git` files inside it).
-pub fn work_tar(hostile: bool, metadata: bool) -> Result<Vec<u8>> {
+pub fn work_tar(hostile: bool, metadata: bool, uid: u32) -> Result<Vec<u8>> {
     let mut b = tar::Builder::new(Vec::new());
     let mut dirs: BTreeSet<String> = BTreeSet::new();
     let mut files: Vec<(String, &str)> = fixture::WORK_FILES
@@ -158,33 +179,23 @@ pub fn work_tar(hostile: bool, metadata: bool) -> Result<Vec<u8>> {
     }
     dirs.extend(fixture::WORK_DIRS.iter().map(|d| (*d).to_owned()));
     for dir in &dirs {
-        append(
-            &mut b,
-            &format!("{dir}/"),
-            tar::EntryType::Directory,
-            0o755,
-            &[],
-            None,
-        )?;
+        let path = format!("{dir}/");
+        append(&mut b, uid, dir_entry(&path))?;
     }
     for (path, content) in &files {
-        append(
-            &mut b,
-            path,
-            tar::EntryType::Regular,
-            0o644,
-            content.as_bytes(),
-            None,
-        )?;
+        append(&mut b, uid, file_entry(path, content.as_bytes()))?;
     }
     for (path, target) in &links {
         append(
             &mut b,
-            path,
-            tar::EntryType::Symlink,
-            0o777,
-            &[],
-            Some(target),
+            uid,
+            Entry {
+                path,
+                kind: tar::EntryType::Symlink,
+                mode: 0o777,
+                data: &[],
+                link: Some(target),
+            },
         )?;
     }
     b.into_inner().map_err(|e| Error::io("fixture", e))
@@ -220,34 +231,33 @@ pub fn fixture_repository(dir: &std::path::Path) -> Result<()> {
     crate::task::git::own_repository(dir, &["commit", "--quiet", "-m", "cordon probe fixture"])
 }
 
+fn dir_entry(path: &str) -> Entry<'_> {
+    Entry {
+        path,
+        kind: tar::EntryType::Directory,
+        mode: 0o755,
+        data: &[],
+        link: None,
+    }
+}
+
+fn file_entry<'a>(path: &'a str, data: &'a [u8]) -> Entry<'a> {
+    Entry {
+        path,
+        kind: tar::EntryType::Regular,
+        mode: 0o644,
+        data,
+        link: None,
+    }
+}
+
 /// The metadata fixture, for the metadata volume (paths relative to /work/.git).
-pub fn metadata_tar() -> Result<Vec<u8>> {
+pub fn metadata_tar(uid: u32) -> Result<Vec<u8>> {
     let mut b = tar::Builder::new(Vec::new());
-    append(
-        &mut b,
-        "objects/",
-        tar::EntryType::Directory,
-        0o755,
-        &[],
-        None,
-    )?;
-    append(
-        &mut b,
-        "objects/ce/",
-        tar::EntryType::Directory,
-        0o755,
-        &[],
-        None,
-    )?;
+    append(&mut b, uid, dir_entry("objects/"))?;
+    append(&mut b, uid, dir_entry("objects/ce/"))?;
     for (path, content) in fixture::METADATA_FILES {
-        append(
-            &mut b,
-            path,
-            tar::EntryType::Regular,
-            0o644,
-            content.as_bytes(),
-            None,
-        )?;
+        append(&mut b, uid, file_entry(path, content.as_bytes()))?;
     }
     b.into_inner().map_err(|e| Error::io("metadata fixture", e))
 }
@@ -262,7 +272,7 @@ mod tests {
     #[test]
     fn every_operation_is_reached_by_some_case() {
         let all = cases::all();
-        for op in ops::ALL {
+        for op in &ops::all() {
             let reached_by: Vec<&str> = all
                 .iter()
                 .filter(|c| c.probe && op.ids.iter().any(|id| reached(op, *id, c)))
@@ -302,7 +312,7 @@ mod tests {
 
     #[test]
     fn fixtures_build() {
-        assert!(!work_tar(true, true).unwrap().is_empty());
-        assert!(!metadata_tar().unwrap().is_empty());
+        assert!(!work_tar(true, true, 1_500_000).unwrap().is_empty());
+        assert!(!metadata_tar(1_500_000).unwrap().is_empty());
     }
 }

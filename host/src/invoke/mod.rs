@@ -352,6 +352,55 @@ async fn attempt_objects(engine: &Engine, owner: &Owner, attempt: &str) -> Resul
     Ok(found)
 }
 
+/// The gitlink masks an invocation in `phase` needs over `storage`: one read-only tmpfs at each
+/// gitlink in execute and fix (read-only phases mount all of /work read-only). Refused, before
+/// anything is allocated: unknown gitlinks (a recovered handle), more than the limit, a name no
+/// mount can carry, and a nested gitlink: renaming one of its parents would move the mask aside,
+/// and pinning the parents needs `VolumeOptions.Subpath` (API 1.45), which this engine lacks.
+pub fn gitlink_masks(phase: Phase, storage: &StorageHandle) -> Result<Vec<String>> {
+    if !phase.work_writable() {
+        return Ok(Vec::new());
+    }
+    let Some(gitlinks) = &storage.gitlinks else {
+        return Err(Error::Gitlink {
+            id: "gitlinks-unknown",
+            reason: format!(
+                "the storage handle of allocation {} does not record the tree's gitlinks (a \
+                 recovered handle, or a gitlink whose name is not UTF-8): {phase} cannot mask them",
+                storage.allocation
+            ),
+        });
+    };
+    if gitlinks.len() > crate::profile::MAX_GITLINKS {
+        return Err(Error::Gitlink {
+            id: "gitlink-limit",
+            reason: format!(
+                "{} gitlinks; at most {} can be masked",
+                gitlinks.len(),
+                crate::profile::MAX_GITLINKS
+            ),
+        });
+    }
+    if let Some(bad) = gitlinks.iter().find(|g| !crate::profile::mountable(g)) {
+        return Err(Error::Gitlink {
+            id: "gitlink-name",
+            reason: format!("the gitlink {bad:?} cannot be a mount target"),
+        });
+    }
+    if let Some(nested) = gitlinks.iter().find(|g| g.contains('/')) {
+        return Err(Error::Gitlink {
+            id: "gitlink-nested",
+            reason: format!(
+                "the gitlink {nested:?} is nested: renaming a directory above it would move its \
+                 mask aside, and pinning those directories needs VolumeOptions.Subpath (API \
+                 {}), which this engine does not have; {phase} is refused until it does",
+                crate::engine::SUBPATH_API
+            ),
+        });
+    }
+    Ok(gitlinks.clone())
+}
+
 /// The profile of an invocation over its storage.
 fn profile(
     capture: &Capture,
@@ -385,7 +434,7 @@ fn profile(
         command: claude::command(request.phase, &request.prompt, capture.schema_text()),
         exec: vec![paths::CLAUDE_CLI.to_owned()],
         env,
-        gitlinks: vec![],
+        gitlinks: gitlink_masks(request.phase, &request.storage)?,
         pins: vec![],
         landlock_abi: crate::profile::DEFAULT_LANDLOCK_ABI,
         input_files,
@@ -418,7 +467,8 @@ pub async fn start(
         )));
     }
     let owner = Owner::new(&request.storage.owner)?;
-    let mut allocation = Allocation::new(&owner, &request.attempt)?;
+    // The invocation runs as its storage's uid: the work tree is that uid's.
+    let mut allocation = Allocation::new(&owner, &request.attempt, request.storage.uid)?;
     allocation.id = uuid::Uuid::new_v4();
     let image_id = match &options.image {
         ImageSource::Id(id) => id.clone(),

@@ -31,6 +31,8 @@ pub struct OneShot {
     pub deadline: Duration,
     pub credential: Option<Credential>,
     pub work: Area,
+    /// Where the storage's uid comes from.
+    pub uids: crate::uids::UidRange,
 }
 
 /// Where the time went (milliseconds).
@@ -72,6 +74,7 @@ pub async fn oneshot(
         allocation: None,
         work: run.work,
         deadline: Duration::from_secs(600),
+        uids: run.uids,
     };
     let storage = task::prepare_with(engine, image_id, &prepare, |_| {}, progress).await?;
     let prepare_ms = ms(started);

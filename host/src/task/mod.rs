@@ -20,9 +20,10 @@ use cordon_contract::{paths, InitLine};
 use crate::cleanup::Created;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::labels::{Allocation, Kind, Owner, ALLOCATION, ATTEMPT, KIND, OWNER};
+use crate::labels::{Allocation, Kind, Owner, ALLOCATION, ATTEMPT, KIND, OWNER, UID};
 use crate::profile::Area;
 use crate::storage::{self, TaskStorage};
+use crate::uids::{Uid, UidRange};
 
 /// Why a repository cannot be seeded. Report it to the user as a repository the agent cannot run
 /// on; do not retry.
@@ -100,8 +101,15 @@ pub struct StorageHandle {
     pub keeper: String,
     pub work: Area,
     pub metadata: Area,
+    /// The uid (and gid) every container over this storage runs as: its own, no other live
+    /// allocation's.
+    pub uid: Uid,
     /// The commit the storage was seeded from (absent in a recovered handle).
     pub head: Option<String>,
+    /// The gitlinks (submodules) of the seeded tree, as paths under /work: execute and fix mask
+    /// each one. Absent in a recovered handle, which execute and fix then refuse.
+    #[serde(default)]
+    pub gitlinks: Option<Vec<String>>,
     /// The metadata digest the seeder recorded (absent in a recovered handle: pass back the one
     /// you recorded).
     pub metadata_baseline: Option<String>,
@@ -111,7 +119,7 @@ impl StorageHandle {
     /// The storage as the launch code uses it.
     pub fn storage(&self) -> Result<TaskStorage> {
         let owner = Owner::new(&self.owner)?;
-        let mut allocation = Allocation::new(&owner, &self.attempt)?;
+        let mut allocation = Allocation::new(&owner, &self.attempt, self.uid)?;
         allocation.id = self.allocation;
         Ok(TaskStorage::from_parts(
             allocation,
@@ -256,6 +264,8 @@ pub struct PrepareRequest {
     pub allocation: Option<uuid::Uuid>,
     pub work: Area,
     pub deadline: Duration,
+    /// Where the storage's uid comes from.
+    pub uids: UidRange,
 }
 
 /// Size the metadata volume from what the clone needs, with room for git's own files.
@@ -277,7 +287,13 @@ pub async fn prepare_with(
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<StorageHandle> {
     let deadline = Instant::now() + request.deadline;
-    let mut allocation = Allocation::new(&request.owner, &request.attempt)?;
+    request.uids.check()?;
+    // A placeholder uid until the engine was asked which are free (the claim comes first).
+    let mut allocation = Allocation::new(
+        &request.owner,
+        &request.attempt,
+        Uid::new(request.uids.first)?,
+    )?;
     if let Some(id) = request.allocation {
         allocation.id = id;
     }
@@ -303,6 +319,7 @@ pub async fn prepare_with(
                 taken.join(", ")
             )));
         }
+        allocation.uid = crate::uids::pick(engine, &request.uids).await?;
         let (mut work_request, metadata_request) =
             storage::task_volume_requests(&allocation, request.work, metadata);
         edit_work(&mut work_request);
@@ -343,7 +360,9 @@ pub async fn prepare_with(
                 keeper: storage.keeper.clone(),
                 work: request.work,
                 metadata,
+                uid: allocation.uid,
                 head: Some(staged.head.clone()),
+                gitlinks: tree::gitlinks(&staged.entries),
                 metadata_baseline: Some(baseline),
             }),
             Err(e) => {
@@ -442,15 +461,17 @@ pub async fn volume_digest(
     storage: &TaskStorage,
     volume: &str,
 ) -> Result<String> {
+    let spec = storage.volume_spec(volume);
     let body = storage::helper_body(
         image_id,
-        storage.allocation.labels(Kind::Tool),
+        &storage.allocation,
+        Kind::Tool,
         vec![
             paths::INIT.to_owned(),
             "digest".to_owned(),
             "/tree".to_owned(),
         ],
-        vec![crate::profile::volume_mount(volume, "/tree", true, None)],
+        vec![crate::profile::volume_mount(&spec, "/tree", true, None)],
     );
     let mut created = Created::default();
     let result = async {
@@ -482,6 +503,7 @@ pub async fn remove(engine: &Engine, handle: &StorageHandle) -> Result<()> {
             (ATTEMPT.to_owned(), handle.attempt.clone()),
             (ALLOCATION.to_owned(), handle.allocation.to_string()),
             (KIND.to_owned(), kind.as_str().to_owned()),
+            (UID.to_owned(), handle.uid.to_string()),
         ])
     };
     let matches = |labels: &std::collections::HashMap<String, String>, kind: Kind| {

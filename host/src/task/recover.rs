@@ -12,8 +12,9 @@ use super::{clone, holds_storage_of, StorageHandle};
 use crate::cleanup::{Created, Listed};
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
-use crate::labels::{Kind, Owner, ALLOCATION, ATTEMPT, KIND, OWNER};
+use crate::labels::{Kind, Owner, ALLOCATION, ATTEMPT, KIND, OWNER, UID};
 use crate::profile::Area;
+use crate::uids::Uid;
 
 /// What recovery found and did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -64,6 +65,15 @@ fn area_of(options: &HashMap<String, String>) -> Area {
     Area {
         bytes: value("size"),
         inodes: value("nr_inodes"),
+    }
+}
+
+/// The uid every part of an allocation names, if they agree on a valid one.
+fn one_uid<'a>(labels: impl Iterator<Item = &'a HashMap<String, String>>) -> Option<Uid> {
+    let uids: std::collections::BTreeSet<Option<&String>> = labels.map(|l| l.get(UID)).collect();
+    match uids.into_iter().collect::<Vec<_>>().as_slice() {
+        [Some(uid)] => Uid::new(uid.parse().ok()?).ok(),
+        _ => None,
     }
 }
 
@@ -172,10 +182,16 @@ pub async fn recover(engine: &Engine, owner: &Owner, foreign: bool) -> Result<Re
     }
     for (allocation, parts) in storage {
         let attempts: std::collections::BTreeSet<&String> = parts.iter().map(|p| &p.1).collect();
+        let uid = one_uid(parts.iter().map(|p| &p.2.labels));
         let keepers: Vec<_> = parts.iter().filter(|p| p.0 == Kind::Keeper).collect();
         let works: Vec<_> = parts.iter().filter(|p| p.0 == Kind::Work).collect();
         let metas: Vec<_> = parts.iter().filter(|p| p.0 == Kind::Metadata).collect();
-        if attempts.len() != 1 || keepers.len() > 1 || works.len() > 1 || metas.len() > 1 {
+        if attempts.len() != 1
+            || uid.is_none()
+            || keepers.len() > 1
+            || works.len() > 1
+            || metas.len() > 1
+        {
             for p in &parts {
                 report.untouched.push(format!(
                     "{} (allocation {allocation}: parts disagree)",
@@ -186,7 +202,7 @@ pub async fn recover(engine: &Engine, owner: &Owner, foreign: bool) -> Result<Re
         }
         // A keeper that is running and renamed after seeding: complete storage.
         let intact = keepers.len() == 1 && works.len() == 1 && metas.len() == 1 && keepers[0].3;
-        if intact {
+        if let (true, Some(uid)) = (intact, uid) {
             report.storage.push(StorageHandle {
                 owner: owner.as_str().to_owned(),
                 attempt: parts[0].1.clone(),
@@ -196,7 +212,9 @@ pub async fn recover(engine: &Engine, owner: &Owner, foreign: bool) -> Result<Re
                 keeper: keepers[0].2.id.clone(),
                 work: area_of(&works[0].4),
                 metadata: area_of(&metas[0].4),
+                uid,
                 head: None,
+                gitlinks: None,
                 metadata_baseline: None,
             });
         } else {
@@ -303,6 +321,7 @@ pub async fn recover_one(
     let mut work = None;
     let mut metadata = None;
     let mut attempt = None;
+    let mut labels = Vec::new();
     for c in containers {
         let complete = c
             .names
@@ -319,6 +338,7 @@ pub async fn recover_one(
         }
         if let Some((Kind::Keeper, a, _)) = object.identity(owner) {
             attempt.get_or_insert(a);
+            labels.push(object.labels.clone());
             keeper = Some(object.id);
         }
     }
@@ -330,27 +350,34 @@ pub async fn recover_one(
         };
         match object.identity(owner) {
             Some((Kind::Work, a, _)) if attempt.get_or_insert(a.clone()) == &a => {
+                labels.push(object.labels.clone());
                 work = Some((v.name, area_of(&v.options)))
             }
             Some((Kind::Metadata, a, _)) if attempt.get_or_insert(a.clone()) == &a => {
+                labels.push(object.labels.clone());
                 metadata = Some((v.name, area_of(&v.options)))
             }
             _ => {}
         }
     }
-    Ok(match (keeper, work, metadata, attempt) {
-        (Some(keeper), Some(work), Some(metadata), Some(attempt)) => Some(StorageHandle {
-            owner: owner.as_str().to_owned(),
-            attempt,
-            allocation: *allocation,
-            work_volume: work.0,
-            metadata_volume: metadata.0,
-            keeper,
-            work: work.1,
-            metadata: metadata.1,
-            head: None,
-            metadata_baseline: None,
-        }),
+    let uid = one_uid(labels.iter());
+    Ok(match (keeper, work, metadata, attempt, uid) {
+        (Some(keeper), Some(work), Some(metadata), Some(attempt), Some(uid)) => {
+            Some(StorageHandle {
+                owner: owner.as_str().to_owned(),
+                attempt,
+                allocation: *allocation,
+                work_volume: work.0,
+                metadata_volume: metadata.0,
+                keeper,
+                work: work.1,
+                metadata: metadata.1,
+                uid,
+                head: None,
+                gitlinks: None,
+                metadata_baseline: None,
+            })
+        }
         _ => None,
     })
 }

@@ -1,4 +1,4 @@
-//! Seeding: the checkout and the metadata as tar streams built here (uid/gid 10001; regular files,
+//! Seeding: the checkout and the metadata as tar streams built here (the allocation's uid; regular files,
 //! directories and links only), uploaded into the running keeper. Nothing is buffered whole: file
 //! contents stream from `git cat-file --batch` through a bounded channel into the upload.
 
@@ -55,12 +55,12 @@ impl Write for ChannelWriter {
     }
 }
 
-fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+fn header(kind: tar::EntryType, mode: u32, size: u64, uid: u32) -> tar::Header {
     let mut h = tar::Header::new_gnu();
     h.set_entry_type(kind);
     h.set_mode(mode);
-    h.set_uid(u64::from(paths::AGENT_UID));
-    h.set_gid(u64::from(paths::AGENT_GID));
+    h.set_uid(u64::from(uid));
+    h.set_gid(u64::from(uid));
     h.set_mtime(0);
     h.set_size(size);
     h
@@ -77,8 +77,10 @@ fn write_work(
     staged_git: &super::git::Git,
     entries: &[Entry],
     links: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    uid: u32,
     out: ChannelWriter,
 ) -> Result<()> {
+    let header = |kind, mode, size| header(kind, mode, size, uid);
     let mut builder = tar::Builder::new(out);
     let mut child = staged_git
         .command()
@@ -166,7 +168,14 @@ fn write_work(
 
 /// Write the metadata: HEAD (the head, detached), a minimal config of ours, the copied objects and
 /// refs, and an index of the head's tree.
-fn write_metadata(repo: &Path, head: &str, index: &Path, out: ChannelWriter) -> Result<()> {
+fn write_metadata(
+    repo: &Path,
+    head: &str,
+    index: &Path,
+    uid: u32,
+    out: ChannelWriter,
+) -> Result<()> {
+    let header = |kind, mode, size| header(kind, mode, size, uid);
     let mut builder = tar::Builder::new(out);
     let tar_err = |e: io::Error| Error::io("writing the metadata tar", e);
     let config = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = false\n";
@@ -302,8 +311,9 @@ pub async fn upload_work(engine: &Engine, storage: &TaskStorage, staged: &Staged
     let git = staged.git.clone();
     let entries = staged.entries.clone();
     let links = staged.links.clone();
+    let uid = storage.allocation.uid.get();
     upload_stream(engine, storage, paths::WORK, move |out| {
-        write_work(&git, &entries, &links, out)
+        write_work(&git, &entries, &links, uid, out)
     })
     .await
 }
@@ -331,8 +341,9 @@ pub async fn upload_metadata(
     }
     let repo = staged.git.git_dir.clone();
     let head = staged.head.clone();
+    let uid = storage.allocation.uid.get();
     upload_stream(engine, storage, paths::METADATA, move |out| {
-        write_metadata(&repo, &head, &index, out)
+        write_metadata(&repo, &head, &index, uid, out)
     })
     .await
 }

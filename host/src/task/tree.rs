@@ -73,6 +73,16 @@ pub fn parse_ls_tree(output: &[u8]) -> Result<Vec<Entry>, String> {
     Ok(entries)
 }
 
+/// The gitlinks of a tree, as UTF-8 paths under /work (what execute and fix mask); None when one
+/// has a name that is not UTF-8, which no mount target could name exactly.
+pub fn gitlinks(entries: &[Entry]) -> Option<Vec<String>> {
+    entries
+        .iter()
+        .filter(|e| e.kind == Kind::Gitlink)
+        .map(|e| String::from_utf8(e.path.clone()).ok())
+        .collect()
+}
+
 /// Code points HFS+ ignores when it compares names (git's is_hfs_dotgit list).
 fn hfs_ignorable(c: char) -> bool {
     matches!(c, '\u{200c}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{206a}'..='\u{206f}' | '\u{feff}')
