@@ -230,6 +230,82 @@ async fn questions_and_planning_answer_with_attestation_and_identity() {
     finish(&engine, &owner, &storage).await;
 }
 
+/// A planning schema with required properties, and a property typed so that the fake's
+/// `{"ignored": true}` has the wrong type too.
+const PLAN_SCHEMA: &str = r#"{"type":"object","required":["steps","risk"],"properties":{"steps":{"type":"array","minItems":1,"items":{"type":"string"}},"risk":{"enum":["low","high"]},"ignored":{"type":"string"}}}"#;
+
+/// The CLI can exit 0 with `subtype: success` and a structured output that ignores the schema:
+/// cordon validates it against the mounted schema itself and settles with `answer-invalid`, no
+/// answer and bounded evidence; the same schema in `normal` mode still answers.
+#[tokio::test]
+async fn a_planning_answer_that_ignores_the_schema_is_no_answer() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-ignored");
+    let storage = storage(&engine, &image, &owner).await;
+    let mut ignored = request(&storage, Phase::Planning, "cordon-fake:schema-ignored");
+    ignored.schema = Some(schema_file("ignored", PLAN_SCHEMA));
+    let mut normal = request(&storage, Phase::Planning, "plan it");
+    normal.schema = Some(schema_file("normal", PLAN_SCHEMA));
+    let (ignored, normal) =
+        tokio::join!(run(&engine, &image, ignored), run(&engine, &image, normal));
+    assert_eq!(
+        (ignored.exit_code, ignored.signal, ignored.stop_reason),
+        (Some(0), None, None),
+        "the CLI said success: {ignored:#?}"
+    );
+    assert!(ignored.attestation.is_some(), "{ignored:#?}");
+    assert_eq!(failure(&ignored), Some("answer-invalid"), "{ignored:#?}");
+    assert_eq!(ignored.answer, None, "{ignored:#?}");
+    let evidence = &ignored.failure.as_ref().expect("a failure").message;
+    assert!(evidence.len() <= 2200, "bounded evidence: {evidence}");
+    for needle in ["steps", "risk", "/ignored"] {
+        assert!(evidence.contains(needle), "{needle} in {evidence}");
+    }
+    assert_eq!(
+        normal.answer.as_deref(),
+        Some(r#"{"risk":"low","steps":["fake"]}"#),
+        "{normal:#?}"
+    );
+    assert_eq!(failure(&normal), None);
+    finish(&engine, &owner, &storage).await;
+}
+
+/// Review with a schema answers with the validated structured output (and refuses one that
+/// ignores the schema); review without a schema still answers in plain text.
+#[tokio::test]
+async fn review_with_a_schema_answers_with_validated_structured_output() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-review");
+    let storage = storage(&engine, &image, &owner).await;
+    let review_schema = r#"{"type":"object","required":["verdict","findings"],"additionalProperties":false,"properties":{"verdict":{"enum":["approve","reject"]},"findings":{"type":"array","items":{"type":"object","required":["file"],"properties":{"file":{"type":"string"}}}}}}"#;
+    let mut structured = request(&storage, Phase::Review, "review it");
+    structured.schema = Some(schema_file("review", review_schema));
+    let mut ignored = request(&storage, Phase::Review, "cordon-fake:schema-ignored");
+    ignored.schema = Some(schema_file("review-ignored", review_schema));
+    let plain = request(&storage, Phase::Review, "review it");
+    let (structured, ignored, plain) = tokio::join!(
+        run(&engine, &image, structured),
+        run(&engine, &image, ignored),
+        run(&engine, &image, plain)
+    );
+    assert_eq!(
+        structured.answer.as_deref(),
+        Some(r#"{"findings":[],"verdict":"approve"}"#),
+        "{structured:#?}"
+    );
+    assert_eq!(failure(&structured), None);
+    assert_eq!(failure(&ignored), Some("answer-invalid"), "{ignored:#?}");
+    assert_eq!(ignored.answer, None);
+    assert_eq!(
+        plain.answer.as_deref(),
+        Some("fake answer: 9 bytes of prompt; allowed tools: Read,Glob,Grep"),
+        "{plain:#?}"
+    );
+    finish(&engine, &owner, &storage).await;
+}
+
 /// Every way a run ends without an answer settles with the right facts and failure id.
 #[tokio::test]
 async fn runs_that_do_not_answer_settle_with_the_reason() {

@@ -1,5 +1,6 @@
-//! The Claude adapter: the vendor command for each phase, the planning schema's rules, and the
-//! answer read out of Claude's documented `--output-format json` envelope.
+//! The Claude adapter: the vendor command for each phase, the answer schema's rules, and the
+//! answer read out of Claude's documented `--output-format json` envelope (a structured answer is
+//! checked against its schema by cordon, see [`super::schema`]).
 //!
 //! Tools are limited by phase through the CLI's own flags (the kernel's exec allowlist and the
 //! read-only mounts hold regardless): planning, questions and review may only read, list and
@@ -12,6 +13,7 @@ use std::path::Path;
 
 use cordon_contract::{paths, Phase};
 
+use super::AnswerSchema;
 use crate::error::{Error, Result};
 
 /// Tools that only read, list and search.
@@ -50,7 +52,8 @@ pub fn schema_rule(phase: Phase) -> (bool, bool) {
 }
 
 /// The vendor command: non-interactive JSON output, the phase's tools, no MCP, the exact schema
-/// text for planning, and the prompt last, after `--`, so no prompt is read as a flag.
+/// text when there is one (planning; review when given one), and the prompt last, after `--`, so
+/// no prompt is read as a flag.
 pub fn command(phase: Phase, prompt: &str, schema: Option<&str>) -> Vec<String> {
     let (allowed, denied) = tools(phase);
     let mut argv: Vec<String> = [
@@ -139,9 +142,15 @@ pub fn check_schema(bytes: &[u8]) -> Result<String> {
 pub struct NotAnAnswer(pub String);
 
 /// The answer in Claude's result envelope: stdout must be exactly one JSON object, a successful
-/// `result`; planning answers with `structured_output` (an object, returned as compact JSON
-/// text, nothing around it), the other phases with the `result` text.
-pub fn answer(phase: Phase, stdout: &str) -> std::result::Result<String, NotAnAnswer> {
+/// `result`. With a schema (planning always, review when given one) the answer is
+/// `structured_output`: an object that matches the schema (checked here, never trusted to the
+/// CLI), returned as compact JSON text with nothing around it. Without one it is the `result`
+/// text; planning without a schema is no answer.
+pub fn answer(
+    phase: Phase,
+    schema: Option<&AnswerSchema>,
+    stdout: &str,
+) -> std::result::Result<String, NotAnAnswer> {
     let wrong = |why: &str| NotAnAnswer(why.to_owned());
     let envelope: serde_json::Value = serde_json::from_str(stdout.trim())
         .map_err(|e| NotAnAnswer(format!("stdout is not one JSON envelope: {e}")))?;
@@ -154,11 +163,19 @@ pub fn answer(phase: Phase, stdout: &str) -> std::result::Result<String, NotAnAn
     {
         return Err(wrong("the result is an error"));
     }
-    if phase == Phase::Planning {
+    if let Some(schema) = schema {
         let Some(structured) = field("structured_output").filter(|v| v.is_object()) else {
             return Err(wrong("no structured_output object"));
         };
+        schema.check(structured).map_err(|evidence| {
+            NotAnAnswer(format!(
+                "structured_output does not match the schema: {evidence}"
+            ))
+        })?;
         return serde_json::to_string(structured).map_err(|e| NotAnAnswer(e.to_string()));
+    }
+    if schema_rule(phase).0 {
+        return Err(wrong("a phase that needs a schema was given none"));
     }
     field("result")
         .and_then(|v| v.as_str())
@@ -254,20 +271,51 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Review's answer with an optional schema.
+    fn review_answer(schema: Option<&str>, stdout: &str) -> std::result::Result<String, String> {
+        let schema = schema.map(|s| AnswerSchema::compile(s.to_owned()).expect("compiles"));
+        answer(Phase::Review, schema.as_ref(), stdout).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn review_with_a_schema_answers_with_structured_output() {
+        let both = r#"{"type":"result","subtype":"success","is_error":false,"result":"hi","structured_output":{"b":1}}"#;
+        let schema = r#"{"type":"object","required":["b"]}"#;
+        assert_eq!(
+            review_answer(Some(schema), both).as_deref(),
+            Ok(r#"{"b":1}"#)
+        );
+        assert_eq!(review_answer(None, both).as_deref(), Ok("hi"));
+        let text_only = r#"{"type":"result","subtype":"success","is_error":false,"result":"hi"}"#;
+        assert!(
+            review_answer(Some(schema), text_only).is_err(),
+            "no structured_output"
+        );
+        let wrong = r#"{"type":"result","subtype":"success","is_error":false,"result":"hi","structured_output":{"a":1}}"#;
+        let why = review_answer(Some(schema), wrong).unwrap_err();
+        assert!(why.contains("\"b\""), "{why}");
+    }
+
     #[test]
     fn answers_come_only_from_a_successful_envelope() {
+        let any = AnswerSchema::compile(r#"{"type":"object"}"#.to_owned()).unwrap();
+        let plan = |stdout: &str| answer(Phase::Planning, Some(&any), stdout);
         let ok = r#"{"type":"result","subtype":"success","is_error":false,"result":"hi","structured_output":{"b":1,"a":[2]}}"#;
-        assert_eq!(answer(Phase::Questions, ok).unwrap(), "hi");
-        assert_eq!(answer(Phase::Planning, ok).unwrap(), r#"{"a":[2],"b":1}"#);
+        assert_eq!(answer(Phase::Questions, None, ok).unwrap(), "hi");
+        assert_eq!(plan(ok).unwrap(), r#"{"a":[2],"b":1}"#);
+        assert!(
+            answer(Phase::Planning, None, ok).is_err(),
+            "planning needs its schema"
+        );
         let error = r#"{"type":"result","subtype":"error_max_structured_output_retries","is_error":true,"result":""}"#;
-        assert!(answer(Phase::Planning, error).is_err());
-        assert!(answer(Phase::Questions, error).is_err());
+        assert!(plan(error).is_err());
+        assert!(answer(Phase::Questions, None, error).is_err());
         let no_structured =
             r#"{"type":"result","subtype":"success","is_error":false,"result":"x"}"#;
-        assert!(answer(Phase::Planning, no_structured).is_err());
-        assert!(answer(Phase::Questions, &format!("prose\n{ok}")).is_err());
-        assert!(answer(Phase::Questions, "").is_err());
+        assert!(plan(no_structured).is_err());
+        assert!(answer(Phase::Questions, None, &format!("prose\n{ok}")).is_err());
+        assert!(answer(Phase::Questions, None, "").is_err());
         let array = r#"{"type":"result","subtype":"success","is_error":false,"result":"x","structured_output":[1]}"#;
-        assert!(answer(Phase::Planning, array).is_err());
+        assert!(plan(array).is_err());
     }
 }

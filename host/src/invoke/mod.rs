@@ -11,6 +11,7 @@
 pub mod claude;
 pub mod oneshot;
 mod result;
+pub mod schema;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -29,6 +30,7 @@ use crate::profile::{Limits, Profile, ProfileSpec, SCHEMA_FILE};
 use crate::task::StorageHandle;
 
 pub use result::{assemble, Attestation, Facts, Failure, InvocationResult, Timings};
+pub use schema::AnswerSchema;
 
 /// The phases each vendor may run. Codex's set is empty: it reads code only through its shell,
 /// which is off, so it would plan without the code and edit files it cannot see.
@@ -107,7 +109,7 @@ pub struct Request {
 #[derive(Debug, Clone)]
 pub struct Capture {
     request: Request,
-    schema_text: Option<String>,
+    schema: Option<AnswerSchema>,
 }
 
 impl Capture {
@@ -116,7 +118,11 @@ impl Capture {
     }
     /// The exact schema text the agent will be given (and the input dir will hold).
     pub fn schema_text(&self) -> Option<&str> {
-        self.schema_text.as_deref()
+        self.schema.as_ref().map(AnswerSchema::text)
+    }
+    /// The compiled schema every structured answer is checked against.
+    pub fn schema(&self) -> Option<&AnswerSchema> {
+        self.schema.as_ref()
     }
 }
 
@@ -183,7 +189,7 @@ pub fn capture(request: Request) -> Result<Capture> {
         return Err(Error::Deadline("the invocation's deadline".into()));
     }
     let (required, allowed) = claude::schema_rule(request.phase);
-    let schema_text = match (&request.schema, required, allowed) {
+    let schema = match (&request.schema, required, allowed) {
         (None, true, _) => {
             return Err(Error::Schema(format!(
                 "{} needs {SCHEMA_FILE}",
@@ -196,7 +202,8 @@ pub fn capture(request: Request) -> Result<Capture> {
                 request.phase
             )))
         }
-        (Some(path), _, true) => Some(claude::read_schema(path)?),
+        // Compiled once, here: a schema that does not compile is refused before anything exists.
+        (Some(path), _, true) => Some(AnswerSchema::compile(claude::read_schema(path)?)?),
         (None, false, _) => None,
     };
     let mut captured = CAPTURED
@@ -205,10 +212,7 @@ pub fn capture(request: Request) -> Result<Capture> {
     if !captured.insert(request.attempt.clone()) {
         return Err(Error::AttemptCaptured(request.attempt.clone()));
     }
-    Ok(Capture {
-        request,
-        schema_text,
-    })
+    Ok(Capture { request, schema })
 }
 
 /// Where the image comes from: an id already built, or the workspace to build it from as the
@@ -417,8 +421,7 @@ fn profile(
     let mut limits = options.limits.clone();
     limits.deadline = left + limits.grace + Duration::from_secs(10);
     let input_files = capture
-        .schema_text
-        .as_ref()
+        .schema_text()
         .map(|s| vec![(SCHEMA_FILE.to_owned(), s.as_bytes().to_vec())])
         .unwrap_or_default();
     let env = credential
@@ -700,6 +703,7 @@ impl Supervisor {
             exit_code: ran.exit_code,
             output: ran.output,
             policy_digest: ran.policy_digest,
+            schema: self.capture.schema.clone(),
             stop_reason,
             setup_error,
             unreleased,
@@ -736,5 +740,80 @@ impl Supervisor {
             }
         }
         left.leftovers()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn storage() -> StorageHandle {
+        StorageHandle {
+            owner: "t-unit".into(),
+            attempt: "x".into(),
+            allocation: uuid::Uuid::new_v4(),
+            work_volume: "w".into(),
+            metadata_volume: "m".into(),
+            keeper: "k".into(),
+            work: crate::storage::DEFAULT_WORK,
+            metadata: crate::storage::DEFAULT_METADATA,
+            head: None,
+            metadata_baseline: None,
+        }
+    }
+
+    /// Capture a planning request whose schema.json holds `text`.
+    fn capture_schema(text: &str) -> Result<Capture> {
+        let dir =
+            std::env::temp_dir().join(format!("cordon-unit-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("schema.json");
+        std::fs::write(&path, text).expect("schema file");
+        let captured = capture(Request {
+            phase: Phase::Planning,
+            vendor: Vendor::Claude,
+            prompt: "plan".into(),
+            schema: Some(path),
+            referenced_code_hash: "code".into(),
+            deadline: Instant::now() + Duration::from_secs(60),
+            network_allowlist: vec![],
+            attempt: format!("u-{}", uuid::Uuid::new_v4().simple()),
+            storage: storage(),
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        captured
+    }
+
+    #[test]
+    fn capture_refuses_a_schema_that_does_not_compile_or_reaches_outside() {
+        let good = r##"{"type":"object","definitions":{"n":{"type":"integer"}},"properties":{"n":{"$ref":"#/definitions/n"},"id":{"pattern":"^[a-z]+$"}}}"##;
+        let captured = capture_schema(good).expect("a local $ref and a linear pattern compile");
+        assert_eq!(captured.schema_text(), Some(good));
+        let refused = [
+            // External references: never fetched, never read.
+            r#"{"type":"object","properties":{"a":{"$ref":"http://127.0.0.1:9/s.json"}}}"#,
+            r#"{"type":"object","properties":{"a":{"$ref":"https://example.com/s.json#/x"}}}"#,
+            r#"{"type":"object","properties":{"a":{"$ref":"file:///etc/passwd"}}}"#,
+            r#"{"type":"object","properties":{"a":{"$ref":"other.json"}}}"#,
+            r#"{"$id":"http://127.0.0.1:9/root.json","type":"object","properties":{"a":{"$ref":"b.json"}}}"#,
+            // A dangling local reference.
+            r##"{"type":"object","properties":{"a":{"$ref":"#/definitions/missing"}}}"##,
+            // Not a valid schema.
+            r#"{"type":"object","required":5}"#,
+            r#"{"type":"object","properties":{"a":{"type":"strin"}}}"#,
+            r#"{"type":"object","properties":{"a":{"minimum":"1"}}}"#,
+            // Patterns only a backtracking engine runs.
+            r#"{"type":"object","properties":{"a":{"pattern":"^(a)\\1$"}}}"#,
+            r#"{"type":"object","properties":{"a":{"pattern":"^(?=a)a+$"}}}"#,
+            r#"{"type":"object","patternProperties":{"^(?!x)":{}}}"#,
+            // An unknown meta-schema (it would have to be fetched).
+            r#"{"$schema":"http://127.0.0.1:9/meta.json","type":"object"}"#,
+        ];
+        for text in refused {
+            match capture_schema(text) {
+                Err(e) => assert_eq!(e.id(), "schema-invalid", "{text}: {e}"),
+                Ok(_) => panic!("captured {text}"),
+            }
+        }
     }
 }

@@ -6,12 +6,13 @@
 //! - the init's first stderr line must attest the digest of the policy the host wrote, with
 //!   nothing skipped; without that the result is a failure whatever the workload printed;
 //! - output is an answer only with exit code 0, no signal, no stop reason, and an envelope the
-//!   adapter accepts;
+//!   adapter accepts; with a schema, only a `structured_output` that cordon's own validator finds
+//!   matching it (the CLI's check is never trusted), else `answer-invalid`;
 //! - the attempt id and referenced code hash are echoed for the caller to check.
 
 use cordon_contract::{Id, Phase, Vendor};
 
-use super::{claude, StopReason};
+use super::{claude, AnswerSchema, StopReason};
 use crate::cleanup::Leftover;
 use crate::error::Error;
 use crate::launch::{self, InitVerdict};
@@ -66,7 +67,8 @@ pub struct InvocationResult {
     pub signal: Option<i32>,
     /// Absent when the agent finished on its own.
     pub stop_reason: Option<StopReason>,
-    /// The answer: planning's `structured_output` as JSON text, the other phases' result text.
+    /// The answer: the validated `structured_output` as compact JSON text when the request had a
+    /// schema (planning always, review when given one), the result text otherwise.
     pub answer: Option<String>,
     /// Why there is no answer.
     pub failure: Option<Failure>,
@@ -121,6 +123,8 @@ pub struct Facts {
     pub exit_code: Option<i64>,
     pub output: Option<launch::Output>,
     pub policy_digest: String,
+    /// The compiled schema a structured answer must match (planning's; review's when it has one).
+    pub schema: Option<AnswerSchema>,
     pub stop_reason: Option<StopReason>,
     pub setup_error: Option<Error>,
     pub unreleased: Vec<Leftover>,
@@ -249,7 +253,7 @@ pub fn assemble(facts: Facts) -> InvocationResult {
     }
     if failures.is_empty() {
         if let Some(stdout) = &result.stdout {
-            match claude::answer(result.phase, stdout) {
+            match claude::answer(result.phase, facts.schema.as_ref(), stdout) {
                 Ok(answer) => result.answer = Some(answer),
                 Err(claude::NotAnAnswer(why)) => failures.push(Failure::new("answer-invalid", why)),
             }
@@ -300,6 +304,7 @@ mod tests {
             exit_code: exit,
             output: out,
             policy_digest: DIGEST.into(),
+            schema: None,
             stop_reason: None,
             setup_error: None,
             unreleased: vec![],
@@ -396,6 +401,195 @@ mod tests {
         assert_eq!(r.answer, None);
         assert_eq!(r.stop_reason, Some(StopReason::Cancelled));
         assert_eq!(r.failure.map(|f| f.id), Some("stopped".into()));
+    }
+
+    /// A clean run whose envelope carries `structured`, settled for `phase` with `schema`.
+    fn settle(
+        phase: Phase,
+        schema: Option<&str>,
+        structured: &serde_json::Value,
+    ) -> InvocationResult {
+        let envelope = serde_json::json!({
+            "type": "result", "subtype": "success", "is_error": false,
+            "result": "plain text", "structured_output": structured,
+        })
+        .to_string();
+        let mut f = facts(
+            Some(0),
+            Some(output(envelope.as_bytes(), &good_stderr(), None)),
+        );
+        f.phase = phase;
+        f.schema =
+            schema.map(|s| AnswerSchema::compile(s.to_owned()).expect("the schema compiles"));
+        assemble(f)
+    }
+
+    /// The failure of a settled result that must be `answer-invalid`, checked to be bounded.
+    fn refused(r: &InvocationResult) -> &str {
+        let shown: String = r.answer.iter().flat_map(|a| a.chars()).take(200).collect();
+        assert!(r.answer.is_none(), "an answer: {shown}");
+        let failure = r.failure.as_ref().expect("a failure");
+        assert_eq!(failure.id, "answer-invalid", "{failure:?}");
+        assert!(
+            failure.message.len() <= 2300,
+            "{} bytes",
+            failure.message.len()
+        );
+        &failure.message
+    }
+
+    #[test]
+    fn a_structured_answer_that_matches_its_schema_is_the_answer() {
+        let schema = r#"{"type":"object","required":["steps"],"additionalProperties":false,"properties":{"steps":{"type":"array","items":{"type":"object","required":["n"],"properties":{"n":{"type":"integer","minimum":1,"maximum":9},"id":{"type":"string","pattern":"^[a-z]+-[0-9]+$"}}}},"risk":{"enum":["low","high"]}}}"#;
+        let good = serde_json::json!({"risk": "low", "steps": [{"n": 1, "id": "ab-12"}, {"n": 9}]});
+        for phase in [Phase::Planning, Phase::Review] {
+            let r = settle(phase, Some(schema), &good);
+            assert_eq!(r.failure, None, "{phase}: {r:?}");
+            assert_eq!(
+                r.answer.as_deref(),
+                Some(r#"{"risk":"low","steps":[{"id":"ab-12","n":1},{"n":9}]}"#),
+                "{phase}"
+            );
+        }
+        // Review without a schema answers in plain text.
+        let r = settle(Phase::Review, None, &good);
+        assert_eq!(r.answer.as_deref(), Some("plain text"), "{r:?}");
+    }
+
+    #[test]
+    fn each_kind_of_schema_violation_is_answer_invalid_with_its_path() {
+        use serde_json::json;
+        let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+            // A required property missing (the CLI's success without a valid StructuredOutput).
+            (
+                r#"{"type":"object","required":["steps","risk"]}"#,
+                json!({"ignored": true}),
+                "steps",
+            ),
+            (
+                r#"{"type":"object","properties":{"n":{"type":"integer"}}}"#,
+                json!({"n": "1"}),
+                "/n",
+            ),
+            (
+                r#"{"type":"object","additionalProperties":false,"properties":{"a":{}}}"#,
+                json!({"a": 1, "extra": 2}),
+                "extra",
+            ),
+            (
+                r#"{"type":"object","properties":{"risk":{"enum":["low","high"]}}}"#,
+                json!({"risk": "none"}),
+                "/risk",
+            ),
+            (
+                r#"{"type":"object","properties":{"n":{"type":"number","minimum":1}}}"#,
+                json!({"n": 0.5}),
+                "/n",
+            ),
+            (
+                r#"{"type":"object","properties":{"n":{"type":"number","maximum":10}}}"#,
+                json!({"n": 11}),
+                "/n",
+            ),
+            (
+                r#"{"type":"object","properties":{"plan":{"type":"object","required":["owner"],"properties":{"owner":{"type":"object","properties":{"name":{"type":"string"}}}}}}}"#,
+                json!({"plan": {"owner": {"name": 7}}}),
+                "/plan/owner/name",
+            ),
+            (
+                r#"{"type":"object","properties":{"steps":{"type":"array","items":{"type":"object","required":["file"]}}}}"#,
+                json!({"steps": [{"file": "a"}, {"fil": "b"}]}),
+                "/steps/1",
+            ),
+            (
+                r#"{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+-[0-9]+$"}}}"#,
+                json!({"id": "AB-12"}),
+                "/id",
+            ),
+            // Not an object at all where the root says object.
+            (r#"{"type":"object"}"#, json!([1, 2]), ""),
+        ];
+        for (schema, instance, path) in cases {
+            for phase in [Phase::Planning, Phase::Review] {
+                let r = settle(phase, Some(schema), &instance);
+                let evidence = refused(&r);
+                assert!(
+                    evidence.contains(path),
+                    "{phase} {schema} {instance}: {evidence}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_pathological_pattern_costs_linear_time() {
+        let schema =
+            r#"{"type":"object","properties":{"s":{"type":"string","pattern":"^(a+)+$"}}}"#;
+        let mut hostile = "a".repeat(100_000);
+        hostile.push('b');
+        let started = std::time::Instant::now();
+        let r = settle(
+            Phase::Planning,
+            Some(schema),
+            &serde_json::json!({ "s": hostile }),
+        );
+        let took = started.elapsed();
+        refused(&r);
+        // A bound on the work (a backtracking engine would take longer than the universe).
+        assert!(took < std::time::Duration::from_millis(500), "{took:?}");
+    }
+
+    #[test]
+    fn huge_and_deep_answers_keep_the_evidence_bounded() {
+        use serde_json::{json, Value};
+        // Half a million violating items (1 MiB of output, the bound on stdout).
+        let items =
+            r#"{"type":"object","properties":{"xs":{"type":"array","items":{"type":"string"}}}}"#;
+        let started = std::time::Instant::now();
+        let r = settle(
+            Phase::Planning,
+            Some(items),
+            &json!({ "xs": vec![1; 500_000] }),
+        );
+        let evidence = refused(&r).to_owned();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(evidence.contains("/xs/0"), "{evidence}");
+        assert!(
+            !evidence.contains("/xs/1000"),
+            "only the first few errors: {evidence}"
+        );
+        // A huge property name, a huge string value, and a huge enum miss are cut.
+        let long = "k".repeat(512 * 1024);
+        let closed =
+            r#"{"type":"object","additionalProperties":false,"properties":{"a":{"enum":["x"]}}}"#;
+        let r = settle(
+            Phase::Planning,
+            Some(closed),
+            &json!({ long.clone(): 1, "a": long }),
+        );
+        refused(&r);
+        // Deep nesting (near the parser's depth limit of 128) through a recursive schema, with
+        // the violation at the bottom: the path is cut.
+        let recursive = r##"{"type":"object","required":["deeper-level"],"properties":{"deeper-level":{"$ref":"#"}}}"##;
+        let mut instance: Value = json!({});
+        for _ in 0..120 {
+            instance = json!({ "deeper-level": instance });
+        }
+        let r = settle(Phase::Planning, Some(recursive), &instance);
+        let evidence = refused(&r);
+        assert!(
+            evidence.starts_with("structured_output does not match"),
+            "{evidence}"
+        );
+        assert!(
+            evidence.contains("/deeper-level/deeper-level"),
+            "{evidence}"
+        );
+        assert!(evidence.ends_with('…'), "the long path is cut: {evidence}");
     }
 
     #[test]

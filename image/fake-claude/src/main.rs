@@ -12,6 +12,11 @@
 //!   `--json-schema`, `structured_output` is an instance generated from the schema; a schema that
 //!   is not JSON turns any success into `schema-violation`.
 //! - `cordon-fake:schema-violation`: `error_max_structured_output_retries`, exit 1.
+//! - `cordon-fake:schema-ignored`: what the real CLI can do when the model never makes a valid
+//!   StructuredOutput call: exit 0, `subtype: success`, `is_error: false`, and a
+//!   `structured_output` that ignores the schema, `{"ignored": true}` (every required property
+//!   missing, and `ignored` a boolean where a schema may type it otherwise), with or without
+//!   `--json-schema`.
 //! - `cordon-fake:invalid-utf8`: raw non-UTF-8 bytes on stdout, then success.
 //! - `cordon-fake:flood` / `cordon-fake:stderr-flood`: 10 MiB on stdout / stderr, then success.
 //! - `cordon-fake:hang`: sleeps forever, prints nothing.
@@ -120,6 +125,7 @@ fn main() {
         .unwrap_or("normal");
     let outcome = match mode {
         "cordon-fake:schema-violation" => schema_violation(),
+        "cordon-fake:schema-ignored" => schema_ignored(),
         "cordon-fake:invalid-utf8" => invalid_utf8(&cli),
         "cordon-fake:flood" => flood(&cli, io::stdout().lock()),
         "cordon-fake:stderr-flood" => flood(&cli, io::stderr().lock()),
@@ -239,6 +245,15 @@ fn schema_violation() -> Outcome {
         envelope: envelope("error_max_structured_output_retries", true, ""),
         code: 1,
     }
+}
+
+/// A success whose structured output ignores the schema: cordon must not trust the CLI's check.
+fn schema_ignored() -> Outcome {
+    let mut envelope = envelope("success", false, "ignored the schema");
+    if let Some(map) = envelope.as_object_mut() {
+        map.insert("structured_output".into(), json!({ "ignored": true }));
+    }
+    Outcome { envelope, code: 0 }
 }
 
 fn invalid_utf8(cli: &Cli) -> Outcome {
