@@ -174,6 +174,9 @@ enum BenchAction {
     },
 }
 
+/// The most a `cordon task remove @FILE` handle file may hold.
+const MAX_HANDLE_BYTES: usize = 64 * 1024;
+
 fn print<T: serde::Serialize>(
     json: bool,
     value: &T,
@@ -371,8 +374,11 @@ async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result
             let handle: cordon::task::StorageHandle = match (handle, allocation, owner) {
                 (Some(text), None, None) => {
                     let text = match text.strip_prefix('@') {
-                        Some(path) => std::fs::read_to_string(path)
-                            .with_context(|| format!("reading {path}"))?,
+                        Some(path) => cordon::caller_file::read_utf8(
+                            "handle file",
+                            std::path::Path::new(path),
+                            MAX_HANDLE_BYTES,
+                        )?,
                         None => text.clone(),
                     };
                     serde_json::from_str(&text).context("the handle is not a storage handle")?
@@ -419,11 +425,18 @@ async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> 
     };
     let prompt = match (prompt, prompt_file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => {
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
-        }
+        (None, Some(f)) => cordon::caller_file::read_utf8(
+            "prompt file",
+            f,
+            cordon::invoke::claude::MAX_PROMPT_BYTES,
+        )?,
         (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
     };
+    // A schema cordon will not read is refused before anything is prepared (the capture reads
+    // it again, and that read is the one used).
+    if let Some(schema) = schema {
+        cordon::invoke::claude::read_schema(schema)?;
+    }
     let (vendor, image_id, credential) = match vendor.as_str() {
         "test" => (
             cordon_contract::Vendor::Claude,

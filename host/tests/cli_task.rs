@@ -310,3 +310,165 @@ fn a_killed_run_leaves_nothing_after_recover() {
     let left = leftovers(&owner);
     assert!(left.is_empty(), "left behind: {left:?} (report {report})");
 }
+
+/// Run `command` bounded: its address space is capped (an unbounded read kills it instead of the
+/// machine) and it must finish within `within`, else it is killed and the test fails.
+fn bounded(command: &mut Command, within: Duration) -> (std::process::Output, Duration) {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    const ADDRESS_SPACE: libc::rlim_t = 2 << 30;
+    // SAFETY: setrlimit is async-signal-safe and touches only the limit we pass by value.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: ADDRESS_SPACE,
+                rlim_max: ADDRESS_SPACE,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let started = std::time::Instant::now();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = stderr.join().unwrap_or_default();
+            panic!(
+                "still running after {within:?}: killed ({:?}); stderr: {}",
+                command,
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = started.elapsed();
+    let output = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    (output, elapsed)
+}
+
+/// A command that must be refused fast, with `id` in its JSON error.
+fn refused_fast(command: &mut Command, id: &str) -> serde_json::Value {
+    let (output, elapsed) = bounded(command, Duration::from_secs(20));
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{:?}; stderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = json(&output);
+    assert_eq!(report["error"], id, "{report}");
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+    report
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: a valid C string; mkfifo touches no memory of ours.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+fn run_prompt_file(repo: &std::path::Path, owner: &str, file: &std::path::Path) -> Command {
+    let mut command = cordon();
+    command
+        .args(["run", "--json", "--vendor", "test", "--phase", "questions"])
+        .arg("--repo")
+        .arg(repo)
+        .args(["--owner", owner, "--prompt-file"])
+        .arg(file);
+    command
+}
+
+/// `--prompt-file` names a device, a FIFO, or too much: refused at once, nothing prepared.
+#[test]
+fn run_refuses_a_prompt_file_that_is_not_a_bounded_regular_file() {
+    let repo = small_repository("prompt-file");
+    let owner = format!("t-prompt-file-{}", std::process::id());
+    let report = refused_fast(
+        &mut run_prompt_file(&repo, &owner, std::path::Path::new("/dev/zero")),
+        "input-not-regular",
+    );
+    assert!(
+        report["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/dev/zero") && m.contains("character device")),
+        "{report}"
+    );
+    let dir = std::env::temp_dir().join(format!("cordon-prompt-file-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("prompt.fifo");
+    mkfifo(&fifo);
+    let report = refused_fast(
+        &mut run_prompt_file(&repo, &owner, &fifo),
+        "input-not-regular",
+    );
+    assert!(
+        report["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("a FIFO")),
+        "{report}"
+    );
+    let big = dir.join("prompt.txt");
+    std::fs::write(
+        &big,
+        vec![b'a'; cordon::invoke::claude::MAX_PROMPT_BYTES + 1],
+    )
+    .unwrap();
+    refused_fast(&mut run_prompt_file(&repo, &owner, &big), "input-too-large");
+    std::fs::write(&big, b"not \xff UTF-8").unwrap();
+    refused_fast(&mut run_prompt_file(&repo, &owner, &big), "input-not-utf8");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&repo);
+    let left = leftovers(&owner);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// `cordon task remove @FILE` reads a handle only from a bounded regular file.
+#[test]
+fn task_remove_refuses_a_handle_file_that_is_a_fifo_or_a_device() {
+    let dir = std::env::temp_dir().join(format!("cordon-handle-file-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("handle.fifo");
+    mkfifo(&fifo);
+    for file in [fifo.to_string_lossy().into_owned(), "/dev/zero".to_owned()] {
+        refused_fast(
+            cordon().args(["task", "remove", "--json", &format!("@{file}")]),
+            "input-not-regular",
+        );
+    }
+    let big = dir.join("handle.json");
+    std::fs::write(&big, vec![b' '; 64 * 1024 + 1]).unwrap();
+    refused_fast(
+        cordon().args(["task", "remove", "--json", &format!("@{}", big.display())]),
+        "input-too-large",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
