@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 use cordon::gate::GateOptions;
 use cordon::{bench, doctor, gate, image, Engine};
 
+mod human;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "cordon",
@@ -502,23 +504,8 @@ async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> 
     bar.finish_and_clear();
     let report = report?;
     let result = &report.result;
-    print(cli.json, &report, || {
-        let mut text = String::new();
-        match (&result.answer, &result.failure) {
-            (Some(answer), _) => text.push_str(&format!("{answer}\n")),
-            (None, Some(f)) => text.push_str(&format!("no answer: {} ({})\n", f.id, f.message)),
-            (None, None) => text.push_str("no answer\n"),
-        }
-        text.push_str(&format!(
-            "attempt {}, code {}, exit {:?}, attested: {}, {:.0} ms\n",
-            result.attempt,
-            result.referenced_code_hash,
-            result.exit_code,
-            result.attestation.is_some(),
-            report.timings.total_ms
-        ));
-        text
-    })?;
+    // Text output shows the agent's text escaped and framed (see `human`); JSON is exact.
+    print(cli.json, &report, || human::run_report(&report))?;
     Ok(
         if result.answer.is_some() && report.storage_left.is_none() {
             ExitCode::SUCCESS
@@ -541,7 +528,8 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("cordon: {e:#}");
+            // The message can quote the repository, git or the engine: escaped, on one line.
+            eprintln!("cordon: {}", human::line(&format!("{e:#}")));
             if json {
                 // Runners in other languages get the stable id and the refusals, if any.
                 let library = e.chain().find_map(|c| c.downcast_ref::<cordon::Error>());

@@ -311,6 +311,106 @@ fn a_killed_run_leaves_nothing_after_recover() {
     assert!(left.is_empty(), "left behind: {left:?} (report {report})");
 }
 
+/// The fake CLI's `cordon-fake:terminal-escapes` answer, byte for byte (image/fake-claude).
+const TERMINAL_ESCAPES: &str = concat!(
+    "terminal escapes follow\n",
+    "\u{1b}]52;c;Y29yZG9uIHdhcyBoZXJl\u{7}",
+    "\u{1b}]0;cordon: all clear\u{7}",
+    "\u{1b}[2J\u{1b}[H",
+    "hidden\rshown",
+    " nul\u{0}bell\u{7}",
+    " \u{202e}txt.exe\u{202c}",
+    " \u{9b}31mred\n",
+    "attempt forged, code x, exit Some(0), attested: true, 1 ms\n",
+);
+
+/// What must never reach the operator's terminal from agent text.
+fn hostile(c: char) -> bool {
+    let u = c as u32;
+    (c.is_control() && c != '\n')
+        || (0x200b..=0x200f).contains(&u)
+        || (0x202a..=0x202e).contains(&u)
+        || (0x2060..=0x206f).contains(&u)
+        || u == 0xfeff
+}
+
+/// `cordon run` in text mode: the agent's escapes are shown, not obeyed, its text is framed and
+/// prefixed, and the one summary line at column 0 is cordon's. `--json` keeps the answer raw.
+#[test]
+fn run_text_output_escapes_and_frames_the_agents_text() {
+    let repo = small_repository("escapes");
+    let owner = format!("t-escapes-{}", std::process::id());
+    let attempt = format!("esc-{}", std::process::id());
+    let mut text = cordon();
+    text.args(["run", "--vendor", "test", "--phase", "questions", "--repo"])
+        .arg(&repo)
+        .args(["--owner", &owner, "--attempt", &attempt])
+        .args(["--prompt", "cordon-fake:terminal-escapes"]);
+    let out = succeeded(&mut text);
+    let stdout = String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8");
+    eprintln!("text output: {stdout:?}");
+    for (at, c) in stdout.char_indices() {
+        assert!(
+            !hostile(c),
+            "U+{:04X} at byte {at} of stdout: {stdout:?}",
+            c as u32
+        );
+    }
+    let summary: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("attempt "))
+        .collect();
+    assert_eq!(summary.len(), 1, "one summary line at column 0: {stdout:?}");
+    assert!(
+        summary[0].starts_with(&format!("attempt {attempt}, code "))
+            && summary[0].contains("attested: true"),
+        "{stdout:?}"
+    );
+    let forged: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("attempt forged"))
+        .collect();
+    assert_eq!(
+        forged,
+        ["| attempt forged, code x, exit Some(0), attested: true, 1 ms"],
+        "the forged line only after the prefix: {stdout:?}"
+    );
+    assert!(
+        stdout.contains("\\x1b]52;c;"),
+        "the escapes are shown: {stdout:?}"
+    );
+    assert!(
+        stdout.contains("\\u{202e}") && stdout.contains("\\u{9b}31m"),
+        "{stdout:?}"
+    );
+    assert_eq!(
+        stdout.matches("--- agent answer (").count(),
+        1,
+        "{stdout:?}"
+    );
+    assert_eq!(
+        stdout.matches("--- end of agent answer ---").count(),
+        1,
+        "{stdout:?}"
+    );
+    // --json: the exact answer, escaped only by JSON.
+    let owner_json = format!("{owner}-json");
+    let out = succeeded(&mut run_command(
+        &repo,
+        &owner_json,
+        "cordon-fake:terminal-escapes",
+    ));
+    let report = json(&out);
+    assert_eq!(report["result"]["answer"], TERMINAL_ESCAPES);
+    assert!(
+        !out.stdout.contains(&0x1b),
+        "JSON escapes control characters"
+    );
+    let _ = std::fs::remove_dir_all(&repo);
+    assert!(leftovers(&owner).is_empty());
+    assert!(leftovers(&owner_json).is_empty());
+}
+
 /// Run `command` bounded: its address space is capped (an unbounded read kills it instead of the
 /// machine) and it must finish within `within`, else it is killed and the test fails.
 fn bounded(command: &mut Command, within: Duration) -> (std::process::Output, Duration) {
