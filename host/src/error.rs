@@ -47,6 +47,14 @@ pub enum Error {
     Invalid(String),
     #[error("image build: {0}")]
     Build(String),
+    /// A file a caller named (a prompt, a schema, a handle) that cordon will not read: the
+    /// path and what was found (see [`crate::caller_file`]).
+    #[error("{what} {path}: {fault}")]
+    Input {
+        what: &'static str,
+        path: String,
+        fault: crate::caller_file::InputFault,
+    },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -142,6 +150,8 @@ impl Error {
             Error::Profile { id, .. } => id.as_str(),
             Error::Invalid(_) => "invalid-input",
             Error::Build(_) => "image-build",
+            // input-not-regular, input-too-large, input-unreadable, input-not-utf8
+            Error::Input { fault, .. } => fault.id(),
             Error::Io { .. } => "io",
             Error::Unreleased(_) => "unreleased",
             Error::Unusable(u) => u.id(),

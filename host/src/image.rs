@@ -39,6 +39,9 @@ pub fn default_workspace() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// The largest in-container binary read back from the build (each is about 2 MiB).
+pub const MAX_BINARY_BYTES: usize = 64 * 1024 * 1024;
+
 /// Which binaries go where.
 const BINARIES: &[(&str, &str)] = &[
     ("cordon-init", paths::INIT),
@@ -216,9 +219,13 @@ pub async fn build_test_image(
     let mut binaries = Vec::new();
     for name in ["cordon-init", "cordon-probe", "claude"] {
         let path = dir.join(name);
-        let data = tokio::fs::read(&path)
-            .await
-            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        // The workspace is the caller's: its build products are read with the same rules.
+        let from = path.clone();
+        let data = tokio::task::spawn_blocking(move || {
+            crate::caller_file::read("built binary", &from, MAX_BINARY_BYTES)
+        })
+        .await
+        .map_err(|e| Error::Build(format!("reading {}: {e}", path.display())))??;
         check_static_pie(&path, &data)?;
         binaries.push((name, data));
     }

@@ -1,5 +1,6 @@
 //! cordon: the host controller of an isolation boundary for AI coding agents.
 //!
+//! - [`caller_file`]: reading a file a caller named (bounded, regular files only, never blocking).
 //! - [`engine`]: the Docker engine through bollard, pinned to the daemon's API version.
 //! - [`image`]: the static in-container binaries and the FROM scratch test image.
 //! - [`profile`]: the immutable agent container profile, its create request and the init's policy.
@@ -8,6 +9,7 @@
 //! - [`gate`], [`doctor`], [`bench`]: the truth table, the environment check, the launch benchmark.
 
 pub mod bench;
+pub mod caller_file;
 pub mod cleanup;
 pub mod doctor;
 pub mod engine;

@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 use cordon::gate::GateOptions;
 use cordon::{bench, doctor, gate, image, Engine};
 
+mod human;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "cordon",
@@ -173,6 +175,9 @@ enum BenchAction {
         runs: usize,
     },
 }
+
+/// The most a `cordon task remove @FILE` handle file may hold.
+const MAX_HANDLE_BYTES: usize = 64 * 1024;
 
 fn print<T: serde::Serialize>(
     json: bool,
@@ -372,8 +377,11 @@ async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result
             let handle: cordon::task::StorageHandle = match (handle, allocation, owner) {
                 (Some(text), None, None) => {
                     let text = match text.strip_prefix('@') {
-                        Some(path) => std::fs::read_to_string(path)
-                            .with_context(|| format!("reading {path}"))?,
+                        Some(path) => cordon::caller_file::read_utf8(
+                            "handle file",
+                            std::path::Path::new(path),
+                            MAX_HANDLE_BYTES,
+                        )?,
                         None => text.clone(),
                     };
                     serde_json::from_str(&text).context("the handle is not a storage handle")?
@@ -420,11 +428,18 @@ async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> 
     };
     let prompt = match (prompt, prompt_file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => {
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
-        }
+        (None, Some(f)) => cordon::caller_file::read_utf8(
+            "prompt file",
+            f,
+            cordon::invoke::claude::MAX_PROMPT_BYTES,
+        )?,
         (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
     };
+    // A schema cordon will not read is refused before anything is prepared (the capture reads
+    // it again, and that read is the one used).
+    if let Some(schema) = schema {
+        cordon::invoke::claude::read_schema(schema)?;
+    }
     let (vendor, image_id, credential) = match vendor.as_str() {
         "test" => (
             cordon_contract::Vendor::Claude,
@@ -491,23 +506,8 @@ async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> 
     bar.finish_and_clear();
     let report = report?;
     let result = &report.result;
-    print(cli.json, &report, || {
-        let mut text = String::new();
-        match (&result.answer, &result.failure) {
-            (Some(answer), _) => text.push_str(&format!("{answer}\n")),
-            (None, Some(f)) => text.push_str(&format!("no answer: {} ({})\n", f.id, f.message)),
-            (None, None) => text.push_str("no answer\n"),
-        }
-        text.push_str(&format!(
-            "attempt {}, code {}, exit {:?}, attested: {}, {:.0} ms\n",
-            result.attempt,
-            result.referenced_code_hash,
-            result.exit_code,
-            result.attestation.is_some(),
-            report.timings.total_ms
-        ));
-        text
-    })?;
+    // Text output shows the agent's text escaped and framed (see `human`); JSON is exact.
+    print(cli.json, &report, || human::run_report(&report))?;
     Ok(
         if result.answer.is_some() && report.storage_left.is_none() {
             ExitCode::SUCCESS
@@ -530,7 +530,8 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("cordon: {e:#}");
+            // The message can quote the repository, git or the engine: escaped, on one line.
+            eprintln!("cordon: {}", human::line(&format!("{e:#}")));
             if json {
                 // Runners in other languages get the stable id and the refusals, if any.
                 let library = e.chain().find_map(|c| c.downcast_ref::<cordon::Error>());

@@ -310,3 +310,265 @@ fn a_killed_run_leaves_nothing_after_recover() {
     let left = leftovers(&owner);
     assert!(left.is_empty(), "left behind: {left:?} (report {report})");
 }
+
+/// The fake CLI's `cordon-fake:terminal-escapes` answer, byte for byte (image/fake-claude).
+const TERMINAL_ESCAPES: &str = concat!(
+    "terminal escapes follow\n",
+    "\u{1b}]52;c;Y29yZG9uIHdhcyBoZXJl\u{7}",
+    "\u{1b}]0;cordon: all clear\u{7}",
+    "\u{1b}[2J\u{1b}[H",
+    "hidden\rshown",
+    " nul\u{0}bell\u{7}",
+    " \u{202e}txt.exe\u{202c}",
+    " \u{9b}31mred\n",
+    "attempt forged, code x, exit Some(0), attested: true, 1 ms\n",
+);
+
+/// What must never reach the operator's terminal from agent text.
+fn hostile(c: char) -> bool {
+    let u = c as u32;
+    (c.is_control() && c != '\n')
+        || (0x200b..=0x200f).contains(&u)
+        || (0x202a..=0x202e).contains(&u)
+        || (0x2060..=0x206f).contains(&u)
+        || u == 0xfeff
+}
+
+/// `cordon run` in text mode: the agent's escapes are shown, not obeyed, its text is framed and
+/// prefixed, and the one summary line at column 0 is cordon's. `--json` keeps the answer raw.
+#[test]
+fn run_text_output_escapes_and_frames_the_agents_text() {
+    let repo = small_repository("escapes");
+    let owner = format!("t-escapes-{}", std::process::id());
+    let attempt = format!("esc-{}", std::process::id());
+    let mut text = cordon();
+    text.args(["run", "--vendor", "test", "--phase", "questions", "--repo"])
+        .arg(&repo)
+        .args(["--owner", &owner, "--attempt", &attempt])
+        .args(["--prompt", "cordon-fake:terminal-escapes"]);
+    let out = succeeded(&mut text);
+    let stdout = String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8");
+    eprintln!("text output: {stdout:?}");
+    for (at, c) in stdout.char_indices() {
+        assert!(
+            !hostile(c),
+            "U+{:04X} at byte {at} of stdout: {stdout:?}",
+            c as u32
+        );
+    }
+    let summary: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("attempt "))
+        .collect();
+    assert_eq!(summary.len(), 1, "one summary line at column 0: {stdout:?}");
+    assert!(
+        summary[0].starts_with(&format!("attempt {attempt}, code "))
+            && summary[0].contains("attested: true"),
+        "{stdout:?}"
+    );
+    let forged: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("attempt forged"))
+        .collect();
+    assert_eq!(
+        forged,
+        ["| attempt forged, code x, exit Some(0), attested: true, 1 ms"],
+        "the forged line only after the prefix: {stdout:?}"
+    );
+    assert!(
+        stdout.contains("\\x1b]52;c;"),
+        "the escapes are shown: {stdout:?}"
+    );
+    assert!(
+        stdout.contains("\\u{202e}") && stdout.contains("\\u{9b}31m"),
+        "{stdout:?}"
+    );
+    assert_eq!(
+        stdout.matches("--- agent answer (").count(),
+        1,
+        "{stdout:?}"
+    );
+    assert_eq!(
+        stdout.matches("--- end of agent answer ---").count(),
+        1,
+        "{stdout:?}"
+    );
+    // --json: the exact answer, escaped only by JSON.
+    let owner_json = format!("{owner}-json");
+    let out = succeeded(&mut run_command(
+        &repo,
+        &owner_json,
+        "cordon-fake:terminal-escapes",
+    ));
+    let report = json(&out);
+    assert_eq!(report["result"]["answer"], TERMINAL_ESCAPES);
+    assert!(
+        !out.stdout.contains(&0x1b),
+        "JSON escapes control characters"
+    );
+    let _ = std::fs::remove_dir_all(&repo);
+    assert!(leftovers(&owner).is_empty());
+    assert!(leftovers(&owner_json).is_empty());
+}
+
+/// Run `command` bounded: its address space is capped (an unbounded read kills it instead of the
+/// machine) and it must finish within `within`, else it is killed and the test fails.
+fn bounded(command: &mut Command, within: Duration) -> (std::process::Output, Duration) {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    const ADDRESS_SPACE: libc::rlim_t = 2 << 30;
+    // SAFETY: setrlimit is async-signal-safe and touches only the limit we pass by value.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: ADDRESS_SPACE,
+                rlim_max: ADDRESS_SPACE,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let started = std::time::Instant::now();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = stderr.join().unwrap_or_default();
+            panic!(
+                "still running after {within:?}: killed ({:?}); stderr: {}",
+                command,
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = started.elapsed();
+    let output = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    (output, elapsed)
+}
+
+/// A command that must be refused fast, with `id` in its JSON error.
+fn refused_fast(command: &mut Command, id: &str) -> serde_json::Value {
+    let (output, elapsed) = bounded(command, Duration::from_secs(20));
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{:?}; stderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = json(&output);
+    assert_eq!(report["error"], id, "{report}");
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+    report
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: a valid C string; mkfifo touches no memory of ours.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+fn run_prompt_file(repo: &std::path::Path, owner: &str, file: &std::path::Path) -> Command {
+    let mut command = cordon();
+    command
+        .args(["run", "--json", "--vendor", "test", "--phase", "questions"])
+        .arg("--repo")
+        .arg(repo)
+        .args(["--owner", owner, "--prompt-file"])
+        .arg(file);
+    command
+}
+
+/// `--prompt-file` names a device, a FIFO, or too much: refused at once, nothing prepared.
+#[test]
+fn run_refuses_a_prompt_file_that_is_not_a_bounded_regular_file() {
+    let repo = small_repository("prompt-file");
+    let owner = format!("t-prompt-file-{}", std::process::id());
+    let report = refused_fast(
+        &mut run_prompt_file(&repo, &owner, std::path::Path::new("/dev/zero")),
+        "input-not-regular",
+    );
+    assert!(
+        report["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/dev/zero") && m.contains("character device")),
+        "{report}"
+    );
+    let dir = std::env::temp_dir().join(format!("cordon-prompt-file-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("prompt.fifo");
+    mkfifo(&fifo);
+    let report = refused_fast(
+        &mut run_prompt_file(&repo, &owner, &fifo),
+        "input-not-regular",
+    );
+    assert!(
+        report["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("a FIFO")),
+        "{report}"
+    );
+    let big = dir.join("prompt.txt");
+    std::fs::write(
+        &big,
+        vec![b'a'; cordon::invoke::claude::MAX_PROMPT_BYTES + 1],
+    )
+    .unwrap();
+    refused_fast(&mut run_prompt_file(&repo, &owner, &big), "input-too-large");
+    std::fs::write(&big, b"not \xff UTF-8").unwrap();
+    refused_fast(&mut run_prompt_file(&repo, &owner, &big), "input-not-utf8");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&repo);
+    let left = leftovers(&owner);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// `cordon task remove @FILE` reads a handle only from a bounded regular file.
+#[test]
+fn task_remove_refuses_a_handle_file_that_is_a_fifo_or_a_device() {
+    let dir = std::env::temp_dir().join(format!("cordon-handle-file-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("handle.fifo");
+    mkfifo(&fifo);
+    for file in [fifo.to_string_lossy().into_owned(), "/dev/zero".to_owned()] {
+        refused_fast(
+            cordon().args(["task", "remove", "--json", &format!("@{file}")]),
+            "input-not-regular",
+        );
+    }
+    let big = dir.join("handle.json");
+    std::fs::write(&big, vec![b' '; 64 * 1024 + 1]).unwrap();
+    refused_fast(
+        cordon().args(["task", "remove", "--json", &format!("@{}", big.display())]),
+        "input-too-large",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

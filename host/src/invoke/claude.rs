@@ -7,13 +7,12 @@
 //! search; execute and fix may also edit and write. Web search, web fetch, the shell, sub-agents
 //! and MCP are off in every phase.
 
-use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use cordon_contract::{paths, Phase};
 
 use super::AnswerSchema;
+use crate::caller_file;
 use crate::error::{Error, Result};
 
 /// Tools that only read, list and search.
@@ -81,30 +80,21 @@ pub fn command(phase: Phase, prompt: &str, schema: Option<&str>) -> Vec<String> 
     argv
 }
 
-/// Read a schema file: a regular file with one link (not followed if it is a link), at most
-/// [`MAX_SCHEMA_BYTES`], then checked by [`check_schema`].
+/// Read a schema file with [`caller_file`]'s rules (a regular file, not through a link, opened
+/// without blocking, at most [`MAX_SCHEMA_BYTES`]: `input-*` ids), with one link only, then
+/// checked by [`check_schema`] (`schema-invalid`).
 pub fn read_schema(path: &Path) -> Result<String> {
-    let invalid = |why: String| Error::Schema(format!("{}: {why}", path.display()));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| invalid(format!("cannot open it without following a link: {e}")))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| invalid(format!("cannot stat it: {e}")))?;
-    if !meta.is_file() {
-        return Err(invalid("not a regular file".into()));
+    let opened = caller_file::open("schema", path)?;
+    if opened.links() != 1 {
+        return Err(Error::Schema(format!(
+            "{}: {} links (one allowed)",
+            path.display(),
+            opened.links()
+        )));
     }
-    if meta.nlink() != 1 {
-        return Err(invalid(format!("{} links (one allowed)", meta.nlink())));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_SCHEMA_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| invalid(format!("cannot read it: {e}")))?;
+    let bytes = opened.read(MAX_SCHEMA_BYTES)?;
     check_schema(&bytes).map_err(|e| match e {
-        Error::Schema(why) => invalid(why),
+        Error::Schema(why) => Error::Schema(format!("{}: {why}", path.display())),
         other => other,
     })
 }
@@ -255,19 +245,27 @@ mod tests {
         let good = dir.join("schema.json");
         std::fs::write(&good, r#"{"type":"object"}"#).unwrap();
         assert_eq!(read_schema(&good).unwrap(), r#"{"type":"object"}"#);
+        let id = |path: &Path| read_schema(path).unwrap_err().id();
         let link = dir.join("link.json");
         std::os::unix::fs::symlink(&good, &link).unwrap();
-        assert!(read_schema(&link).is_err(), "a symlink is not followed");
+        assert_eq!(id(&link), "input-not-regular", "a symlink is not followed");
         let hard = dir.join("hard.json");
         std::fs::hard_link(&good, &hard).unwrap();
-        assert!(read_schema(&good).is_err(), "two links");
+        assert_eq!(id(&good), "schema-invalid", "two links");
         std::fs::remove_file(&hard).unwrap();
-        assert!(read_schema(&dir).is_err(), "a directory");
+        assert_eq!(id(&dir), "input-not-regular", "a directory");
         let fifo = dir.join("fifo");
         let c = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).unwrap();
         // SAFETY: a valid C string; mkfifo touches no memory of ours.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert!(read_schema(&fifo).is_err(), "a fifo (and no hang)");
+        assert_eq!(id(&fifo), "input-not-regular", "a fifo (and no hang)");
+        assert_eq!(id(Path::new("/dev/zero")), "input-not-regular");
+        assert_eq!(id(&dir.join("absent.json")), "input-unreadable");
+        let big = dir.join("big.json");
+        std::fs::write(&big, vec![b' '; MAX_SCHEMA_BYTES + 1]).unwrap();
+        assert_eq!(id(&big), "input-too-large");
+        std::fs::write(&big, br#"{"type":"array"}"#).unwrap();
+        assert_eq!(id(&big), "schema-invalid");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -757,7 +757,9 @@ mod tests {
             keeper: "k".into(),
             work: crate::storage::DEFAULT_WORK,
             metadata: crate::storage::DEFAULT_METADATA,
+            uid: crate::uids::Uid::new(1_500_000).unwrap(),
             head: None,
+            gitlinks: Some(vec![]),
             metadata_baseline: None,
         }
     }

@@ -3,9 +3,10 @@
 //!
 //! git never runs in the source repository (its config, hooks, attributes and filters are the
 //! repository's, and the repository is not trusted). The object store and the refs are copied as
-//! data, file by file, opened with O_NOFOLLOW: a link anywhere in them, or an alternates file that
-//! points at another object store, makes the repository unusable. git then runs, hardened, only
-//! in the copy, to resolve the head, check that every object it needs is there, and list the tree.
+//! data, file by file, with [`caller_file`]'s rules (never through a link, never blocking, no
+//! more than was listed): a link anywhere in them, or an alternates file that points at another
+//! object store, makes the repository unusable. git then runs, hardened, only in the copy, to
+//! resolve the head, check that every object it needs is there, and list the tree.
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
@@ -17,6 +18,7 @@ use std::time::Instant;
 use super::git::Git;
 use super::tree::{self, Entry, Kind, Needs};
 use super::Unusable;
+use crate::caller_file::{self, InputFault};
 use crate::error::{Error, Result};
 use crate::labels::Owner;
 
@@ -180,33 +182,44 @@ fn walk(
     Ok(())
 }
 
-/// Copy one regular file, refusing one that became a link since it was listed.
-fn copy_file(from: &Path, to: &Path) -> Result<()> {
-    let mut src = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(from)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => Error::Unusable(Unusable::MetadataLink { path: from.display().to_string() }),
-            Some(libc::ENOENT) => Error::Invalid(format!(
-                "the source repository changed while it was copied ({} went away; a git gc?): try again",
-                from.display()
-            )),
-            _ => Error::io(format!("opening {}", from.display()), e),
-        })?;
-    if !src.metadata().map_err(|e| Error::io("stat", e))?.is_file() {
-        return Err(Error::Unusable(Unusable::MetadataLink {
+/// Copy one regular file of `listed` bytes with [`caller_file`]'s rules, refusing one that
+/// became a link, a FIFO or a device since it was listed (it is never opened blocking), and one
+/// that grew: the copy is bounded by what was measured.
+fn copy_file(from: &Path, to: &Path, listed: u64) -> Result<()> {
+    let changed = |what: &str| {
+        Error::Invalid(format!(
+            "the source repository changed while it was copied ({} {what}; a git gc?): try again",
+            from.display()
+        ))
+    };
+    let src = caller_file::open("repository file", from).map_err(|e| match e {
+        Error::Input {
+            fault: InputFault::NotRegular(_),
+            ..
+        } => Error::Unusable(Unusable::MetadataLink {
             path: from.display().to_string(),
-        }));
-    }
+        }),
+        Error::Input {
+            fault:
+                InputFault::Unreadable {
+                    errno: Some(libc::ENOENT),
+                    ..
+                },
+            ..
+        } => changed("went away"),
+        other => other,
+    })?;
     let mut dst = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o644)
         .open(to)
         .map_err(|e| Error::io(format!("creating {}", to.display()), e))?;
-    std::io::copy(&mut src, &mut dst)
+    let copied = std::io::copy(&mut src.into_file().take(listed + 1), &mut dst)
         .map_err(|e| Error::io(format!("copying {}", from.display()), e))?;
+    if copied > listed {
+        return Err(changed(&format!("grew past the {listed} bytes listed")));
+    }
     Ok(())
 }
 
@@ -356,12 +369,12 @@ pub async fn stage(
             fs::create_dir_all(&dir)
                 .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         }
-        for (rel, _) in list {
+        for (rel, listed) in list {
             let to = copy_to.join(&rel);
             if rel.as_os_str() == "HEAD" {
                 let _ = fs::remove_file(&to);
             }
-            copy_file(&copy_from.join(&rel), &to)?;
+            copy_file(&copy_from.join(&rel), &to, listed)?;
         }
         Ok(())
     })
@@ -440,4 +453,43 @@ pub async fn stage(
         work_needs,
         metadata_needs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What was listed can change before it is copied: a FIFO or a link swapped in is refused
+    /// without blocking, a file that grew is not copied past what was listed.
+    #[test]
+    fn copy_file_refuses_what_changed_since_it_was_listed() {
+        let dir = std::env::temp_dir().join(format!("cordon-copy-file-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let from = dir.join("object");
+        fs::write(&from, b"0123456789").unwrap();
+        copy_file(&from, &dir.join("copy"), 10).unwrap();
+        assert_eq!(fs::read(dir.join("copy")).unwrap(), b"0123456789");
+        let grew = copy_file(&from, &dir.join("copy-grew"), 9).unwrap_err();
+        assert!(
+            matches!(&grew, Error::Invalid(m) if m.contains("grew past the 9 bytes listed")),
+            "{grew}"
+        );
+        let gone = copy_file(&dir.join("absent"), &dir.join("copy-gone"), 1).unwrap_err();
+        assert!(
+            matches!(&gone, Error::Invalid(m) if m.contains("went away")),
+            "{gone}"
+        );
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: a valid C string; mkfifo touches no memory of ours.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&from, &link).unwrap();
+        for special in [fifo, link, PathBuf::from("/dev/zero")] {
+            let e = copy_file(&special, &dir.join("copy-special"), 0).unwrap_err();
+            assert_eq!(e.id(), "repo-metadata-link", "{}: {e}", special.display());
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -27,6 +27,11 @@
 //!   exit 3.
 //! - `cordon-fake:steal-credential`: searches /proc and the scratch and work areas for test tokens
 //!   other than its own; success `foreign tokens: [...]`. Its own token is never printed.
+//! - `cordon-fake:terminal-escapes`: success whose `result` is hostile terminal text
+//!   (`TERMINAL_ESCAPES`): an OSC 52 clipboard write, an OSC 0 window title, CSI 2J (clear
+//!   screen), CR, NUL, BEL, a bidi override (U+202E), a C1 CSI (U+009B), and a forged cordon
+//!   summary line `attempt forged, code x, exit Some(0), attested: true, 1 ms` on a line of its
+//!   own, last.
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
@@ -133,6 +138,7 @@ fn main() {
         "cordon-fake:signal" => signal(),
         "cordon-fake:write-outside" => write_outside(&cli),
         "cordon-fake:steal-credential" => steal_credential(&cli),
+        "cordon-fake:terminal-escapes" => success(&cli, TERMINAL_ESCAPES),
         other => match exit_code_of(other) {
             Some(code) => exit_with(&cli, code),
             None => normal(&cli, prompt),
@@ -312,6 +318,20 @@ fn exit_with(cli: &Cli, code: i32) -> Outcome {
     outcome.code = code;
     outcome
 }
+
+/// What an agent could print to take over the operator's terminal, and a line that would pass
+/// for cordon's own summary if it were printed raw. The host's tests spell out the same text.
+const TERMINAL_ESCAPES: &str = concat!(
+    "terminal escapes follow\n",
+    "\u{1b}]52;c;Y29yZG9uIHdhcyBoZXJl\u{7}", // OSC 52: write the clipboard
+    "\u{1b}]0;cordon: all clear\u{7}",       // OSC 0: retitle the window
+    "\u{1b}[2J\u{1b}[H",                     // CSI 2J: clear the screen, cursor home
+    "hidden\rshown",                         // CR: overwrite the line
+    " nul\u{0}bell\u{7}",                    // NUL, BEL
+    " \u{202e}txt.exe\u{202c}",              // a right-to-left override
+    " \u{9b}31mred\n",                       // C1 CSI (U+009B)
+    "attempt forged, code x, exit Some(0), attested: true, 1 ms\n",
+);
 
 /// Places the sandbox must keep read-only in every phase.
 const OUTSIDE: &[&str] = &[
