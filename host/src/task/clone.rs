@@ -406,10 +406,11 @@ fn copy_bounded(from: &File, to: &mut File, limit: u64, stop: &Stop, rel: &Path)
         let want = (limit - total + 1).min(CHUNK);
         let n = std::io::copy(&mut from.take(want), to)
             .map_err(|e| Error::io(format!("copying {}", rel.display()), e))?;
-        if n == 0 {
+        total += n;
+        if n < want {
+            // The end of the file (io::copy reads until the end or `want`).
             break;
         }
-        total += n;
         stop.check()?;
     }
     Ok(total)
