@@ -132,16 +132,78 @@ async fn normal_repository_round_trips_byte_for_byte() {
     assert_no_staging(&owner);
 }
 
+/// [`refusal`] of the repository's own directory, failing the test at once when it is not
+/// refused as wanted.
 async fn refused(repo: &Repo, head: &str, want: &str) {
+    if let Err(e) = refusal(repo, &repo.dir, head, want).await {
+        panic!("{e}");
+    }
+}
+
+/// Prepare the repository at `path` (one [`Repo`] builds it) and require the refusal `want`
+/// within 30 s, with nothing left in the engine or on the host. A prepare that succeeds is
+/// removed before it is reported (a breach leaks nothing into the next case); one still running
+/// after 30 s is reported as blocked.
+async fn refusal(
+    repo: &Repo,
+    path: &std::path::Path,
+    head: &str,
+    want: &str,
+) -> Result<(), String> {
     let engine = engine().await;
     let image = image(&engine).await;
     let owner = Owner::random("t-unusable");
-    let err = task::prepare(&engine, &image, &prepare_request(&owner, repo, head))
-        .await
-        .expect_err(want);
-    assert_eq!(err.id(), want, "{err}");
+    let mut request = prepare_request(&owner, repo, head);
+    request.repo = path.to_path_buf();
+    let outcome = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        task::prepare(&engine, &image, &request),
+    )
+    .await;
+    let result = match outcome {
+        Err(_) => Err(format!(
+            "{} at {head}: prepare still running after 30 s (blocked)",
+            path.display()
+        )),
+        Ok(Ok(handle)) => {
+            task::remove(&engine, &handle).await.unwrap();
+            Err(format!(
+                "{} at {head}: prepared (head {:?}) where {want} was expected",
+                path.display(),
+                handle.head
+            ))
+        }
+        Ok(Err(err)) if err.id() == want => Ok(()),
+        Ok(Err(err)) => Err(format!(
+            "{} at {head}: {} where {want} was expected: {err}",
+            path.display(),
+            err.id()
+        )),
+    };
     assert_clean(&engine, &owner).await;
     assert_no_staging(&owner);
+    result
+}
+
+/// The cases of one test that were not refused as wanted; the test fails with all of them.
+#[derive(Debug, Default)]
+struct Failures(Vec<String>);
+
+impl Failures {
+    async fn refused(&mut self, repo: &Repo, path: &std::path::Path, head: &str, want: &str) {
+        if let Err(e) = refusal(repo, path, head, want).await {
+            self.0.push(e);
+        }
+    }
+
+    fn assert_none(self) {
+        assert!(
+            self.0.is_empty(),
+            "{} cases not refused as wanted:\n{}",
+            self.0.len(),
+            self.0.join("\n")
+        );
+    }
 }
 
 /// Every class of unusable repository is refused with its id, and nothing is left.
@@ -214,6 +276,458 @@ async fn unusable_repositories_are_refused_with_nothing_left() {
     let repo = Repo::new("bad-rev");
     repo.commit();
     refused(&repo, "--upload-pack=evil", "invalid-input").await;
+}
+
+/// A directory outside any repository (what a hostile link points at), removed on drop.
+struct Outside(std::path::PathBuf);
+
+impl Outside {
+    fn new(name: &str) -> Outside {
+        let dir = std::env::temp_dir().join(format!(
+            "cordon-test-outside-{name}-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Outside(dir)
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Move `rel` (under the repository's directory) outside, and leave an absolute link to it in its
+/// place: everything git needs is still reachable through the link.
+fn move_out_and_link(repo: &Repo, rel: &str, outside: &Outside) {
+    let from = repo.dir.join(rel);
+    let to = outside.0.join(uuid::Uuid::new_v4().simple().to_string());
+    std::fs::create_dir(&to).unwrap();
+    let to = to.join(from.file_name().unwrap());
+    std::fs::rename(&from, &to).unwrap();
+    std::os::unix::fs::symlink(&to, &from).unwrap();
+}
+
+/// A repository name that shows the case: `link` and `.git/refs/heads` give `link-git-refs-heads`.
+fn case_name(kind: &str, what: &str) -> String {
+    let what: String = what
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    format!("{kind}-{}", what.trim_matches('-').replace("--", "-"))
+}
+
+/// A repository with one commit.
+fn small_repo(name: &str) -> (Repo, String) {
+    let repo = Repo::new(name);
+    repo.write("README", b"r\n", 0o644);
+    repo.write("src/lib.rs", b"pub fn f() {}\n", 0o644);
+    let head = repo.commit();
+    (repo, head)
+}
+
+/// The loose objects of a git directory, sorted ("objects/ab/cdef..."), the order the copy reads
+/// them in.
+fn loose_objects(git_dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for fan in std::fs::read_dir(git_dir.join("objects"))
+        .unwrap()
+        .flatten()
+    {
+        let name = fan.file_name().to_string_lossy().into_owned();
+        if name.len() != 2 {
+            continue;
+        }
+        for object in std::fs::read_dir(fan.path()).unwrap().flatten() {
+            found.push(format!(
+                "objects/{name}/{}",
+                object.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// A FIFO at `path`, replacing what was there.
+fn mkfifo(path: &std::path::Path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).unwrap(),
+        Ok(_) => std::fs::remove_file(path).unwrap(),
+        Err(_) => {}
+    }
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// `.git/refs` a link to a host directory that holds the refs the repository needs (so HEAD
+/// resolves through it) and also `secret.txt` and `nested/key.pem`. Read through the link, the
+/// whole directory would land in the sandbox's `/work/.git/refs`; the repository is refused
+/// before anything exists, and nothing is left in the engine or on the host.
+#[tokio::test]
+async fn a_refs_directory_linked_to_a_host_directory_is_refused() {
+    let mut failures = Failures::default();
+    let (repo, head) = small_repo("refs-host-dir");
+    let host = Outside::new("host-dir");
+    std::fs::write(host.0.join("secret.txt"), b"a host secret\n").unwrap();
+    std::fs::create_dir_all(host.0.join("nested")).unwrap();
+    std::fs::write(
+        host.0.join("nested/key.pem"),
+        b"-----BEGIN PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(host.0.join("heads")).unwrap();
+    std::fs::create_dir_all(host.0.join("tags")).unwrap();
+    std::fs::copy(
+        repo.dir.join(".git/refs/heads/main"),
+        host.0.join("heads/main"),
+    )
+    .unwrap();
+    std::fs::remove_dir_all(repo.dir.join(".git/refs")).unwrap();
+    std::os::unix::fs::symlink(&host.0, repo.dir.join(".git/refs")).unwrap();
+    // By the branch (resolved through the linked refs) and by the commit id.
+    failures
+        .refused(&repo, &repo.dir, "main", "repo-metadata-link")
+        .await;
+    failures
+        .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+        .await;
+    failures.assert_none();
+}
+
+/// `.git/objects` a link to another repository's object store, and the branch set to that
+/// repository's commit: read through the link, the other repository would be checked out into
+/// `/work`. Refused, nothing left.
+#[tokio::test]
+async fn an_object_store_linked_to_another_repository_is_refused() {
+    let mut failures = Failures::default();
+    let victim = Repo::new("victim");
+    victim.write("private.txt", b"another project's source\n", 0o644);
+    let theirs = victim.commit();
+    let (repo, _) = small_repo("objects-link");
+    std::fs::remove_dir_all(repo.dir.join(".git/objects")).unwrap();
+    std::os::unix::fs::symlink(
+        victim.dir.join(".git/objects"),
+        repo.dir.join(".git/objects"),
+    )
+    .unwrap();
+    std::fs::write(repo.dir.join(".git/refs/heads/main"), format!("{theirs}\n")).unwrap();
+    failures
+        .refused(&repo, &repo.dir, "main", "repo-metadata-link")
+        .await;
+    failures
+        .refused(&repo, &repo.dir, &theirs, "repo-metadata-link")
+        .await;
+    failures.assert_none();
+}
+
+/// A link at any step from the repository's root down is refused with `repo-metadata-link`:
+/// `.git` itself, `objects`, `objects/info` (also one holding an alternates file), a fan-out
+/// directory (absolute, and relative to a directory inside the repository), `objects/pack`,
+/// `refs` and directories and loose refs below it, `packed-refs`, `HEAD` (also git's old
+/// relative symbolic-link HEAD), and the same in a bare repository (no `.git`: objects, refs and
+/// HEAD at its root). In every case git could still reach everything through the link.
+#[tokio::test]
+async fn a_link_anywhere_in_the_git_metadata_is_refused() {
+    let mut failures = Failures::default();
+    let outside = Outside::new("links");
+    for rel in [
+        ".git",
+        ".git/objects",
+        ".git/objects/info",
+        ".git/objects/pack",
+        ".git/refs",
+        ".git/refs/heads",
+        ".git/refs/tags",
+        ".git/refs/heads/main",
+        ".git/HEAD",
+    ] {
+        let (repo, head) = small_repo(&case_name("link", rel));
+        move_out_and_link(&repo, rel, &outside);
+        failures
+            .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+            .await;
+        failures
+            .refused(&repo, &repo.dir, "main", "repo-metadata-link")
+            .await;
+    }
+    // objects/info linked, holding an alternates file.
+    let (repo, head) = small_repo("link-info-alternates");
+    let victim = Repo::new("alternates-victim");
+    victim.commit();
+    std::fs::write(
+        repo.dir.join(".git/objects/info/alternates"),
+        format!("{}\n", victim.dir.join(".git/objects").display()),
+    )
+    .unwrap();
+    move_out_and_link(&repo, ".git/objects/info", &outside);
+    failures
+        .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+        .await;
+    // A fan-out directory, linked outside, and linked (relative) into the repository's own tree.
+    let (repo, head) = small_repo("link-fan-out");
+    let fan = loose_objects(&repo.dir.join(".git"))[0][..10].to_owned();
+    move_out_and_link(&repo, &format!(".git/{fan}"), &outside);
+    failures
+        .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+        .await;
+    let (repo, head) = small_repo("link-fan-out-inside");
+    let fan = loose_objects(&repo.dir.join(".git"))[0][8..10].to_owned();
+    std::fs::create_dir(repo.dir.join("stash")).unwrap();
+    std::fs::rename(
+        repo.dir.join(format!(".git/objects/{fan}")),
+        repo.dir.join(format!("stash/{fan}")),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        format!("../../stash/{fan}"),
+        repo.dir.join(format!(".git/objects/{fan}")),
+    )
+    .unwrap();
+    failures
+        .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+        .await;
+    // objects/pack holding the only copy of every object.
+    let (repo, head) = small_repo("link-pack");
+    repo.git(&["repack", "-a", "-d", "-q"]);
+    assert!(loose_objects(&repo.dir.join(".git")).is_empty());
+    move_out_and_link(&repo, ".git/objects/pack", &outside);
+    failures
+        .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+        .await;
+    // A directory of refs below refs/heads.
+    let (repo, head) = small_repo("link-ref-dir");
+    repo.git(&["branch", "feature/x"]);
+    move_out_and_link(&repo, ".git/refs/heads/feature", &outside);
+    failures
+        .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+        .await;
+    // packed-refs holding the only copy of the branch.
+    let (repo, head) = small_repo("link-packed-refs");
+    repo.git(&["pack-refs", "--all"]);
+    assert!(!repo.dir.join(".git/refs/heads/main").exists());
+    move_out_and_link(&repo, ".git/packed-refs", &outside);
+    failures
+        .refused(&repo, &repo.dir, "main", "repo-metadata-link")
+        .await;
+    failures
+        .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+        .await;
+    // HEAD as git once wrote it: a relative link to the branch.
+    let (repo, head) = small_repo("link-head-relative");
+    std::fs::remove_file(repo.dir.join(".git/HEAD")).unwrap();
+    std::os::unix::fs::symlink("refs/heads/main", repo.dir.join(".git/HEAD")).unwrap();
+    failures
+        .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+        .await;
+    // A bare repository (the .git directory given as the repository).
+    for rel in [
+        ".git/objects",
+        ".git/refs",
+        ".git/HEAD",
+        ".git/objects/info",
+    ] {
+        let (repo, head) = small_repo(&case_name("link-bare", rel));
+        move_out_and_link(&repo, rel, &outside);
+        failures
+            .refused(&repo, &repo.dir.join(".git"), &head, "repo-metadata-link")
+            .await;
+    }
+    failures.assert_none();
+}
+
+/// Links in the caller's own path (the repository path itself a link, or a link above it) are
+/// the caller's: they are followed, and only from the repository's root down is nothing
+/// followed. A bare repository (objects, refs and HEAD at its root) prepares too.
+#[tokio::test]
+async fn links_in_the_callers_path_are_followed_and_a_bare_repository_prepares() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-path");
+    let (repo, head) = small_repo("caller-path");
+    let outside = Outside::new("caller-path");
+    let alias = outside.0.join("alias");
+    std::os::unix::fs::symlink(&repo.dir, &alias).unwrap();
+    let above = outside.0.join("above");
+    std::os::unix::fs::symlink(repo.dir.parent().unwrap(), &above).unwrap();
+    let below_link = above.join(repo.dir.file_name().unwrap());
+    for path in [
+        alias.clone(),
+        below_link,
+        repo.dir.join(".git"),
+        alias.join(".git"),
+    ] {
+        let mut request = prepare_request(&owner, &repo, "main");
+        request.repo = path.clone();
+        let handle = task::prepare(&engine, &image, &request)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(handle.head.as_deref(), Some(head.as_str()));
+        task::remove(&engine, &handle).await.unwrap();
+    }
+    assert_clean(&engine, &owner).await;
+    assert_no_staging(&owner);
+}
+
+/// FIFOs (where the metadata has a file: HEAD, packed-refs, a loose ref, a loose object; and
+/// where it has a directory: `.git`, refs, a fan-out directory, objects/info), a socket, and a
+/// directory where HEAD or packed-refs should be a file are refused at once with
+/// `repo-metadata-link`: nothing is opened blocking or followed. Each prepare is bounded at 30 s.
+#[tokio::test]
+async fn special_files_in_the_git_metadata_are_refused_without_blocking() {
+    let mut failures = Failures::default();
+    for what in [
+        "HEAD",
+        "packed-refs",
+        "refs/heads/main",
+        "loose object",
+        ".git",
+        "refs",
+        "fan-out",
+        "objects/info",
+    ] {
+        let (repo, head) = small_repo(&case_name("fifo", what));
+        let object = loose_objects(&repo.dir.join(".git"))[0].clone();
+        let rel = match what {
+            "loose object" => object,
+            "fan-out" => object[..10].to_owned(),
+            ".git" => String::new(),
+            "packed-refs" => {
+                repo.git(&["pack-refs", "--all"]);
+                what.to_owned()
+            }
+            _ => what.to_owned(),
+        };
+        let path = if rel.is_empty() {
+            repo.dir.join(".git")
+        } else {
+            repo.dir.join(".git").join(&rel)
+        };
+        mkfifo(&path);
+        failures
+            .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+            .await;
+    }
+    // A FIFO for HEAD in a bare repository.
+    let (repo, head) = small_repo("fifo-bare");
+    mkfifo(&repo.dir.join(".git/HEAD"));
+    failures
+        .refused(&repo, &repo.dir.join(".git"), &head, "repo-metadata-link")
+        .await;
+    // A socket among the objects and among the refs.
+    for rel in ["objects/sock", "refs/heads/sock"] {
+        let (repo, head) = small_repo(&case_name("socket", rel));
+        let _listener =
+            std::os::unix::net::UnixListener::bind(repo.dir.join(".git").join(rel)).unwrap();
+        failures
+            .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+            .await;
+    }
+    // A directory where a file should be.
+    for rel in ["HEAD", "packed-refs"] {
+        let (repo, head) = small_repo(&case_name("dir-for", rel));
+        let path = repo.dir.join(".git").join(rel);
+        let _ = std::fs::remove_file(&path);
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("inside"), b"x\n").unwrap();
+        failures
+            .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+            .await;
+    }
+    failures.assert_none();
+}
+
+/// A FIFO renamed over `.git/HEAD` (in a second run: over the last loose object the copy reads)
+/// once the staging directory exists, that is after the listing and while thousands of loose
+/// objects are being copied. The copy reads the object store in sorted order and HEAD and
+/// packed-refs after it, opens every file non-blocking and checks it is a regular file, so the
+/// swapped file is always reached after the swap and refused at once (never an `openat` blocked
+/// forever), and the staging directory is removed.
+#[tokio::test]
+async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let repo = Repo::new("swap");
+    for i in 0..5000u32 {
+        repo.write(
+            &format!("d{}/f{i}", i % 50),
+            format!("file {i}\n").as_bytes(),
+            0o644,
+        );
+    }
+    let head = repo.commit();
+    let objects = loose_objects(&repo.dir.join(".git"));
+    assert!(objects.len() > 5000, "{} loose objects", objects.len());
+    let last_object = format!(".git/{}", objects[objects.len() - 1]);
+    for target in [".git/HEAD".to_owned(), last_object] {
+        let owner = Owner::random("t-swap");
+        let target_path = repo.dir.join(&target);
+        let original = std::fs::read(&target_path).unwrap();
+        let fifo = repo.dir.join(".git/swap.fifo");
+        mkfifo(&fifo);
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, prefix, target_path) = (
+                stop.clone(),
+                cordon::task::clone::staging_prefix(&owner),
+                target_path.clone(),
+            );
+            std::thread::spawn(move || {
+                let roots = cordon::task::clone::staging_roots();
+                while !stop.load(Ordering::SeqCst) {
+                    let staging = roots
+                        .iter()
+                        .filter_map(|root| std::fs::read_dir(root).ok())
+                        .flat_map(|d| d.flatten())
+                        .any(|e| e.file_name().to_string_lossy().starts_with(&prefix));
+                    if staging {
+                        std::fs::rename(&fifo, &target_path).unwrap();
+                        return true;
+                    }
+                    std::thread::yield_now();
+                }
+                false
+            })
+        };
+        let started = std::time::Instant::now();
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            task::prepare(&engine, &image, &prepare_request(&owner, &repo, &head)),
+        )
+        .await;
+        let took = started.elapsed();
+        stop.store(true, Ordering::SeqCst);
+        let swapped = swapper.join().unwrap();
+        match outcome {
+            Err(_) => {
+                // Open the FIFO's other end so the blocked copy thread returns, then fail.
+                let _ = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&target_path);
+                panic!("{target} swapped for a FIFO: prepare still blocked after 30 s");
+            }
+            Ok(Ok(handle)) => {
+                task::remove(&engine, &handle).await.unwrap();
+                panic!("{target} swapped for a FIFO (swapped: {swapped}): prepared");
+            }
+            Ok(Err(err)) => {
+                assert!(swapped, "the swap never happened; prepare ended with {err}");
+                assert_eq!(err.id(), "repo-metadata-link", "{target}: {err}");
+                eprintln!("{target} swapped for a FIFO: refused after {took:?}: {err}");
+            }
+        }
+        assert_clean(&engine, &owner).await;
+        assert_no_staging(&owner);
+        std::fs::remove_file(&target_path).unwrap();
+        std::fs::write(&target_path, original).unwrap();
+    }
 }
 
 /// A tree exactly at the limit fits (and fills the volume to it); one byte or one entry more is

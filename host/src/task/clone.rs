@@ -3,22 +3,34 @@
 //!
 //! git never runs in the source repository (its config, hooks, attributes and filters are the
 //! repository's, and the repository is not trusted). The object store and the refs are copied as
-//! data, file by file, with [`caller_file`]'s rules (never through a link, never blocking, no
-//! more than was listed): a link anywhere in them, or an alternates file that points at another
-//! object store, makes the repository unusable. git then runs, hardened, only in the copy, to
-//! resolve the head, check that every object it needs is there, and list the tree.
+//! data, file by file, from one descriptor of the repository's directory down, with no link
+//! followed in any component ([`super::source`]): a link or a special file anywhere on the way
+//! (`.git` itself, `objects`, a fan-out directory, `objects/info`, `objects/pack`, `refs` and
+//! below, `packed-refs`, `HEAD`), or an alternates file that points at another object store,
+//! makes the repository unusable. Every file is opened non-blocking, checked to be a regular file
+//! on the descriptor it is then read from, and read with a bound; the listing and the copy run on
+//! a thread of their own that the caller gives up on at the deadline. git then runs, hardened,
+//! only in the copy, to resolve the head, check that every object it needs is there, and list the
+//! tree.
 
 use std::collections::BTreeMap;
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+
 use super::git::Git;
+use super::source::{self, Kind as SourceKind, Refused};
 use super::tree::{self, Entry, Kind, Needs};
 use super::Unusable;
-use crate::caller_file::{self, InputFault};
 use crate::error::{Error, Result};
 use crate::labels::Owner;
 
@@ -30,18 +42,91 @@ pub const MAX_OBJECT_STORE_FILES: u64 = 1_000_000;
 pub const MAX_LINK_TARGET: usize = 4095;
 
 /// A staging directory, removed when dropped (also when the future making it is cancelled).
+/// Dropping it first tells a copy still running into it to stop.
 #[derive(Debug)]
-pub struct StagingDir(PathBuf);
+pub struct StagingDir {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+}
 
 impl StagingDir {
     pub fn path(&self) -> &Path {
-        &self.0
+        &self.path
     }
 }
 
 impl Drop for StagingDir {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
+        self.stop.store(true, Ordering::SeqCst);
+        // A copy thread given up on may create one more file after it last looked at the flag
+        // (then removal finds a directory not empty): try again.
+        for _ in 0..5 {
+            match fs::remove_dir_all(&self.path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
+/// When the work on the source stops: at the deadline, or when the caller gave up on it.
+#[derive(Debug, Clone)]
+struct Stop {
+    deadline: Instant,
+    given_up: Arc<AtomicBool>,
+}
+
+impl Stop {
+    fn check(&self) -> Result<()> {
+        if self.given_up.load(Ordering::SeqCst) {
+            return Err(Error::Invalid("staging was given up".into()));
+        }
+        if Instant::now() >= self.deadline {
+            return Err(Error::Deadline("staging the repository".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Sets the flag when dropped: the future waiting for the work finished, timed out or was
+/// cancelled.
+struct GiveUp(Arc<AtomicBool>);
+
+impl Drop for GiveUp {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Run `work` on a thread of its own and wait for it until the deadline: a thread stuck in a
+/// system call (a hung file system) does not hold the caller past it. It is a plain thread, not
+/// a tokio blocking task, so one that never returns does not hold up the runtime's shutdown
+/// either. The work checks its [`Stop`] between files and between chunks of a file; it is told
+/// to give up when this returns or is dropped.
+async fn off_thread<T: Send + 'static>(
+    what: &str,
+    stop: &Stop,
+    work: impl FnOnce(Stop) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    stop.check()?;
+    let (send, receive) = tokio::sync::oneshot::channel();
+    let for_work = stop.clone();
+    std::thread::Builder::new()
+        .name("cordon-stage".into())
+        .spawn(move || {
+            let _ = send.send(work(for_work));
+        })
+        .map_err(|e| Error::io(format!("starting the thread for {what}"), e))?;
+    let _give_up = GiveUp(stop.given_up.clone());
+    let left = stop.deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(left, receive).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(Error::Invalid(format!(
+            "{what}: the thread ended without a result"
+        ))),
+        Err(_) => Err(Error::Deadline(what.to_owned())),
     }
 }
 
@@ -111,116 +196,289 @@ pub struct Staged {
     pub metadata_needs: Needs,
 }
 
-/// The source's git directory: `path/.git`, or `path` itself when it is a bare repository.
-fn git_dir_of(source: &Path) -> Result<PathBuf> {
-    let dot_git = source.join(".git");
-    match fs::symlink_metadata(&dot_git) {
-        Ok(m) if m.is_dir() => return Ok(dot_git),
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(Error::Unusable(Unusable::MetadataLink {
-                path: ".git".into(),
-            }));
-        }
-        Ok(_) => {
-            return Err(Error::Unusable(Unusable::NotARepository {
-                path: source.display().to_string(),
-                reason: ".git is a file (a linked worktree or a submodule): give the repository it points to".into(),
-            }));
-        }
-        Err(_) => {}
+/// The error for `rel` (relative to the git directory) that could not be read as wanted.
+fn refusal(rel: &Path, refused: Refused) -> Error {
+    let path = rel.display().to_string();
+    match refused {
+        Refused::NotPlain => Error::Unusable(Unusable::MetadataLink { path }),
+        Refused::Missing => Error::Invalid(format!(
+            "the source repository changed while it was copied ({path} went away; a git gc?): try again"
+        )),
+        Refused::Io(e) => Error::io(format!("reading {path} in the source repository"), e),
     }
-    if fs::symlink_metadata(source.join("objects")).is_ok_and(|m| m.is_dir())
-        && source.join("HEAD").is_file()
-    {
-        return Ok(source.to_path_buf());
-    }
-    Err(Error::Unusable(Unusable::NotARepository {
-        path: source.display().to_string(),
-        reason: "no .git directory and not a bare repository".into(),
-    }))
 }
 
-/// Walk `dir` without following links: (relative path, size) of every regular file; a link or a
-/// special file is refused.
-fn walk(
-    root: &Path,
-    rel: &Path,
-    out: &mut Vec<(PathBuf, u64)>,
-    budget: &mut (u64, u64),
-) -> Result<()> {
-    let dir = root.join(rel);
-    let listing =
-        fs::read_dir(&dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
-    for entry in listing {
-        let entry = entry.map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
-        let rel_path = rel.join(entry.file_name());
-        let meta = fs::symlink_metadata(entry.path())
-            .map_err(|e| Error::io(format!("{}", rel_path.display()), e))?;
-        let shown = || rel_path.display().to_string();
-        if meta.file_type().is_symlink() {
-            return Err(Error::Unusable(Unusable::MetadataLink { path: shown() }));
-        }
-        if meta.is_dir() {
-            walk(root, &rel_path, out, budget)?;
-        } else if meta.is_file() {
-            budget.0 += meta.len();
-            budget.1 += 1;
-            if budget.0 > MAX_OBJECT_STORE_BYTES || budget.1 > MAX_OBJECT_STORE_FILES {
-                return Err(Error::Unusable(Unusable::TooLarge {
-                    what: "object store".into(),
-                    needs_bytes: budget.0,
-                    needs_inodes: budget.1,
-                    limit_bytes: MAX_OBJECT_STORE_BYTES,
-                    limit_inodes: MAX_OBJECT_STORE_FILES,
-                }));
-            }
-            out.push((rel_path, meta.len()));
-        } else {
-            return Err(Error::Unusable(Unusable::MetadataLink { path: shown() }));
-        }
-    }
-    Ok(())
-}
-
-/// Copy one regular file of `listed` bytes with [`caller_file`]'s rules, refusing one that
-/// became a link, a FIFO or a device since it was listed (it is never opened blocking), and one
-/// that grew: the copy is bounded by what was measured.
-fn copy_file(from: &Path, to: &Path, listed: u64) -> Result<()> {
-    let changed = |what: &str| {
-        Error::Invalid(format!(
-            "the source repository changed while it was copied ({} {what}; a git gc?): try again",
-            from.display()
-        ))
+/// The source's git directory, opened: `path/.git`, or `path` itself when it is a bare
+/// repository (objects and HEAD at its root). The caller's path is opened as given; from the
+/// repository's root down nothing is followed.
+fn open_git_dir(source_path: &Path) -> Result<OwnedFd> {
+    let not_a_repository = |reason: &str| {
+        Error::Unusable(Unusable::NotARepository {
+            path: source_path.display().to_string(),
+            reason: reason.into(),
+        })
     };
-    let src = caller_file::open("repository file", from).map_err(|e| match e {
-        Error::Input {
-            fault: InputFault::NotRegular(_),
-            ..
-        } => Error::Unusable(Unusable::MetadataLink {
-            path: from.display().to_string(),
-        }),
-        Error::Input {
-            fault:
-                InputFault::Unreadable {
-                    errno: Some(libc::ENOENT),
-                    ..
-                },
-            ..
-        } => changed("went away"),
-        other => other,
+    let root = source::open_root(source_path).map_err(|r| match r {
+        Refused::Io(e) => Error::io(format!("opening {}", source_path.display()), e),
+        Refused::Missing => not_a_repository("no such directory"),
+        Refused::NotPlain => not_a_repository("not a directory"),
     })?;
-    let mut dst = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .open(to)
-        .map_err(|e| Error::io(format!("creating {}", to.display()), e))?;
-    let copied = std::io::copy(&mut src.into_file().take(listed + 1), &mut dst)
-        .map_err(|e| Error::io(format!("copying {}", from.display()), e))?;
-    if copied > listed {
-        return Err(changed(&format!("grew past the {listed} bytes listed")));
+    let dot_git = Path::new(".git");
+    match source::kind(root.as_fd(), dot_git) {
+        Ok(SourceKind::Dir) => {
+            source::open_dir(root.as_fd(), dot_git).map_err(|r| refusal(dot_git, r))
+        }
+        Ok(SourceKind::File { .. }) => Err(not_a_repository(
+            ".git is a file (a linked worktree or a submodule): give the repository it points to",
+        )),
+        Ok(SourceKind::Link | SourceKind::Special) => Err(refusal(dot_git, Refused::NotPlain)),
+        Err(Refused::Missing) => {
+            // Bare: what is at objects and HEAD (a link, a FIFO) is refused as the rest is.
+            let present = |name: &str| {
+                !matches!(
+                    source::kind(root.as_fd(), Path::new(name)),
+                    Err(Refused::Missing)
+                )
+            };
+            if present("objects") && present("HEAD") {
+                Ok(root)
+            } else {
+                Err(not_a_repository(
+                    "no .git directory and not a bare repository",
+                ))
+            }
+        }
+        Err(r) => Err(refusal(dot_git, r)),
     }
-    Ok(())
+}
+
+/// What the copy takes from the source, listed before anything is made.
+#[derive(Debug)]
+struct Listing {
+    /// The source's git directory.
+    git_dir: OwnedFd,
+    /// Directories to make in the copy (relative to the git directory), parents first.
+    dirs: Vec<PathBuf>,
+    /// Regular files in the order they are copied: the object store and the refs (each sorted),
+    /// then packed-refs and HEAD.
+    files: Vec<PathBuf>,
+    /// Their bytes and the entries (files and directories) when listed.
+    bytes: u64,
+    entries: u64,
+}
+
+fn too_large(bytes: u64, entries: u64) -> Error {
+    Error::Unusable(Unusable::TooLarge {
+        what: "object store".into(),
+        needs_bytes: bytes,
+        needs_inodes: entries,
+        limit_bytes: MAX_OBJECT_STORE_BYTES,
+        limit_inodes: MAX_OBJECT_STORE_FILES,
+    })
+}
+
+impl Listing {
+    /// Count one more entry of `bytes`; refuse a store past the limits.
+    fn count(&mut self, bytes: u64) -> Result<()> {
+        self.bytes += bytes;
+        self.entries += 1;
+        if self.bytes > MAX_OBJECT_STORE_BYTES || self.entries > MAX_OBJECT_STORE_FILES {
+            return Err(too_large(self.bytes, self.entries));
+        }
+        Ok(())
+    }
+
+    /// Add every directory and regular file below `top`; a link or a special file is refused.
+    fn walk(&mut self, top: &Path, stop: &Stop) -> Result<()> {
+        let first = self.files.len();
+        self.dirs.push(top.to_path_buf());
+        let mut pending = vec![top.to_path_buf()];
+        while let Some(rel) = pending.pop() {
+            stop.check()?;
+            let dir = source::open_dir(self.git_dir.as_fd(), &rel).map_err(|r| refusal(&rel, r))?;
+            let most = MAX_OBJECT_STORE_FILES.saturating_sub(self.entries);
+            for (name, kind) in source::list(dir, most).map_err(|r| refusal(&rel, r))? {
+                let path = rel.join(name);
+                match kind {
+                    SourceKind::Dir => {
+                        self.count(0)?;
+                        self.dirs.push(path.clone());
+                        pending.push(path);
+                    }
+                    SourceKind::File { size } => {
+                        self.count(size)?;
+                        self.files.push(path);
+                    }
+                    SourceKind::Link | SourceKind::Special => {
+                        return Err(refusal(&path, Refused::NotPlain))
+                    }
+                }
+            }
+        }
+        self.files[first..].sort();
+        Ok(())
+    }
+
+    /// Add the single file `name` when it is there.
+    fn single(&mut self, name: &str) -> Result<()> {
+        let rel = Path::new(name);
+        match source::kind(self.git_dir.as_fd(), rel) {
+            Ok(SourceKind::File { size }) => {
+                self.count(size)?;
+                self.files.push(rel.to_path_buf());
+                Ok(())
+            }
+            Err(Refused::Missing) => Ok(()),
+            Ok(_) => Err(refusal(rel, Refused::NotPlain)),
+            Err(r) => Err(refusal(rel, r)),
+        }
+    }
+}
+
+/// Open the source and list what the copy takes (refusing links, special files, alternates and
+/// oversize stores).
+fn list_source(source_path: &Path, stop: &Stop) -> Result<Listing> {
+    let git_dir = open_git_dir(source_path)?;
+    let mut listing = Listing {
+        git_dir,
+        dirs: Vec::new(),
+        files: Vec::new(),
+        bytes: 0,
+        entries: 0,
+    };
+    let objects = Path::new("objects");
+    match source::kind(listing.git_dir.as_fd(), objects) {
+        Ok(SourceKind::Dir) => {}
+        Err(Refused::Missing) => {
+            return Err(Error::Unusable(Unusable::NotARepository {
+                path: source_path.display().to_string(),
+                reason: "the git directory has no objects directory".into(),
+            }))
+        }
+        Ok(_) => return Err(refusal(objects, Refused::NotPlain)),
+        Err(r) => return Err(refusal(objects, r)),
+    }
+    let info = Path::new("objects/info");
+    match source::kind(listing.git_dir.as_fd(), info) {
+        Ok(SourceKind::Dir) | Err(Refused::Missing) => {}
+        Ok(_) => return Err(refusal(info, Refused::NotPlain)),
+        Err(r) => return Err(refusal(info, r)),
+    }
+    // An alternates file of any kind: the store borrows another.
+    let alternates = Path::new("objects/info/alternates");
+    match source::kind(listing.git_dir.as_fd(), alternates) {
+        Err(Refused::Missing) => {}
+        Ok(_) => return Err(Error::Unusable(Unusable::Alternates)),
+        Err(r) => return Err(refusal(alternates, r)),
+    }
+    listing.walk(objects, stop)?;
+    let refs = Path::new("refs");
+    match source::kind(listing.git_dir.as_fd(), refs) {
+        Ok(SourceKind::Dir) => listing.walk(refs, stop)?,
+        // Not a directory git would read refs from: nothing is copied from it.
+        Ok(SourceKind::File { .. }) | Err(Refused::Missing) => {}
+        Ok(_) => return Err(refusal(refs, Refused::NotPlain)),
+        Err(r) => return Err(refusal(refs, r)),
+    }
+    listing.single("packed-refs")?;
+    listing.single("HEAD")?;
+    listing.dirs.sort();
+    Ok(listing)
+}
+
+/// What the copy read.
+#[derive(Debug, Clone, Copy)]
+struct Copied {
+    /// Each file's bytes rounded up to 4 KiB blocks.
+    block_bytes: u64,
+    /// Files and directories.
+    entries: u64,
+}
+
+/// The most copied between two looks at the deadline.
+const CHUNK: u64 = 8 * 1024 * 1024;
+
+/// Copy `from` into `to`, looking at `stop` between chunks: the bytes copied, at most `limit` + 1
+/// (more than `limit` is for the caller to refuse).
+fn copy_bounded(from: &File, to: &mut File, limit: u64, stop: &Stop, rel: &Path) -> Result<u64> {
+    let mut total = 0u64;
+    while total <= limit {
+        let want = (limit - total + 1).min(CHUNK);
+        let n = std::io::copy(&mut from.take(want), to)
+            .map_err(|e| Error::io(format!("copying {}", rel.display()), e))?;
+        total += n;
+        if n < want {
+            // The end of the file (io::copy reads until the end or `want`).
+            break;
+        }
+        stop.check()?;
+    }
+    Ok(total)
+}
+
+/// Copy what was listed into the staging repository `to` (its own directory, made by git init):
+/// each file opened again beneath the source's git directory and checked again, read from the
+/// descriptor it was checked on, the whole copy bounded by the object store's limit.
+fn copy_source(listing: &Listing, to: &Path, stop: &Stop) -> Result<Copied> {
+    let dest = nix::fcntl::open(
+        to,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io(format!("opening {}", to.display()), e.into()))?;
+    let io =
+        |rel: &Path, e: Errno| Error::io(format!("creating {}", to.join(rel).display()), e.into());
+    for dir in &listing.dirs {
+        match nix::sys::stat::mkdirat(&dest, dir.as_path(), Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(io(dir, e)),
+        }
+    }
+    let mut copied = Copied {
+        block_bytes: 0,
+        entries: listing.dirs.len() as u64,
+    };
+    let mut left = MAX_OBJECT_STORE_BYTES;
+    for rel in &listing.files {
+        stop.check()?;
+        let (from, _) =
+            source::open_file(listing.git_dir.as_fd(), rel).map_err(|r| refusal(rel, r))?;
+        let create = || {
+            nix::fcntl::openat(
+                &dest,
+                rel.as_path(),
+                OFlag::O_WRONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_EXCL
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o644),
+            )
+        };
+        // git init made a HEAD of its own.
+        let made = match create() {
+            Err(Errno::EEXIST) => nix::unistd::unlinkat(
+                &dest,
+                rel.as_path(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            )
+            .and_then(|()| create()),
+            other => other,
+        }
+        .map_err(|e| io(rel, e))?;
+        let n = copy_bounded(&from, &mut File::from(made), left, stop, rel)?;
+        if n > left {
+            // The store grew past the limit since it was listed.
+            return Err(too_large(
+                MAX_OBJECT_STORE_BYTES - left + n,
+                copied.entries + 1,
+            ));
+        }
+        left -= n;
+        copied.block_bytes += n.div_ceil(4096) * 4096;
+        copied.entries += 1;
+    }
+    Ok(copied)
 }
 
 /// A revision git will take literally (no option, no shell meaning).
@@ -310,32 +568,28 @@ pub async fn stage(
     deadline: Instant,
 ) -> Result<Staged> {
     check_revision(head)?;
-    let source_git = git_dir_of(source)?;
-    if fs::symlink_metadata(source_git.join("objects/info/alternates")).is_ok() {
-        return Err(Error::Unusable(Unusable::Alternates));
-    }
-    // List the object store and the refs (refusing links and oversize stores) before anything
-    // is made.
-    let mut files = Vec::new();
-    let mut budget = (0, 0);
-    walk(&source_git, Path::new("objects"), &mut files, &mut budget)?;
-    if source_git.join("refs").is_dir() {
-        walk(&source_git, Path::new("refs"), &mut files, &mut budget)?;
-    }
-    for single in ["HEAD", "packed-refs"] {
-        match fs::symlink_metadata(source_git.join(single)) {
-            Ok(m) if m.is_file() => files.push((PathBuf::from(single), m.len())),
-            Ok(_) => {
-                return Err(Error::Unusable(Unusable::MetadataLink {
-                    path: single.into(),
-                }))
-            }
-            Err(_) => {}
-        }
-    }
-    let dir = staging_root(budget.0).join(format!("{}{allocation}", staging_prefix(owner)));
+    // Open the source and list the object store and the refs (refusing links, special files and
+    // oversize stores) before anything is made.
+    let listing_stop = Stop {
+        deadline,
+        given_up: Arc::new(AtomicBool::new(false)),
+    };
+    let source_path = source.to_path_buf();
+    let listing = off_thread("listing the repository", &listing_stop, move |stop| {
+        list_source(&source_path, &stop)
+    })
+    .await?;
+    tracing::debug!(
+        files = listing.files.len(),
+        bytes = listing.bytes,
+        "listed the object store"
+    );
+    let dir = staging_root(listing.bytes).join(format!("{}{allocation}", staging_prefix(owner)));
     fs::create_dir(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    let dir = StagingDir(dir);
+    let dir = StagingDir {
+        path: dir,
+        stop: Arc::new(AtomicBool::new(false)),
+    };
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700))
         .map_err(|e| Error::io("chmod staging", e))?;
     let home = dir.path().join("home");
@@ -349,37 +603,16 @@ pub async fn stage(
     git.run("init", &["init", "--quiet", "--bare", "--template="])
         .await?;
 
-    // Copy them as data.
-    let (object_bytes, object_files) = (budget.0, budget.1);
-    tracing::debug!(
-        files = files.len(),
-        bytes = object_bytes,
-        "listed the object store"
-    );
-    let copy_from = source_git.clone();
+    // Copy them as data (the object store first, HEAD last).
+    let copy_stop = Stop {
+        deadline,
+        given_up: dir.stop.clone(),
+    };
     let copy_to = repo.clone();
-    let list = files.clone();
-    tokio::task::spawn_blocking(move || -> Result<()> {
-        let parents: std::collections::BTreeSet<PathBuf> = list
-            .iter()
-            .filter_map(|(rel, _)| rel.parent().map(Path::to_path_buf))
-            .collect();
-        for parent in parents {
-            let dir = copy_to.join(parent);
-            fs::create_dir_all(&dir)
-                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        }
-        for (rel, listed) in list {
-            let to = copy_to.join(&rel);
-            if rel.as_os_str() == "HEAD" {
-                let _ = fs::remove_file(&to);
-            }
-            copy_file(&copy_from.join(&rel), &to, listed)?;
-        }
-        Ok(())
+    let copied = off_thread("copying the repository", &copy_stop, move |stop| {
+        copy_source(&listing, &copy_to, &stop)
     })
-    .await
-    .map_err(|e| Error::Invalid(format!("copy task: {e}")))??;
+    .await?;
 
     tracing::debug!("copied the object store and refs");
     // From here git runs only in the copy.
@@ -433,17 +666,12 @@ pub async fn stage(
     for (path, target) in &links {
         tree::check_link(path, target, &links).map_err(Error::Unusable)?;
     }
-    // The copied files, the 256 fan-out directories and a few more, and the index the seeder adds
+    // The copied files and directories, a few more git makes, and the index the seeder adds
     // (about 100 bytes an entry).
     let metadata_needs = Needs {
-        bytes: files
-            .iter()
-            .map(|(_, size)| size.div_ceil(4096) * 4096)
-            .sum::<u64>()
-            + (entries.len() as u64 * 100).div_ceil(4096) * 4096,
-        inodes: object_files + 512,
+        bytes: copied.block_bytes + (entries.len() as u64 * 100).div_ceil(4096) * 4096,
+        inodes: copied.entries + 512,
     };
-    let _ = object_bytes;
     Ok(Staged {
         dir,
         git,
@@ -457,39 +685,197 @@ pub async fn stage(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    #![allow(clippy::unwrap_used)]
 
-    /// What was listed can change before it is copied: a FIFO or a link swapped in is refused
-    /// without blocking, a file that grew is not copied past what was listed.
-    #[test]
-    fn copy_file_refuses_what_changed_since_it_was_listed() {
-        let dir = std::env::temp_dir().join(format!("cordon-copy-file-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        let from = dir.join("object");
-        fs::write(&from, b"0123456789").unwrap();
-        copy_file(&from, &dir.join("copy"), 10).unwrap();
-        assert_eq!(fs::read(dir.join("copy")).unwrap(), b"0123456789");
-        let grew = copy_file(&from, &dir.join("copy-grew"), 9).unwrap_err();
-        assert!(
-            matches!(&grew, Error::Invalid(m) if m.contains("grew past the 9 bytes listed")),
-            "{grew}"
-        );
-        let gone = copy_file(&dir.join("absent"), &dir.join("copy-gone"), 1).unwrap_err();
-        assert!(
-            matches!(&gone, Error::Invalid(m) if m.contains("went away")),
-            "{gone}"
-        );
-        let fifo = dir.join("fifo");
-        let c = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).unwrap();
-        // SAFETY: a valid C string; mkfifo touches no memory of ours.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let link = dir.join("link");
-        std::os::unix::fs::symlink(&from, &link).unwrap();
-        for special in [fifo, link, PathBuf::from("/dev/zero")] {
-            let e = copy_file(&special, &dir.join("copy-special"), 0).unwrap_err();
-            assert_eq!(e.id(), "repo-metadata-link", "{}: {e}", special.display());
+    use super::*;
+    use std::time::Duration;
+
+    struct Scratch(PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
         }
-        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn scratch() -> Scratch {
+        let dir = std::env::temp_dir().join(format!("cordon-clone-{}", uuid::Uuid::new_v4()));
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn stop_in(after: Duration) -> Stop {
+        Stop {
+            deadline: Instant::now() + after,
+            given_up: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// A bare layout with a few loose objects, refs and HEAD (file contents are not git's: only
+    /// the copy is tested).
+    fn fake_git_dir(root: &Path) {
+        for (rel, content) in [
+            ("objects/ab/cdef", "object one"),
+            ("objects/00/1122", "object two"),
+            ("objects/pack/pack-1.pack", "pack"),
+            ("refs/heads/main", "0123\n"),
+            ("packed-refs", "# pack-refs\n"),
+            ("HEAD", "ref: refs/heads/main\n"),
+        ] {
+            let path = root.join(rel);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, content).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_copy_takes_the_store_in_order_and_head_last() {
+        let t = scratch();
+        let src = t.0.join("src");
+        fake_git_dir(&src);
+        let stop = stop_in(Duration::from_secs(30));
+        let listing = list_source(&src, &stop).unwrap();
+        let files: Vec<String> = listing
+            .files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(
+            files,
+            [
+                "objects/00/1122",
+                "objects/ab/cdef",
+                "objects/pack/pack-1.pack",
+                "refs/heads/main",
+                "packed-refs",
+                "HEAD"
+            ]
+        );
+        let dst = t.0.join("dst");
+        fs::create_dir_all(dst.join("objects")).unwrap();
+        fs::write(dst.join("HEAD"), "made by git init\n").unwrap();
+        let copied = copy_source(&listing, &dst, &stop).unwrap();
+        assert_eq!(copied.entries, listing.dirs.len() as u64 + 6);
+        assert_eq!(
+            fs::read_to_string(dst.join("HEAD")).unwrap(),
+            "ref: refs/heads/main\n"
+        );
+        assert_eq!(
+            fs::read_to_string(dst.join("objects/ab/cdef")).unwrap(),
+            "object one"
+        );
+    }
+
+    /// A FIFO (or a link) swapped in after the listing is refused by the copy at once: the file
+    /// is opened non-blocking and checked on its descriptor.
+    #[test]
+    fn a_fifo_or_link_swapped_in_after_the_listing_is_refused_by_the_copy() {
+        for (swapped, make) in [
+            ("HEAD", "fifo"),
+            ("objects/ab/cdef", "fifo"),
+            ("packed-refs", "link"),
+            ("objects/ab", "link"),
+        ] {
+            let t = scratch();
+            let src = t.0.join("src");
+            fake_git_dir(&src);
+            let stop = stop_in(Duration::from_secs(30));
+            let listing = list_source(&src, &stop).unwrap();
+            let path = src.join(swapped);
+            let aside = t.0.join("aside");
+            fs::rename(&path, &aside).unwrap();
+            if make == "fifo" {
+                nix::unistd::mkfifo(&path, Mode::from_bits_truncate(0o644)).unwrap();
+            } else {
+                std::os::unix::fs::symlink(&aside, &path).unwrap();
+            }
+            let dst = t.0.join("dst");
+            fs::create_dir_all(&dst).unwrap();
+            let started = Instant::now();
+            match copy_source(&listing, &dst, &stop) {
+                Err(Error::Unusable(Unusable::MetadataLink { path })) => {
+                    assert!(
+                        swapped.starts_with(&path) || path.starts_with(swapped),
+                        "{path}"
+                    )
+                }
+                other => panic!("{swapped} as a {make}: {other:?}"),
+            }
+            assert!(started.elapsed() < Duration::from_secs(5));
+        }
+    }
+
+    #[test]
+    fn a_file_is_read_with_a_bound_and_the_deadline_is_seen_between_chunks() {
+        let t = scratch();
+        let from = t.0.join("from");
+        fs::write(&from, vec![7u8; 10]).unwrap();
+        let stop = stop_in(Duration::from_secs(30));
+        let copy = |limit: u64, stop: &Stop| {
+            let mut to = File::create(t.0.join("to")).unwrap();
+            copy_bounded(
+                &File::open(&from).unwrap(),
+                &mut to,
+                limit,
+                stop,
+                Path::new("f"),
+            )
+        };
+        assert_eq!(copy(10, &stop).unwrap(), 10);
+        // One byte over the bound is read, no more: the caller refuses it.
+        assert_eq!(copy(9, &stop).unwrap(), 10);
+        assert_eq!(copy(3, &stop).unwrap(), 4);
+        assert_eq!(fs::metadata(t.0.join("to")).unwrap().len(), 4);
+        // A big file, past the deadline: the copy stops after the first chunk.
+        fs::write(&from, vec![7u8; (CHUNK * 2 + 1) as usize]).unwrap();
+        let past = stop_in(Duration::ZERO);
+        match copy(MAX_OBJECT_STORE_BYTES, &past) {
+            Err(Error::Deadline(_)) => {}
+            other => panic!("past the deadline: {other:?}"),
+        }
+        assert_eq!(fs::metadata(t.0.join("to")).unwrap().len(), CHUNK);
+    }
+
+    /// The caller gets `deadline` at the deadline even when the work is stuck in a system call
+    /// (here an `open` of a FIFO without O_NONBLOCK, which blocks until a writer comes).
+    #[tokio::test]
+    async fn the_deadline_holds_while_the_work_is_stuck() {
+        let t = scratch();
+        let fifo = t.0.join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
+        let stop = stop_in(Duration::from_millis(300));
+        let started = Instant::now();
+        let blocked = fifo.clone();
+        let result = off_thread("stuck work", &stop, move |_| {
+            File::open(&blocked).map_err(|e| Error::io("open", e))?;
+            Ok(())
+        })
+        .await;
+        assert!(matches!(result, Err(Error::Deadline(_))), "{result:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert!(stop.given_up.load(Ordering::SeqCst));
+        // Let the stuck thread go.
+        let _ = fs::OpenOptions::new().read(true).write(true).open(&fifo);
+    }
+
+    /// A staging directory dropped tells the copy to stop and is removed.
+    #[test]
+    fn a_dropped_staging_directory_stops_the_copy_and_is_removed() {
+        let t = scratch();
+        let path = t.0.join("stage");
+        fs::create_dir_all(path.join("repo.git/objects/ab")).unwrap();
+        fs::write(path.join("repo.git/objects/ab/cd"), "x").unwrap();
+        let flag = Arc::new(AtomicBool::new(false));
+        drop(StagingDir {
+            path: path.clone(),
+            stop: flag.clone(),
+        });
+        assert!(flag.load(Ordering::SeqCst));
+        assert!(!path.exists());
+        let stop = Stop {
+            deadline: Instant::now() + Duration::from_secs(30),
+            given_up: flag,
+        };
+        assert!(stop.check().is_err());
     }
 }

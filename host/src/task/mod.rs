@@ -8,6 +8,7 @@ pub mod clone;
 pub mod git;
 pub mod recover;
 pub mod seed;
+pub mod source;
 pub mod tree;
 
 use std::collections::BTreeMap;
