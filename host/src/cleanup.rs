@@ -122,6 +122,34 @@ enum Resolved {
     Missing,
 }
 
+/// What holds a volume's name now: ours when its labels are the ones we made it with, or when it
+/// has none and no options (what the engine makes on its own).
+async fn resolve_volume(
+    engine: &Engine,
+    name: &str,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Result<Resolved> {
+    match bounded(
+        "inspect volume",
+        CALL_TIMEOUT,
+        engine.docker().inspect_volume(name),
+    )
+    .await
+    {
+        Ok(v) => {
+            let have: BTreeMap<String, String> = v.labels.into_iter().collect();
+            let engine_made = have.is_empty() && v.options.is_empty();
+            Ok(if engine_made || labels == Some(&have) {
+                Resolved::Ours(v.name)
+            } else {
+                Resolved::Other
+            })
+        }
+        Err(e) if not_found(&e) => Ok(Resolved::Missing),
+        Err(e) => Err(e),
+    }
+}
+
 /// Resolve a pending create by name.
 async fn resolve_pending(engine: &Engine, pending: &Pending) -> Result<Resolved> {
     let docker = engine.docker();
@@ -194,6 +222,10 @@ impl Created {
 
     /// One removal pass: containers first (they hold the volumes), then volumes, then pending
     /// creates resolved by name. Returns what is left.
+    ///
+    /// Volumes wait while any container create of this record is unresolved: the engine makes a
+    /// missing named volume for a create that lands after it was removed, so removing the volumes
+    /// first would bring them back. Once removed, each volume is looked up by name again.
     pub async fn remove_once(&self, engine: &Engine) -> Created {
         let mut left = Created {
             labels: self.labels.clone(),
@@ -226,15 +258,42 @@ impl Created {
                 left.containers.push(id.clone());
             }
         }
+        let containers_unresolved = left.pending.iter().any(|p| p.kind == ObjectKind::Container);
+        if containers_unresolved || !left.containers.is_empty() {
+            // Not yet: a container that may still be made (or is still there) holds them.
+            left.volumes.extend(self.volumes.iter().cloned());
+            for (name, pending) in &pending_volumes {
+                left.volumes.push(name.clone());
+                left.labels.insert(name.clone(), pending.labels.clone());
+            }
+            return left;
+        }
+        let mut removed = Vec::new();
         for name in &self.volumes {
             if remove_volume(engine, name).await.is_err() {
                 left.volumes.push(name.clone());
+            } else {
+                removed.push(name.clone());
             }
         }
         for (name, pending) in &pending_volumes {
             if remove_volume(engine, name).await.is_err() {
                 left.volumes.push(name.clone());
                 left.labels.insert(name.clone(), pending.labels.clone());
+            } else {
+                removed.push(name.clone());
+            }
+        }
+        // Nothing of ours can make them again now; a volume back under one of these names was
+        // made by the engine anyway: ours by its labels (or none at all), so it goes too.
+        for name in removed {
+            match resolve_volume(engine, &name, self.labels.get(&name)).await {
+                Ok(Resolved::Missing | Resolved::Other) => {}
+                Ok(Resolved::Ours(_)) | Err(_) => {
+                    if remove_volume(engine, &name).await.is_err() {
+                        left.volumes.push(name.clone());
+                    }
+                }
             }
         }
         left

@@ -473,7 +473,7 @@ async fn a_deadline_hit_in_setup_or_run_settles_as_timeout() {
     let storage = storage(&engine, &image, &owner).await;
     for (prompt, after, step) in [
         ("hello", Duration::from_millis(60), Step::Creating),
-        ("cordon-fake:hang", Duration::from_secs(3), Step::Running),
+        ("cordon-fake:hang", Duration::from_secs(8), Step::Running),
     ] {
         let mut req = request(&storage, Phase::Questions, prompt);
         req.deadline = Instant::now() + after;
@@ -858,4 +858,280 @@ async fn pending_creates_are_resolved_by_name_and_labels() {
         .await
         .unwrap();
     assert_clean(&engine, &owner).await;
+}
+
+/// The engine makes any missing named volume for a container create that names it. A create cut
+/// before the engine answered may still land after cleanup: cleanup holds the volumes back until
+/// every container create of its record is resolved, and a mount carries the volume's labels and
+/// options, so even a volume the engine made on its own is labelled and bounded. Recovery removes
+/// the unlabelled ones an older mount left, by the allocation id in their name.
+#[tokio::test]
+async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
+    use cordon::cleanup::{Created, ObjectKind};
+    use cordon::labels::Kind;
+    use cordon::profile::{root_tmpfs_volume_options, volume_mount, VolumeSpec, CONTROL_AREA};
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-resurrect");
+    let allocation = cordon::uids::allocation(&engine, &owner, "r")
+        .await
+        .unwrap();
+    let spec = VolumeSpec {
+        name: allocation.name(Kind::Control),
+        labels: allocation.labels(Kind::Control),
+        options: root_tmpfs_volume_options(CONTROL_AREA),
+    };
+    let volume = engine
+        .docker()
+        .create_volume(spec.request())
+        .await
+        .unwrap()
+        .name;
+    let mut created = Created::default();
+    created.begin(ObjectKind::Volume, &volume, &spec.labels);
+    created.answered(ObjectKind::Volume, &volume, Some(&volume));
+    let loader = allocation.name(Kind::Loader);
+    let loader_labels = allocation.labels(Kind::Loader);
+    // A container create cut before the engine answered.
+    created.begin(ObjectKind::Container, &loader, &loader_labels);
+    let left = created.remove_once(&engine).await;
+    assert!(
+        engine.docker().inspect_volume(&volume).await.is_ok(),
+        "the volume waits while a container create may still land: {left:?}"
+    );
+    // The cut create lands now.
+    let body = cordon::storage::helper_body(
+        &image,
+        &allocation,
+        Kind::Loader,
+        vec![cordon_contract::paths::INIT.into(), "keeper".into()],
+        vec![volume_mount(
+            &spec,
+            cordon_contract::paths::CONTROL_DIR,
+            false,
+            None,
+        )],
+    );
+    engine
+        .docker()
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(loader.clone()),
+                ..Default::default()
+            }),
+            body,
+        )
+        .await
+        .unwrap();
+    left.remove_all(&engine, Duration::from_secs(20))
+        .await
+        .expect("the landed create is resolved, then the volume removed");
+    assert!(engine.docker().inspect_volume(&volume).await.is_err());
+    assert_clean(&engine, &owner).await;
+
+    // A volume the engine made for a mount without labels (what older mounts did).
+    let other = cordon::uids::allocation(&engine, &owner, "r")
+        .await
+        .unwrap();
+    let orphan = other.name(Kind::Input);
+    let bare = VolumeSpec {
+        name: orphan.clone(),
+        ..Default::default()
+    };
+    let mut body = cordon::storage::helper_body(
+        &image,
+        &other,
+        Kind::Loader,
+        vec![cordon_contract::paths::INIT.into(), "keeper".into()],
+        vec![volume_mount(
+            &bare,
+            cordon_contract::paths::INPUT_DIR,
+            false,
+            None,
+        )],
+    );
+    if let Some(mount) = body
+        .host_config
+        .as_mut()
+        .and_then(|h| h.mounts.as_mut())
+        .and_then(|m| m.first_mut())
+    {
+        mount.volume_options = None;
+    }
+    engine
+        .docker()
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(other.name(Kind::Loader)),
+                ..Default::default()
+            }),
+            body,
+        )
+        .await
+        .unwrap();
+    let made = engine.docker().inspect_volume(&orphan).await.unwrap();
+    assert!(made.labels.is_empty(), "the engine made it unlabelled");
+    let report = cordon::task::recover::recover(&engine, &owner, false)
+        .await
+        .expect("recovery");
+    assert!(
+        report
+            .removed
+            .iter()
+            .any(|r| r == &format!("volume {orphan}")),
+        "{report:?}"
+    );
+    assert_clean(&engine, &owner).await;
+}
+
+/// A repository whose tree has gitlinks (submodules) at `paths`, and its storage.
+async fn storage_with_gitlinks(
+    engine: &Engine,
+    image: &str,
+    owner: &Owner,
+    paths: &[&str],
+) -> StorageHandle {
+    let repo = Repo::new("gitlinks");
+    repo.write("README.md", b"# gitlinks\n", 0o644);
+    repo.git(&["add", "-A"]);
+    for path in paths {
+        let info = format!("160000,1234567890123456789012345678901234567890,{path}");
+        repo.git(&["update-index", "--add", "--cacheinfo", &info]);
+    }
+    repo.git(&["commit", "--quiet", "-m", "gitlinks"]);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    task::prepare(engine, image, &prepare_request(owner, &repo, &head))
+        .await
+        .expect("task storage")
+}
+
+/// Execute and fix mask every gitlink of the seeded tree read-only: the agent cannot write
+/// beneath one nor plant `.git` there, while it still writes its work tree beside it. A nested
+/// gitlink (which would need its parents pinned) and unknown gitlinks (a recovered handle) are
+/// refused for execute and fix before anything is allocated; read-only phases need no mask.
+#[tokio::test]
+async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-gitlink");
+    let storage = storage_with_gitlinks(&engine, &image, &owner, &["sub", "vendored"]).await;
+    assert_eq!(
+        storage.gitlinks.as_deref(),
+        Some(&["sub".to_owned(), "vendored".to_owned()][..])
+    );
+    for phase in [Phase::Execute, Phase::Fix] {
+        for gitlink in ["sub", "vendored"] {
+            let prompt = format!("cordon-fake:write-gitlink {gitlink}");
+            let result = run(&engine, &image, request(&storage, phase, &prompt)).await;
+            assert_eq!(
+                result.answer.as_deref(),
+                Some(
+                    format!("write-gitlink: beneath /work/{gitlink}: wrote 0 of 3; beside: wrote")
+                        .as_str()
+                ),
+                "{phase}: {result:#?}"
+            );
+        }
+    }
+    // Unknown gitlinks: refused before anything is made.
+    let mut recovered = storage.clone();
+    recovered.gitlinks = None;
+    for phase in [Phase::Execute, Phase::Fix] {
+        let err = start(
+            &engine,
+            capture(request(&recovered, phase, "hello")).unwrap(),
+            None,
+            options(&image),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.id(), "gitlinks-unknown", "{err}");
+    }
+    let read_only = run(
+        &engine,
+        &image,
+        request(&recovered, Phase::Questions, "hello"),
+    )
+    .await;
+    assert!(read_only.answer.is_some(), "{read_only:#?}");
+    finish(&engine, &owner, &storage).await;
+
+    let nested = storage_with_gitlinks(&engine, &image, &owner, &["top", "deep/er/module"]).await;
+    for phase in [Phase::Execute, Phase::Fix] {
+        let err = start(
+            &engine,
+            capture(request(&nested, phase, "hello")).unwrap(),
+            None,
+            options(&image),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.id(), "gitlink-nested", "{err}");
+        assert!(err.to_string().contains("deep/er/module"), "{err}");
+    }
+    let (containers, volumes) = cordon::cleanup::list_owned(&engine, &owner).await.unwrap();
+    assert_eq!(
+        (containers.len(), volumes.len()),
+        (1, 2),
+        "only the storage"
+    );
+    let planning = run(&engine, &image, request(&nested, Phase::Questions, "hello")).await;
+    assert!(planning.answer.is_some(), "{planning:#?}");
+    finish(&engine, &owner, &nested).await;
+}
+
+/// Each storage allocation runs as a uid of its own, so the kernel's per-user counters are not
+/// shared: while one invocation holds every inotify instance its uid may have, another
+/// invocation (on other storage) still gets one.
+#[tokio::test]
+async fn one_invocation_exhausting_inotify_leaves_another_its_own() {
+    let engine = engine().await;
+    let image = image(&engine).await;
+    let owner = Owner::random("t-inotify");
+    let (hog_storage, other_storage) = tokio::join!(
+        storage(&engine, &image, &owner),
+        storage(&engine, &image, &owner)
+    );
+    assert_ne!(hog_storage.uid, other_storage.uid);
+    let limit: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let hog = start(
+        &engine,
+        capture(request(
+            &hog_storage,
+            Phase::Questions,
+            "cordon-fake:inotify-hog 12",
+        ))
+        .unwrap(),
+        None,
+        options(&image),
+    )
+    .await
+    .unwrap();
+    assert_eq!(hog.reached(Step::Running).await, Step::Running);
+    // Time for the hog to take them all (it needs milliseconds).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let other = run(
+        &engine,
+        &image,
+        request(&other_storage, Phase::Questions, "cordon-fake:inotify-one"),
+    )
+    .await;
+    assert_eq!(hog.step(), Step::Running, "the hog still holds them");
+    let hogged = hog.settled().await;
+    assert_eq!(
+        hogged.answer.as_deref(),
+        Some(format!("inotify-hog: held {limit} then errno {}", libc::EMFILE).as_str()),
+        "{hogged:#?}"
+    );
+    assert_eq!(
+        other.answer.as_deref(),
+        Some("inotify-one: ok"),
+        "{other:#?}"
+    );
+    task::remove(&engine, &hog_storage).await.unwrap();
+    finish(&engine, &owner, &other_storage).await;
 }

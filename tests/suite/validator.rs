@@ -66,8 +66,8 @@ fn changes() -> Vec<(&'static str, Vec<Id>, Change)> {
     vec![
         c(
             "user",
-            vec![NonRootUser],
-            Box::new(|o| config(o).user = Some("0:0".into())),
+            vec![InitPrivileges],
+            Box::new(|o| config(o).user = Some("10001:10001".into())),
         ),
         c(
             "hostname",
@@ -179,7 +179,28 @@ fn changes() -> Vec<(&'static str, Vec<Id>, Change)> {
         c(
             "cap add",
             vec![CapAdded],
-            Box::new(|o| host(o).cap_add = Some(vec!["SYS_ADMIN".into()])),
+            Box::new(|o| host(o).cap_add.as_mut().unwrap().push("CHOWN".into())),
+        ),
+        c(
+            "cap add, CAP_ prefix",
+            vec![CapAdded],
+            Box::new(|o| host(o).cap_add.as_mut().unwrap().push("CAP_NET_RAW".into())),
+        ),
+        c(
+            "cap add without SYS_ADMIN",
+            vec![InitPrivileges],
+            Box::new(|o| {
+                host(o)
+                    .cap_add
+                    .as_mut()
+                    .unwrap()
+                    .retain(|c| c != "SYS_ADMIN")
+            }),
+        ),
+        c(
+            "cap add none",
+            vec![InitPrivileges],
+            Box::new(|o| host(o).cap_add = None),
         ),
         c(
             "no-new-privileges",
@@ -227,7 +248,24 @@ fn changes() -> Vec<(&'static str, Vec<Id>, Change)> {
         c(
             "masked paths",
             vec![NotPrivileged],
-            Box::new(|o| host(o).masked_paths = Some(vec![])),
+            Box::new(|o| {
+                host(o)
+                    .masked_paths
+                    .as_mut()
+                    .unwrap()
+                    .retain(|p| p != "/proc/kcore")
+            }),
+        ),
+        c(
+            "masked host files",
+            vec![HostInfoMasked],
+            Box::new(|o| {
+                host(o)
+                    .masked_paths
+                    .as_mut()
+                    .unwrap()
+                    .retain(|p| p != "/proc/cmdline")
+            }),
         ),
         c(
             "readonly paths",
@@ -692,6 +730,62 @@ fn changes() -> Vec<(&'static str, Vec<Id>, Change)> {
             }),
         ),
         c(
+            "input volume on disk",
+            vec![NoHostMounts],
+            Box::new(|o| volume(o, "input").options.clear()),
+        ),
+        c(
+            "work volume another uid",
+            vec![UidPerAllocation],
+            Box::new(|o| volume_o(o, "work", |t| t.replace("uid=", "uid=9"))),
+        ),
+        c(
+            "egress volume another gid",
+            vec![UidPerAllocation],
+            Box::new(|o| volume_o(o, "egress", |t| t.replace("gid=", "gid=9"))),
+        ),
+        c(
+            "volume uid label",
+            vec![UidPerAllocation],
+            Box::new(|o| {
+                volume(o, "metadata")
+                    .labels
+                    .insert("io.cordon.uid".into(), "1234567".into());
+            }),
+        ),
+        c(
+            "tmpfs owner",
+            vec![UidPerAllocation],
+            Box::new(|o| tmpfs(o, paths::TMP, |t| t.replace("uid=", "uid=9"))),
+        ),
+        c(
+            "another allocation holds the uid",
+            vec![UidPerAllocation],
+            Box::new(|o| {
+                o.uid_holders.as_mut().unwrap().push(cordon::uids::Holder {
+                    what: "volume someone-elses".into(),
+                    kind: Some(cordon::labels::Kind::Work),
+                    allocation: Some(uuid::Uuid::new_v4().to_string()),
+                })
+            }),
+        ),
+        c(
+            "uid holders unreadable",
+            vec![UidPerAllocation],
+            Box::new(|o| o.uid_holders = Err("engine down".into())),
+        ),
+        c(
+            "mount volume labels",
+            vec![ProfileDrift],
+            Box::new(|o| {
+                mount(o, paths::METADATA)
+                    .volume_options
+                    .as_mut()
+                    .unwrap()
+                    .labels = None
+            }),
+        ),
+        c(
             "volume owner",
             vec![ProfileDrift],
             Box::new(|o| {
@@ -725,7 +819,7 @@ fn changes() -> Vec<(&'static str, Vec<Id>, Change)> {
     ]
 }
 
-/// The real read-back of a planning C0 is accepted; each of the 101 single changes is refused with exactly its
+/// The real read-back of a planning C0 is accepted; each single change is refused with exactly its
 /// id, so no field check is dead.
 #[tokio::test]
 async fn every_field_check_refuses_its_own_change() {

@@ -152,8 +152,26 @@ pub async fn recover(engine: &Engine, owner: &Owner, foreign: bool) -> Result<Re
         }
     }
 
+    // Volumes the engine made on its own under a cordon name (a create that named a volume cleanup
+    // had removed; older versions mounted volumes without their labels): no label, no option.
+    // They are this owner's when the name carries one of this owner's allocation ids.
+    let allocations: std::collections::BTreeSet<String> = owned
+        .iter()
+        .filter_map(|(o, _, _)| o.labels.get(ALLOCATION).cloned())
+        .collect();
+    let mut engine_made = Vec::new();
+    for name in crate::cleanup::unlabelled_cordon_volumes(engine).await? {
+        match crate::cleanup::cordon_name(&name) {
+            Some(id) if allocations.contains(&id.to_string()) => engine_made.push(name),
+            _ => report
+                .unowned
+                .push(format!("volume {name} (no labels: made by the engine)")),
+        }
+    }
+
     // Sort this owner's objects.
     let mut remove = Created::default();
+    remove.volumes.extend(engine_made);
     let mut networks_to_remove = Vec::new();
     let mut storage: BTreeMap<uuid::Uuid, Vec<Part>> = BTreeMap::new();
     for (object, running, options) in owned {

@@ -25,6 +25,13 @@
 //! - `cordon-fake:write-outside`: tries to write where the sandbox must deny it; success
 //!   `write-outside: denied N of N`, or `error_during_execution` `write-outside: WROTE ...` and
 //!   exit 3.
+//! - `cordon-fake:write-gitlink PATH`: tries to write beneath the gitlink `/work/PATH` and to
+//!   plant `.git` there, and writes a file beside it; success `write-gitlink: beneath ...: wrote 0
+//!   of 3; beside: wrote`, otherwise `error_during_execution` and exit 3.
+//! - `cordon-fake:inotify-hog SECS`: takes inotify instances until the kernel refuses one, holds
+//!   them SECS seconds; success `inotify-hog: held N then errno E`.
+//! - `cordon-fake:inotify-one`: takes one inotify instance; success `inotify-one: ok`, otherwise
+//!   `error_during_execution` `inotify-one: errno E` and exit 4.
 //! - `cordon-fake:steal-credential`: searches /proc and the scratch and work areas for test tokens
 //!   other than its own; success `foreign tokens: [...]`. Its own token is never printed.
 //! - `cordon-fake:terminal-escapes`: success whose `result` is hostile terminal text
@@ -137,6 +144,9 @@ fn main() {
         "cordon-fake:hang" => hang(),
         "cordon-fake:signal" => signal(),
         "cordon-fake:write-outside" => write_outside(&cli),
+        "cordon-fake:write-gitlink" => write_gitlink(&cli, prompt),
+        "cordon-fake:inotify-hog" => inotify_hog(&cli, prompt),
+        "cordon-fake:inotify-one" => inotify_one(&cli),
         "cordon-fake:steal-credential" => steal_credential(&cli),
         "cordon-fake:terminal-escapes" => success(&cli, TERMINAL_ESCAPES),
         other => match exit_code_of(other) {
@@ -395,6 +405,89 @@ fn write_outside(cli: &Cli) -> Outcome {
             envelope: envelope("error_during_execution", true, &result),
             code: 3,
         }
+    }
+}
+
+/// The words after the mode.
+fn arguments(prompt: &str) -> Vec<&str> {
+    prompt.split_whitespace().skip(1).collect()
+}
+
+/// Tries to write beneath the gitlink named after the mode and to plant `.git` there, and writes a
+/// file beside it (which must work: the agent may write its work tree).
+fn write_gitlink(cli: &Cli, prompt: &str) -> Outcome {
+    let Some(gitlink) = arguments(prompt).first().map(|g| format!("/work/{g}")) else {
+        return Outcome {
+            envelope: envelope("error_during_execution", true, "write-gitlink: no path"),
+            code: 2,
+        };
+    };
+    let beneath = [
+        create_file(&format!("{gitlink}/planted.txt")),
+        create_dir(&format!("{gitlink}/.git")),
+        create_file(&format!("{gitlink}/.git")),
+    ];
+    let beside = create_file("/work/cordon-fake-beside.txt");
+    let wrote = beneath.iter().filter(|w| **w).count();
+    let result = format!(
+        "write-gitlink: beneath {gitlink}: wrote {wrote} of {}; beside: {}",
+        beneath.len(),
+        if beside { "wrote" } else { "denied" }
+    );
+    if wrote == 0 && beside {
+        success(cli, &result)
+    } else {
+        Outcome {
+            envelope: envelope("error_during_execution", true, &result),
+            code: 3,
+        }
+    }
+}
+
+fn inotify() -> Result<i32, i32> {
+    // SAFETY: inotify_init1 takes flags only.
+    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+    if fd < 0 {
+        Err(io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Takes inotify instances until the kernel refuses one (the per-user limit), holds them for the
+/// number of seconds after the mode, and reports how many it got and why it stopped.
+fn inotify_hog(cli: &Cli, prompt: &str) -> Outcome {
+    let hold: u64 = arguments(prompt)
+        .first()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let mut held = Vec::new();
+    let stopped = loop {
+        match inotify() {
+            Ok(fd) if held.len() < 100_000 => held.push(fd),
+            Ok(_) => break 0,
+            Err(errno) => break errno,
+        }
+    };
+    std::thread::sleep(Duration::from_secs(hold));
+    success(
+        cli,
+        &format!("inotify-hog: held {} then errno {stopped}", held.len()),
+    )
+}
+
+/// Takes one inotify instance.
+fn inotify_one(cli: &Cli) -> Outcome {
+    match inotify() {
+        Ok(_) => success(cli, "inotify-one: ok"),
+        Err(errno) => Outcome {
+            envelope: envelope(
+                "error_during_execution",
+                true,
+                &format!("inotify-one: errno {errno}"),
+            ),
+            code: 4,
+        },
     }
 }
 
