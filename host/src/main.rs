@@ -94,6 +94,9 @@ enum Command {
         code_hash: Option<String>,
         #[arg(long, default_value_t = 600)]
         deadline_secs: u64,
+        /// The uids storage allocations may run as (`FIRST-LAST`): no host account may use one.
+        #[arg(long, default_value = "1100000-1999999")]
+        uid_range: cordon::uids::UidRange,
     },
     /// Remove what an owner left (containers, networks, interrupted storage) and hand back its
     /// intact task storage.
@@ -127,6 +130,9 @@ enum TaskAction {
         work_inodes: u64,
         #[arg(long, default_value_t = 600)]
         deadline_secs: u64,
+        /// The uids storage allocations may run as (`FIRST-LAST`): no host account may use one.
+        #[arg(long, default_value = "1100000-1999999")]
+        uid_range: cordon::uids::UidRange,
     },
     /// Remove task storage: by its handle (JSON, or @FILE), or by --allocation (and --owner).
     Remove {
@@ -338,6 +344,7 @@ async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result
             work_bytes,
             work_inodes,
             deadline_secs,
+            uid_range,
         } => {
             let request = cordon::task::PrepareRequest {
                 repo: repo.clone(),
@@ -353,7 +360,7 @@ async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result
                     inodes: *work_inodes,
                 },
                 deadline: std::time::Duration::from_secs(*deadline_secs),
-                uids: cordon::uids::UidRange::default(),
+                uids: *uid_range,
             };
             let built = build(engine, cli).await?;
             let bar = indicatif::ProgressBar::new_spinner();
@@ -422,6 +429,7 @@ async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> 
         attempt,
         code_hash,
         deadline_secs,
+        uid_range,
     } = &cli.command
     else {
         anyhow::bail!("not a run command");
@@ -486,7 +494,7 @@ async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> 
         deadline: std::time::Duration::from_secs(*deadline_secs),
         credential,
         work: cordon::storage::DEFAULT_WORK,
-        uids: cordon::uids::UidRange::default(),
+        uids: *uid_range,
     };
     // A refused vendor is refused before anything is prepared.
     if cordon::invoke::allowed_phases(vendor).is_empty() {

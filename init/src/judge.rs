@@ -501,10 +501,7 @@ fn judge_mounts(
 
     // Root owns the engine's mounts: as root (the gate's non-root-user row only) they are
     // writable by their mode, and that is the identity's breach.
-    let root = obs
-        .status
-        .as_ref()
-        .is_ok_and(|s| s.uid.iter().any(|u| *u == 0));
+    let root = obs.status.as_ref().is_ok_and(|s| s.uid.contains(&0));
     let mut seen_points = std::collections::BTreeSet::new();
     for m in mounts {
         let Some(rule) = policy.rule_for(&m.mount_point) else {

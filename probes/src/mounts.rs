@@ -101,7 +101,7 @@ pub fn run(p: &mut Probe<'_>) {
     let exec_capable: Vec<String> = mounts
         .iter()
         .filter_map(|m| Some((m, policy.rule_for(&m.mount_point)?)))
-        .filter(|(m, r)| !(r.access == Access::Writable && !m.read_only()))
+        .filter(|(m, r)| r.access != Access::Writable || m.read_only())
         .filter(|(m, r)| {
             (r.flags.nosuid && !m.has("nosuid"))
                 || (r.flags.nodev && !m.has("nodev"))

@@ -34,6 +34,20 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("catalogue::tests::", "../contract/src/catalogue.rs"),
     ("report::tests::", "../contract/src/report.rs"),
     ("policy::tests::", "../contract/src/policy.rs"),
+    ("contract::seccomp::tests::", "../contract/src/seccomp.rs"),
+    ("privileges::tests::", "../init/src/privileges.rs"),
+    ("profile::tests::", "../host/src/profile.rs"),
+    ("uids::tests::", "../host/src/uids.rs"),
+    ("tree::tests::", "../host/src/task/tree.rs"),
+    ("source::tests::", "../host/src/task/source.rs"),
+    ("clone::tests::", "../host/src/task/clone.rs"),
+    ("caller_file::tests::", "../host/src/caller_file.rs"),
+    ("human::tests::", "../host/src/human.rs"),
+    ("invoke::claude::tests::", "../host/src/invoke/claude.rs"),
+    ("invoke::result::tests::", "../host/src/invoke/result.rs"),
+    ("invoke::schema::tests::", "../host/src/invoke/schema.rs"),
+    ("invoke::tests::", "../host/src/invoke/mod.rs"),
+    ("cli_task::", "../host/tests/cli_task.rs"),
 ];
 
 /// Every test the doc names (`suite::module::test`, or a unit test by the prefixes above) exists.
