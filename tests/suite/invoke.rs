@@ -930,6 +930,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
     assert_clean(&engine, &owner).await;
 
     // A volume the engine made for a mount without labels (what older mounts did).
+    let on_purpose = cordon_tests::making_unlabelled_volumes().await;
     let other = cordon::uids::allocation(&engine, &owner, "r")
         .await
         .unwrap();
@@ -981,6 +982,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
             .any(|r| r == &format!("volume {orphan}")),
         "{report:?}"
     );
+    drop(on_purpose);
     assert_clean(&engine, &owner).await;
 }
 
