@@ -326,7 +326,7 @@ impl Policy {
     /// The canonical bytes the host writes.
     pub fn to_bytes(&self) -> Vec<u8> {
         // Serialising plain data with string keys cannot fail.
-        serde_json::to_vec_pretty(self).unwrap_or_default()
+        serde_json::to_vec(self).unwrap_or_default()
     }
 
     /// Internal consistency: every path clean, every grant backed by a mount, argv[0] allowlisted.
@@ -578,13 +578,23 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
             Id::NotPrivileged,
         ));
     }
-    // A masked file is a bind of the engine's /dev/null (a device: it keeps dev); a masked
-    // directory is a read-only tmpfs.
+    // A masked file is a bind of the engine's /dev/null and a masked directory an empty
+    // read-only tmpfs: neither can hold anything to map, so no flag is asked of them.
     for path in ENGINE_MASKED_PATHS {
-        rules.push(rule(path, Access::Masked, no_exec_suid, Id::NotPrivileged));
+        rules.push(rule(
+            path,
+            Access::Masked,
+            MountFlags::NONE,
+            Id::NotPrivileged,
+        ));
     }
     for path in CORDON_MASKED_PATHS {
-        rules.push(rule(path, Access::Masked, no_exec_suid, Id::HostInfoMasked));
+        rules.push(rule(
+            path,
+            Access::Masked,
+            MountFlags::NONE,
+            Id::HostInfoMasked,
+        ));
     }
     rules
 }

@@ -1125,10 +1125,7 @@ pub(crate) mod tests {
                 Id::ContentNoexec,
                 Box::new(with_mount("/dev rw,nosuid,noexec ", "/dev rw,nosuid ")),
             ),
-            (
-                Id::ContentNoexec,
-                Box::new(with_mount("/proc/keys rw,nosuid,noexec ", "/proc/keys rw,nosuid ")),
-            ),
+
             (
                 Id::HostInfoMasked,
                 Box::new(with_mount(

@@ -85,7 +85,10 @@ fn no_core_dumps() {
 }
 
 fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
+    // Before the init opens anything of its own.
+    let inherited = observe::extra_fds();
     let (policy, digest) = read_policy();
+    let kernel = observe::Kernel::open();
     // The gate's probe layer may tell the init to leave one protection out, to show the probes
     // see exactly that; the attestation names it, a profile never asks for it, and the host
     // trusts no attestation that skipped anything.
@@ -93,22 +96,24 @@ fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: b
 
     // As uid 0 with the start capabilities: only steps that take privilege away, each reporting
     // instead of stopping, so the judge refuses in its own order.
-    let start = observe::status();
+    let start = observe::status(&kernel);
     let remount = if enforced(Id::ContentNoexec) {
-        match observe::mountinfo() {
+        match observe::mountinfo(&kernel) {
             Ok(mounts) => privileges::remount(&policy, &mounts),
             Err(e) => vec![e],
         }
     } else {
         Vec::new()
     };
-    let dropped = observe::cap_last_cap()
+    let dropped = observe::cap_last_cap(&kernel)
         .and_then(|last| privileges::drop_all(&policy, last, enforced(Id::NonRootUser)));
     let sealed = privileges::seal(&policy);
 
     let observations = observe::gather(
+        &kernel,
         &policy,
         observe::Acted {
+            inherited,
             start,
             remount,
             dropped,
@@ -119,6 +124,7 @@ fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: b
         Ok(passed) => passed,
         Err(r) => refuse(r.check, r.expected, r.observed),
     };
+    drop(kernel);
     close_inherited_fds();
     no_core_dumps();
 
@@ -175,7 +181,9 @@ fn install_seccomp(policy: &Policy, filters_before: u32) {
         Ok(n) => n,
         Err((id, e)) => refuse(id, "cordon's seccomp filters installed", e),
     };
-    let filters_after = observe::status().map(|s| s.seccomp_filters).unwrap_or(0);
+    let filters_after = observe::status(&observe::Kernel::none())
+        .map(|s| s.seccomp_filters)
+        .unwrap_or(0);
     if filters_after < filters_before + installed {
         refuse(
             Id::SeccompStacked,

@@ -4,8 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::fd::BorrowedFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 use cordon_contract::paths;
 use cordon_contract::policy::{Access, Policy, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS};
@@ -82,27 +84,99 @@ pub struct Observations {
     pub cgroup_limits: CgroupObs,
 }
 
-fn read(path: &str) -> Result<String, String> {
-    fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
+/// The kernel filesystems the preflight reads most, each opened once: a lookup from "/" walks
+/// the image's root first (fuse-overlayfs on this engine: tens of microseconds a lookup, and the
+/// preflight makes about a hundred), one from these directories does not. Dropped before the
+/// init closes every inherited descriptor.
+#[derive(Debug)]
+pub struct Kernel {
+    proc: Option<OwnedFd>,
+    sys: Option<OwnedFd>,
 }
 
-fn kind_of(ft: fs::FileType) -> &'static str {
-    if ft.is_symlink() {
-        "symlink"
-    } else if ft.is_dir() {
-        "dir"
-    } else if ft.is_file() {
-        "file"
-    } else if ft.is_char_device() {
-        "char"
-    } else if ft.is_block_device() {
-        "block"
-    } else if ft.is_fifo() {
-        "fifo"
-    } else if ft.is_socket() {
-        "socket"
-    } else {
-        "unknown"
+impl Kernel {
+    pub fn open() -> Kernel {
+        let open = |dir: &str| {
+            nix::fcntl::open(
+                dir,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+                Mode::empty(),
+            )
+            .ok()
+        };
+        Kernel {
+            proc: open("/proc"),
+            sys: open("/sys"),
+        }
+    }
+
+    /// Lookups from no directory at all (every path from "/").
+    pub fn none() -> Kernel {
+        Kernel {
+            proc: None,
+            sys: None,
+        }
+    }
+
+    fn beneath<'a>(&self, path: &'a str) -> Option<(BorrowedFd<'_>, &'a str)> {
+        let (fd, rest) = if let Some(rest) = path.strip_prefix("/proc/") {
+            (self.proc.as_ref()?, rest)
+        } else {
+            (self.sys.as_ref()?, path.strip_prefix("/sys/")?)
+        };
+        Some((fd.as_fd(), rest))
+    }
+
+    pub fn read(&self, path: &str) -> Result<String, String> {
+        let err = |e: &dyn std::fmt::Display| format!("{path}: {e}");
+        match self.beneath(path) {
+            Some((dir, rest)) => {
+                let fd = nix::fcntl::openat(
+                    dir,
+                    rest,
+                    OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+                    Mode::empty(),
+                )
+                .map_err(|e| err(&e))?;
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut fs::File::from(fd), &mut text)
+                    .map_err(|e| err(&e))?;
+                Ok(text)
+            }
+            None => fs::read_to_string(path).map_err(|e| err(&e)),
+        }
+    }
+
+    /// An `O_PATH` descriptor of `path`, not following a final link.
+    pub fn open_path(&self, path: &str) -> Result<OwnedFd, nix::errno::Errno> {
+        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        match self.beneath(path) {
+            Some((dir, rest)) => nix::fcntl::openat(dir, rest, flags, Mode::empty()),
+            None => nix::fcntl::open(path, flags, Mode::empty()),
+        }
+    }
+
+    /// lstat(2).
+    pub fn lstat(&self, path: &str) -> Result<nix::sys::stat::FileStat, nix::errno::Errno> {
+        match self.beneath(path) {
+            Some((dir, rest)) => {
+                nix::sys::stat::fstatat(dir, rest, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+            }
+            None => nix::sys::stat::lstat(path),
+        }
+    }
+}
+
+fn kind_of_mode(mode: libc::mode_t) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFLNK => "symlink",
+        libc::S_IFDIR => "dir",
+        libc::S_IFREG => "file",
+        libc::S_IFCHR => "char",
+        libc::S_IFBLK => "block",
+        libc::S_IFIFO => "fifo",
+        libc::S_IFSOCK => "socket",
+        _ => "unknown",
     }
 }
 
@@ -118,15 +192,25 @@ struct Need {
     vfs: bool,
 }
 
-/// Facts about a path, never following a final symlink for its type.
-fn path_facts(path: &str, need: Need) -> PathFacts {
+/// Facts about a path, never following a final symlink for its type: one lookup (an `O_PATH`
+/// open), then everything from that descriptor.
+fn path_facts(k: &Kernel, path: &str, need: Need) -> PathFacts {
     let mut facts = PathFacts::default();
+    let fd = match k.open_path(path) {
+        Ok(fd) => fd,
+        Err(e) => {
+            if need.kind {
+                facts.kind = format!("error: {e}");
+            }
+            return facts;
+        }
+    };
     if need.kind {
-        match fs::symlink_metadata(path) {
-            Ok(meta) => {
-                facts.kind = kind_of(meta.file_type()).to_owned();
-                if meta.file_type().is_char_device() {
-                    facts.rdev = Some(major_minor(meta.rdev()));
+        match nix::sys::stat::fstat(&fd) {
+            Ok(st) => {
+                facts.kind = kind_of_mode(st.st_mode).to_owned();
+                if st.st_mode & libc::S_IFMT == libc::S_IFCHR {
+                    facts.rdev = Some(major_minor(st.st_rdev));
                 }
             }
             Err(e) => facts.kind = format!("error: {e}"),
@@ -134,15 +218,15 @@ fn path_facts(path: &str, need: Need) -> PathFacts {
     }
     if need.writable {
         facts.writable = faccessat(
-            nix::fcntl::AT_FDCWD,
-            path,
+            &fd,
+            "",
             AccessFlags::W_OK,
-            nix::fcntl::AtFlags::AT_EACCESS,
+            nix::fcntl::AtFlags::AT_EACCESS | nix::fcntl::AtFlags::AT_EMPTY_PATH,
         )
         .is_ok();
     }
     if need.vfs {
-        if let Ok(vfs) = statvfs(path) {
+        if let Ok(vfs) = nix::sys::statvfs::fstatvfs(&fd) {
             facts.on_readonly_mount = vfs.flags().contains(FsFlags::ST_RDONLY);
             let frsize = vfs.fragment_size();
             facts.totals = Some((vfs.blocks() * frsize, vfs.files()));
@@ -153,7 +237,11 @@ fn path_facts(path: &str, need: Need) -> PathFacts {
 
 /// Gather only what the judge will look at: write access of writable engine mounts, the device
 /// of writable masked paths, statfs of bounded areas, everything about exec-allowlist files.
-fn policy_path_facts(policy: &Policy, mounts: &[MountEntry]) -> BTreeMap<String, PathFacts> {
+fn policy_path_facts(
+    k: &Kernel,
+    policy: &Policy,
+    mounts: &[MountEntry],
+) -> BTreeMap<String, PathFacts> {
     let mut needs: BTreeMap<&str, Need> = BTreeMap::new();
     let mounted_rw = |path: &str| {
         mounts
@@ -183,7 +271,7 @@ fn policy_path_facts(policy: &Policy, mounts: &[MountEntry]) -> BTreeMap<String,
     }
     needs
         .into_iter()
-        .map(|(path, need)| (path.to_owned(), path_facts(path, need)))
+        .map(|(path, need)| (path.to_owned(), path_facts(k, path, need)))
         .collect()
 }
 
@@ -214,7 +302,7 @@ fn fd_facts(fd: i32) -> PathFacts {
 }
 
 /// Open fds other than 0-2, excluding the directory handle used to list them.
-fn extra_fds() -> Vec<String> {
+pub fn extra_fds() -> Vec<String> {
     use nix::dir::Dir;
     use nix::fcntl::OFlag;
     use nix::sys::stat::Mode;
@@ -245,7 +333,8 @@ fn extra_fds() -> Vec<String> {
     extra
 }
 
-fn cgroup_limits() -> CgroupObs {
+fn cgroup_limits(k: &Kernel) -> CgroupObs {
+    let read = |p: &str| k.read(p);
     let v2 = fs::metadata("/sys/fs/cgroup/cgroup.controllers").is_ok();
     if v2 {
         return CgroupObs {
@@ -274,18 +363,20 @@ fn cgroup_limits() -> CgroupObs {
 }
 
 /// /proc/self/status, parsed.
-pub fn status() -> Result<Status, String> {
-    read("/proc/self/status").and_then(|t| procfs::parse_status(&t))
+pub fn status(k: &Kernel) -> Result<Status, String> {
+    k.read("/proc/self/status")
+        .and_then(|t| procfs::parse_status(&t))
 }
 
 /// /proc/self/mountinfo, parsed.
-pub fn mountinfo() -> Result<Vec<MountEntry>, String> {
-    read("/proc/self/mountinfo").and_then(|t| procfs::parse_mountinfo(&t))
+pub fn mountinfo(k: &Kernel) -> Result<Vec<MountEntry>, String> {
+    k.read("/proc/self/mountinfo")
+        .and_then(|t| procfs::parse_mountinfo(&t))
 }
 
 /// The highest capability number the kernel knows.
-pub fn cap_last_cap() -> Result<u32, String> {
-    read("/proc/sys/kernel/cap_last_cap").and_then(|t| {
+pub fn cap_last_cap(k: &Kernel) -> Result<u32, String> {
+    k.read("/proc/sys/kernel/cap_last_cap").and_then(|t| {
         t.trim()
             .parse()
             .map_err(|_| format!("cap_last_cap {t:?} is not a number"))
@@ -295,18 +386,48 @@ pub fn cap_last_cap() -> Result<u32, String> {
 /// What the init's own steps did, for the judge.
 #[derive(Debug)]
 pub struct Acted {
+    /// Descriptors other than 0-2 open when the init started (read before it opened any).
+    pub inherited: Vec<String>,
     pub start: Result<Status, String>,
     pub remount: Vec<String>,
     pub dropped: Result<(), String>,
     pub sealed: Result<(), String>,
 }
 
+/// Whatever exists where an engine's socket would be. The parent directories are looked up once
+/// (a missing one settles all its sockets).
+fn daemon_sockets() -> Vec<String> {
+    let mut found = Vec::new();
+    let mut dirs: BTreeMap<&str, Option<OwnedFd>> = BTreeMap::new();
+    for path in paths::DAEMON_SOCKETS {
+        let Some((dir, name)) = path.rsplit_once('/') else {
+            continue;
+        };
+        let fd = dirs.entry(dir).or_insert_with(|| {
+            nix::fcntl::open(
+                dir,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()
+        });
+        let exists = fd.as_ref().is_some_and(|fd| {
+            nix::sys::stat::fstatat(fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+        });
+        if exists {
+            found.push((*path).to_owned());
+        }
+    }
+    found
+}
+
 /// Read everything, after the init's own steps. Nothing here changes state.
-pub fn gather(policy: &Policy, acted: Acted) -> Observations {
+pub fn gather(k: &Kernel, policy: &Policy, acted: Acted) -> Observations {
+    let read = |p: &str| k.read(p);
     let pid = std::process::id() as i32;
     let ppid = nix::unistd::getppid().as_raw();
-    let mounts = mountinfo();
-    let path_facts = policy_path_facts(policy, mounts.as_deref().unwrap_or_default());
+    let mounts = mountinfo(k);
+    let path_facts = policy_path_facts(k, policy, mounts.as_deref().unwrap_or_default());
     let dev_extra = fs::read_dir("/dev")
         .map_err(|e| format!("/dev: {e}"))
         .map(|dir| {
@@ -335,18 +456,18 @@ pub fn gather(policy: &Policy, acted: Acted) -> Observations {
             .map(String::as_str)
             .chain(ENGINE_MASKED_PATHS.iter().copied())
             .chain(ENGINE_READONLY_PATHS.iter().copied())
-            .map(|p| (p.to_owned(), fs::symlink_metadata(p).is_ok()))
+            .map(|p| (p.to_owned(), k.lstat(p).is_ok()))
             .collect(),
-        extra_fds: extra_fds(),
-        cwd: fs::read_link("/proc/self/cwd")
+        extra_fds: acted.inherited,
+        cwd: std::env::current_dir()
             .map(|p| p.to_string_lossy().into_owned())
-            .map_err(|e| format!("/proc/self/cwd: {e}")),
+            .map_err(|e| format!("getcwd: {e}")),
         cgroup: read("/proc/self/cgroup").map(|t| t.lines().map(str::to_owned).collect()),
         hostname: nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .map_err(|e| format!("gethostname: {e}")),
-        status: status(),
-        cap_last_cap: cap_last_cap(),
+        status: status(k),
+        cap_last_cap: cap_last_cap(k),
         ttys: (0..3)
             .filter(|fd| {
                 // SAFETY: isatty only inspects the descriptor number.
@@ -360,16 +481,12 @@ pub fn gather(policy: &Policy, acted: Acted) -> Observations {
             .map_err(|e| format!("statvfs(/): {e}")),
         mounts,
         shm_present: fs::symlink_metadata("/dev/shm").is_ok(),
-        daemon_sockets: paths::DAEMON_SOCKETS
-            .iter()
-            .filter(|p| fs::symlink_metadata(p).is_ok())
-            .map(|p| (*p).to_owned())
-            .collect(),
+        daemon_sockets: daemon_sockets(),
         dev_extra,
         paths: path_facts,
         env: std::env::vars_os()
             .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
             .collect(),
-        cgroup_limits: cgroup_limits(),
+        cgroup_limits: cgroup_limits(k),
     }
 }
