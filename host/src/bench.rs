@@ -118,16 +118,22 @@ async fn bare_once(
     let prepared = Prepared::new(engine, &profile)?;
     let mut created = Created::default();
     let run = async {
-        InvocationVolumes::create(
-            engine,
-            profile.allocation(),
-            image_id,
-            prepared.volumes,
-            &prepared.plan.policy.to_bytes(),
-            &[],
-            &mut created,
-        )
-        .await?;
+        // As cordon does it, without its checks: volumes and the loader made untimed; timed, the
+        // container created, then started while the loader fills the control dir.
+        let loader = {
+            let record = crate::cleanup::Shared::new(&mut created);
+            let (_, specs) =
+                InvocationVolumes::create_volumes(engine, prepared.volumes, &record).await?;
+            InvocationVolumes::create_loader(
+                engine,
+                profile.allocation(),
+                image_id,
+                &specs,
+                &record,
+            )
+            .await?
+        };
+        let uploads = crate::storage::Uploads::new(&prepared.plan.policy.to_bytes(), &[])?;
         let t = Instant::now();
         let id = crate::storage::create_container(
             engine,
@@ -137,7 +143,12 @@ async fn bare_once(
         )
         .await?;
         let mut launch = Launch::adopt(id);
-        launch.start(engine).await?;
+        let (started, delivered) = tokio::join!(
+            launch.start(engine),
+            crate::storage::deliver(engine, &loader, &uploads)
+        );
+        started?;
+        delivered?;
         let code = launch.wait(engine, Duration::from_secs(60)).await?;
         let elapsed = t.elapsed().as_secs_f64() * 1000.0;
         if code != 0 {

@@ -22,6 +22,24 @@ pub struct Created {
     pub labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
+/// A [`Created`] record that creates running side by side write to as they go (each records its
+/// begin and its answer at once, so a create cut or cancelled midway is still known).
+#[derive(Debug)]
+pub struct Shared<'a>(std::sync::Mutex<&'a mut Created>);
+
+impl<'a> Shared<'a> {
+    pub fn new(created: &'a mut Created) -> Shared<'a> {
+        Shared(std::sync::Mutex::new(created))
+    }
+
+    /// Change the record (a poisoned lock still holds a consistent record: every change is one
+    /// call).
+    pub fn with<R>(&self, change: impl FnOnce(&mut Created) -> R) -> R {
+        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        change(&mut guard)
+    }
+}
+
 /// A container or a volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -253,8 +271,13 @@ impl Created {
                 left.labels.insert(id.clone(), pending.labels.clone());
             }
         }
-        for id in &self.containers {
-            if remove_container(engine, id).await.is_err() {
+        // Side by side: a running one (the loader) takes the engine a kill and a wait.
+        let removals = self
+            .containers
+            .iter()
+            .map(|id| async move { (id, remove_container(engine, id).await.is_err()) });
+        for (id, failed) in futures_util::future::join_all(removals).await {
+            if failed {
                 left.containers.push(id.clone());
             }
         }

@@ -183,6 +183,8 @@ pub struct Launch {
     collected: Option<Output>,
     /// The profile's allocation (checked against the retired set before start).
     allocation: Option<uuid::Uuid>,
+    /// The loader and what it delivers into the control and input dirs at start.
+    loading: Option<(String, crate::storage::Uploads)>,
 }
 
 /// Attach to a created container's stdout and stderr and collect them in the background, keeping
@@ -304,35 +306,47 @@ pub async fn create_into(
             .iter()
             .map(|(n, d)| (n.as_str(), d.as_slice()))
             .collect();
-        InvocationVolumes::create(
+        let record = crate::cleanup::Shared::new(created);
+        let (names, specs) =
+            InvocationVolumes::create_volumes(engine, prepared.volumes, &record).await?;
+        timings.volumes_ms = ms(t);
+        // The loader is created beside the agent's container (read back and validated meanwhile);
+        // both start together in [`Launch::start`], which then fills the control dir: the
+        // agent's init waits for its ready marker.
+        let load = InvocationVolumes::create_loader(
             engine,
             profile.allocation(),
             profile.image_id(),
-            prepared.volumes,
-            &policy_bytes,
-            &inputs,
-            created,
-        )
-        .await?;
-        timings.volumes_ms = ms(t);
-        let t = Instant::now();
-        let id = crate::storage::create_container(
-            engine,
-            &prepared.plan.name,
-            prepared.plan.create,
-            created,
-        )
-        .await?;
-        timings.create_ms = ms(t);
-        let t = Instant::now();
-        let observed = read_back(engine, &id, profile).await?;
-        let refusals = validate::validate(profile, &observed);
-        timings.validate_ms = ms(t);
-        let capture = attach(engine, &id, max_output).await?;
-        Ok::<_, Error>((id, refusals, capture))
+            &specs,
+            &record,
+        );
+        let agent = async {
+            let t = Instant::now();
+            let id = crate::storage::create_container_shared(
+                engine,
+                &prepared.plan.name,
+                prepared.plan.create,
+                &record,
+            )
+            .await?;
+            let create_ms = ms(t);
+            let t = Instant::now();
+            let observed = read_back(engine, &id, profile).await?;
+            let refusals = validate::validate(profile, &observed);
+            let validate_ms = ms(t);
+            let capture = attach(engine, &id, max_output).await?;
+            Ok::<_, Error>((id, refusals, capture, create_ms, validate_ms))
+        };
+        let (loader, (id, refusals, capture, create_ms, validate_ms)) =
+            tokio::try_join!(load, agent)?;
+        drop(names);
+        timings.create_ms = create_ms;
+        timings.validate_ms = validate_ms;
+        let uploads = crate::storage::Uploads::new(&policy_bytes, &inputs)?;
+        Ok::<_, Error>((id, refusals, capture, (loader, uploads)))
     }
     .await;
-    let (container, refusals, capture) = result?;
+    let (container, refusals, capture, loading) = result?;
     Ok(Launch {
         container,
         tty,
@@ -343,6 +357,7 @@ pub async fn create_into(
         capture: Some(capture),
         collected: None,
         allocation: Some(profile.allocation().id),
+        loading: Some(loading),
     })
 }
 
@@ -395,6 +410,7 @@ impl Launch {
             capture: None,
             collected: None,
             allocation: None,
+            loading: None,
         }
     }
 
@@ -407,12 +423,26 @@ impl Launch {
             }
         }
         let t = Instant::now();
-        bounded(
+        let start = bounded(
             "start container",
             CALL_TIMEOUT,
             engine.docker().start_container(&self.container, None),
-        )
-        .await?;
+        );
+        match self.loading.take() {
+            None => start.await?,
+            Some((loader, uploads)) => {
+                let deliver = crate::storage::deliver(engine, &loader, &uploads);
+                let (started, delivered) = tokio::join!(start, deliver);
+                if let Err(e) = delivered {
+                    // The init would wait for a control dir that never comes: stop it now.
+                    if started.is_ok() {
+                        let _ = self.kill(engine, "KILL").await;
+                    }
+                    return Err(e);
+                }
+                started?;
+            }
+        }
         self.timings.start_ms = ms(t);
         Ok(())
     }

@@ -16,7 +16,7 @@ use bollard::models::{ContainerCreateBody, Mount, VolumeCreateRequest};
 use bollard::query_parameters::{CreateContainerOptions, UploadToContainerOptions};
 use cordon_contract::paths;
 
-use crate::cleanup::{Created, ObjectKind};
+use crate::cleanup::{Created, ObjectKind, Shared};
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind};
@@ -79,15 +79,21 @@ pub(crate) async fn create_volume(
     request: VolumeCreateRequest,
     created: &mut Created,
 ) -> Result<String> {
+    create_volume_shared(engine, request, &Shared::new(created)).await
+}
+
+/// [`create_volume`] into a record other creates share.
+pub(crate) async fn create_volume_shared(
+    engine: &Engine,
+    request: VolumeCreateRequest,
+    created: &Shared<'_>,
+) -> Result<String> {
     let name = request.name.clone().unwrap_or_default();
     if name.is_empty() {
         return Err(Error::Invalid("volume request without a name".into()));
     }
-    created.begin(
-        ObjectKind::Volume,
-        &name,
-        &request.labels.clone().unwrap_or_default(),
-    );
+    let labels = request.labels.clone().unwrap_or_default();
+    created.with(|c| c.begin(ObjectKind::Volume, &name, &labels));
     let result = bounded(
         "create volume",
         CALL_TIMEOUT,
@@ -99,19 +105,19 @@ pub(crate) async fn create_volume(
 
 /// Record a create's answer; an error the engine did not answer leaves the object pending.
 fn answered(
-    created: &mut Created,
+    created: &Shared<'_>,
     kind: ObjectKind,
     name: &str,
     result: Result<String>,
 ) -> Result<String> {
     match result {
         Ok(id) => {
-            created.answered(kind, name, Some(&id));
+            created.with(|c| c.answered(kind, name, Some(&id)));
             Ok(id)
         }
         Err(e) => {
             if crate::cleanup::engine_answered(&e) {
-                created.answered(kind, name, None);
+                created.with(|c| c.answered(kind, name, None));
             }
             Err(e)
         }
@@ -124,15 +130,22 @@ pub(crate) async fn create_container(
     body: ContainerCreateBody,
     created: &mut Created,
 ) -> Result<String> {
+    create_container_shared(engine, name, body, &Shared::new(created)).await
+}
+
+/// [`create_container`] into a record other creates share.
+pub(crate) async fn create_container_shared(
+    engine: &Engine,
+    name: &str,
+    body: ContainerCreateBody,
+    created: &Shared<'_>,
+) -> Result<String> {
     let options = CreateContainerOptions {
         name: Some(name.to_owned()),
         ..Default::default()
     };
-    created.begin(
-        ObjectKind::Container,
-        name,
-        &body.labels.clone().unwrap_or_default(),
-    );
+    let labels = body.labels.clone().unwrap_or_default();
+    created.with(|c| c.begin(ObjectKind::Container, name, &labels));
     let result = bounded(
         "create container",
         CALL_TIMEOUT,
@@ -466,25 +479,29 @@ fn tar_of(files: &[(&str, &[u8])]) -> Result<Vec<u8>> {
 }
 
 impl InvocationVolumes {
-    /// Create the volumes from `requests`, start a loader that holds control and input mounted,
-    /// and write the policy and input files into it (root-owned, 0444). The loader runs no agent
-    /// code and stays until cleanup: the agent container mounts the same tmpfs while it runs.
-    /// Objects go into `created` as they are made.
-    pub async fn create(
+    /// Create the volumes from `requests` (in order: each is recorded as it is made).
+    pub async fn create_volumes(
         engine: &Engine,
-        allocation: &Allocation,
-        image_id: &str,
         requests: BTreeMap<Kind, VolumeCreateRequest>,
-        policy_bytes: &[u8],
-        input_files: &[(&str, &[u8])],
-        created: &mut Created,
-    ) -> Result<InvocationVolumes> {
+        created: &Shared<'_>,
+    ) -> Result<(BTreeMap<Kind, String>, BTreeMap<Kind, VolumeSpec>)> {
         let mut names = BTreeMap::new();
         let mut specs = BTreeMap::new();
         for (kind, request) in requests {
             specs.insert(kind, VolumeSpec::from_request(&request));
-            names.insert(kind, create_volume(engine, request, created).await?);
+            names.insert(kind, create_volume_shared(engine, request, created).await?);
         }
+        Ok((names, specs))
+    }
+
+    /// Create the loader that will hold control and input mounted (not started: see [`deliver`]).
+    pub async fn create_loader(
+        engine: &Engine,
+        allocation: &Allocation,
+        image_id: &str,
+        specs: &BTreeMap<Kind, VolumeSpec>,
+        created: &Shared<'_>,
+    ) -> Result<String> {
         let spec = |kind: Kind| specs.get(&kind).cloned().unwrap_or_default();
         let body = helper_body(
             image_id,
@@ -496,42 +513,82 @@ impl InvocationVolumes {
                 volume_mount(&spec(Kind::Input), paths::INPUT_DIR, false),
             ],
         );
-        let loader =
-            create_container(engine, &allocation.name(Kind::Loader), body, created).await?;
-        bounded(
-            "start loader",
-            CALL_TIMEOUT,
-            engine.docker().start_container(&loader, None),
-        )
-        .await?;
-        let upload = |dir: &str, tar: Vec<u8>| {
-            let options = UploadToContainerOptions {
-                path: dir.to_owned(),
-                ..Default::default()
-            };
-            let docker = engine.docker().clone();
-            let loader = loader.clone();
-            async move {
-                bounded(
-                    "upload to loader",
-                    CALL_TIMEOUT,
-                    docker.upload_to_container(
-                        &loader,
-                        Some(options),
-                        bollard::body_full(tar.into()),
-                    ),
-                )
-                .await
-            }
-        };
-        upload(
-            paths::CONTROL_DIR,
-            tar_of(&[("policy.json", policy_bytes)])?,
-        )
-        .await?;
-        if !input_files.is_empty() {
-            upload(paths::INPUT_DIR, tar_of(input_files)?).await?;
-        }
+        create_container_shared(engine, &allocation.name(Kind::Loader), body, created).await
+    }
+
+    /// [`create_volumes`](Self::create_volumes)' loader, created and delivered: the control dir
+    /// is ready before this returns (the benchmark's bare arm).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn load(
+        engine: &Engine,
+        allocation: &Allocation,
+        image_id: &str,
+        names: BTreeMap<Kind, String>,
+        specs: &BTreeMap<Kind, VolumeSpec>,
+        policy_bytes: &[u8],
+        input_files: &[(&str, &[u8])],
+        created: &Shared<'_>,
+    ) -> Result<InvocationVolumes> {
+        let loader = Self::create_loader(engine, allocation, image_id, specs, created).await?;
+        deliver(engine, &loader, &Uploads::new(policy_bytes, input_files)?).await?;
         Ok(InvocationVolumes { names, loader })
     }
+}
+
+/// What goes into a loader: the policy, the input files (root-owned, 0444), then the ready
+/// marker the init waits for.
+#[derive(Debug, Clone)]
+pub struct Uploads {
+    control: Vec<u8>,
+    input: Option<Vec<u8>>,
+    ready: Vec<u8>,
+}
+
+impl Uploads {
+    pub fn new(policy_bytes: &[u8], input_files: &[(&str, &[u8])]) -> Result<Uploads> {
+        Ok(Uploads {
+            control: tar_of(&[("policy.json", policy_bytes)])?,
+            input: if input_files.is_empty() {
+                None
+            } else {
+                Some(tar_of(input_files)?)
+            },
+            ready: tar_of(&[("ready", b"")])?,
+        })
+    }
+}
+
+/// Start the loader (it holds control and input mounted: a tmpfs volume lives only while some
+/// container mounts it, and the agent container may start at the same time) and write into it,
+/// the ready marker last. The loader runs no agent code and stays until cleanup.
+pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
+    bounded(
+        "start loader",
+        CALL_TIMEOUT,
+        engine.docker().start_container(loader, None),
+    )
+    .await?;
+    let upload = |dir: &str, tar: Vec<u8>| {
+        let options = UploadToContainerOptions {
+            path: dir.to_owned(),
+            ..Default::default()
+        };
+        async move {
+            bounded(
+                "upload to loader",
+                CALL_TIMEOUT,
+                engine.docker().upload_to_container(
+                    loader,
+                    Some(options),
+                    bollard::body_full(tar.into()),
+                ),
+            )
+            .await
+        }
+    };
+    upload(paths::CONTROL_DIR, uploads.control.clone()).await?;
+    if let Some(input) = &uploads.input {
+        upload(paths::INPUT_DIR, input.clone()).await?;
+    }
+    upload(paths::CONTROL_DIR, uploads.ready.clone()).await
 }

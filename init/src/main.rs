@@ -84,9 +84,22 @@ fn no_core_dumps() {
     }
 }
 
-fn agent(started: Instant, mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
+fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     // Before the init opens anything of its own.
     let inherited = observe::extra_fds();
+    if !paths::wait_for_policy() {
+        refuse(
+            Id::Policy,
+            format!(
+                "{} within {} ms",
+                paths::POLICY_READY,
+                paths::POLICY_WAIT_MS
+            ),
+            "the control dir was never marked ready",
+        );
+    }
+    // The preflight's time, from the moment the policy is there.
+    let started = Instant::now();
     let (policy, digest) = read_policy();
     let kernel = observe::Kernel::open();
     // The gate's probe layer may tell the init to leave one protection out, to show the probes
@@ -224,7 +237,6 @@ fn keeper(mask: &nix::sys::signal::SigSet) -> ! {
 }
 
 fn main() {
-    let started = Instant::now();
     // A panic anywhere takes the container down: PID 1 exiting kills every process in it.
     std::panic::set_hook(Box::new(|info| {
         emit(&InitLine::Failure {
@@ -235,8 +247,8 @@ fn main() {
     }));
     let mask = supervise::block_signals().unwrap_or_else(|e| fail(e));
     match std::env::args().nth(1).as_deref() {
-        None => agent(started, &mask, false),
-        Some("self-test-panic") => agent(started, &mask, true),
+        None => agent(&mask, false),
+        Some("self-test-panic") => agent(&mask, true),
         Some("keeper") => keeper(&mask),
         Some("digest") => {
             let root = std::env::args()

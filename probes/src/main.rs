@@ -97,6 +97,11 @@ fn privileged() -> bool {
 fn probes(args: &[String]) -> i32 {
     let Some(which) = args.first() else { usage() };
     let without_init = args.iter().any(|a| a == "--without-init");
+    // As the entrypoint (no init), the probe may start before the host finished the control dir.
+    if without_init && !paths::wait_for_policy() {
+        eprintln!("cordon-probe: {} never appeared", paths::POLICY_READY);
+        return 2;
+    }
     let policy = match std::fs::read(paths::POLICY_FILE)
         .map_err(|e| e.to_string())
         .and_then(|b| Policy::from_bytes(&b).map_err(|e| e.to_string()))
