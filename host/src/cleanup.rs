@@ -443,8 +443,24 @@ impl Listed {
 }
 
 /// Volumes named like cordon's (`cordon-<kind>-<uuid>`) that carry no label at all and no option:
-/// what the engine makes on its own for a create that names a missing volume.
+/// what the engine makes on its own for a create that names a missing volume. A volume being
+/// created shows like that for a moment (the local driver lists it before the daemon has stored
+/// its labels: seen here once in 200 creates listed in a loop), so a sighting counts only if it
+/// still holds [`UNLABELLED_CONFIRM`] later.
 pub async fn unlabelled_cordon_volumes(engine: &Engine) -> Result<Vec<String>> {
+    let seen = unlabelled_now(engine).await?;
+    if seen.is_empty() {
+        return Ok(seen);
+    }
+    tokio::time::sleep(UNLABELLED_CONFIRM).await;
+    let again = unlabelled_now(engine).await?;
+    Ok(seen.into_iter().filter(|v| again.contains(v)).collect())
+}
+
+/// How long an unlabelled sighting must last to count.
+pub const UNLABELLED_CONFIRM: Duration = Duration::from_secs(2);
+
+async fn unlabelled_now(engine: &Engine) -> Result<Vec<String>> {
     let filters = HashMap::from([("name".to_owned(), vec!["cordon-".to_owned()])]);
     let volumes = bounded(
         "list volumes",
