@@ -96,6 +96,27 @@ pub struct Status {
     pub seccomp_filters: u32,
 }
 
+impl Status {
+    /// The five capability sets: inheritable, permitted, effective, bounding, ambient.
+    pub fn capability_sets(&self) -> [u64; 5] {
+        [
+            self.cap_inh,
+            self.cap_prm,
+            self.cap_eff,
+            self.cap_bnd,
+            self.cap_amb,
+        ]
+    }
+
+    /// The five sets as the evidence of a refusal or a breach.
+    pub fn describe_capabilities(&self) -> String {
+        format!(
+            "CapInh {:x} CapPrm {:x} CapEff {:x} CapBnd {:x} CapAmb {:x}",
+            self.cap_inh, self.cap_prm, self.cap_eff, self.cap_bnd, self.cap_amb
+        )
+    }
+}
+
 /// Parse /proc/self/status. Every field the preflight needs must be present.
 pub fn parse_status(text: &str) -> Result<Status, String> {
     let field = |name: &str| -> Result<&str, String> {

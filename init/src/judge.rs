@@ -177,12 +177,7 @@ fn not_privileged(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
 fn start_privileges(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     let start = seen(Id::InitPrivileges, "/proc/self/status at start", &obs.start)?;
     let want = capability_mask(&policy.start_capabilities);
-    let sets = |s: &Status| {
-        format!(
-            "uid {:?} CapInh {:x} CapPrm {:x} CapEff {:x} CapBnd {:x} CapAmb {:x}",
-            s.uid, s.cap_inh, s.cap_prm, s.cap_eff, s.cap_bnd, s.cap_amb
-        )
-    };
+    let sets = |s: &Status| format!("uid {:?} {}", s.uid, s.describe_capabilities());
     let expected = format!("uid 0 with exactly CapBnd=CapPrm=CapEff {want:x}");
     if start.cap_bnd & DOCKER_DEFAULT_CAPS == DOCKER_DEFAULT_CAPS {
         return Err(refuse(Id::CapsDropped, expected, sets(start)));
@@ -238,24 +233,13 @@ fn identity(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
 /// After the drop: all five capability sets empty.
 fn capabilities_dropped(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     let status = seen(Id::InitPrivileges, "/proc/self/status", &obs.status)?;
-    let sets = [
-        status.cap_inh,
-        status.cap_prm,
-        status.cap_eff,
-        status.cap_bnd,
-        status.cap_amb,
-    ];
-    if sets.iter().any(|s| *s != 0) || obs.dropped.is_err() {
+    if status.capability_sets().iter().any(|s| *s != 0) || obs.dropped.is_err() {
         return Err(refuse(
             Id::InitPrivileges,
             "CapInh CapPrm CapEff CapBnd CapAmb all 0 after the init's drop",
             format!(
-                "CapInh {:x} CapPrm {:x} CapEff {:x} CapBnd {:x} CapAmb {:x}{}",
-                sets[0],
-                sets[1],
-                sets[2],
-                sets[3],
-                sets[4],
+                "{}{}",
+                status.describe_capabilities(),
                 obs.dropped
                     .as_ref()
                     .err()

@@ -165,14 +165,7 @@ pub fn run(p: &mut Probe<'_>) {
         )
     });
 
-    let sets = [
-        status.cap_inh,
-        status.cap_prm,
-        status.cap_eff,
-        status.cap_bnd,
-        status.cap_amb,
-    ];
-    let all_empty = sets.iter().all(|s| *s == 0);
+    let all_empty = status.capability_sets().iter().all(|s| *s == 0);
     let class = if p.ctx.privileged {
         Id::NotPrivileged
     } else if status.cap_bnd & ENGINE_DEFAULT_CAPS == ENGINE_DEFAULT_CAPS || status.cap_bnd == 0 {
@@ -181,10 +174,7 @@ pub fn run(p: &mut Probe<'_>) {
         Id::CapAdded
     };
     p.require_as(&ops::CAPABILITY_SETS, class, all_empty, || {
-        format!(
-            "CapInh {:x} CapPrm {:x} CapEff {:x} CapBnd {:x} CapAmb {:x}",
-            sets[0], sets[1], sets[2], sets[3], sets[4]
-        )
+        status.describe_capabilities()
     });
     p.require(&ops::NO_NEW_PRIVS, status.no_new_privs == 1, || {
         format!("NoNewPrivs {}", status.no_new_privs)

@@ -235,6 +235,17 @@ fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
     }
 }
 
+/// `/tmp` exec-capable: its tmpfs options say `exec` for `noexec`.
+fn tmp_exec(m: &mut Mutable<'_>, _: &GateEnv) {
+    m.tmpfs(paths::TMP, |o| {
+        Some(if o == "noexec" {
+            "exec".to_owned()
+        } else {
+            o.to_owned()
+        })
+    })
+}
+
 /// Every case of the gate.
 pub fn all() -> Vec<Case> {
     let mut cases: Vec<Case> = Phase::ALL
@@ -426,15 +437,7 @@ pub fn all() -> Vec<Case> {
         case(
             "writable-nosuid-nodev-noexec",
             Id::WritableNosuidNodevNoexec,
-            |m, _| {
-                m.tmpfs(paths::TMP, |o| {
-                    Some(if o == "noexec" {
-                        "exec".to_owned()
-                    } else {
-                        o.to_owned()
-                    })
-                })
-            },
+            tmp_exec,
         ),
         case("tmp-bytes", Id::TmpBytes, |m, _| {
             m.drop_tmpfs_option(paths::TMP, "size")
@@ -534,15 +537,7 @@ pub fn all() -> Vec<Case> {
     let mut landlock_alone = case(
         "writable-nosuid-nodev-noexec/under-init",
         Id::WritableNosuidNodevNoexec,
-        |m, _| {
-            m.tmpfs(paths::TMP, |o| {
-                Some(if o == "noexec" {
-                    "exec".to_owned()
-                } else {
-                    o.to_owned()
-                })
-            })
-        },
+        tmp_exec,
     )
     .probe_only();
     landlock_alone.under_init = true;

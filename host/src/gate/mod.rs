@@ -282,6 +282,18 @@ async fn probe_storage(
     Ok(ProbeStorage::Uploaded(Box::new(storage)))
 }
 
+/// Apply a case's removal to what a launch will create.
+fn remove(case: &Case, prepared: &mut Prepared, env: &GateEnv) {
+    (case.mutate)(
+        &mut Mutable {
+            create: &mut prepared.plan.create,
+            policy: &mut prepared.plan.policy,
+            volumes: &mut prepared.volumes,
+        },
+        env,
+    );
+}
+
 /// The probe layer of a case: its own storage, cordon-probe as the agent.
 async fn run_probe_case(
     engine: &Engine,
@@ -336,14 +348,7 @@ async fn run_probe_case(
             probe::Mode::InitSkipping(id) => {
                 prepared.plan.policy.skip = vec![id];
                 if case.under_init {
-                    (case.mutate)(
-                        &mut Mutable {
-                            create: &mut prepared.plan.create,
-                            policy: &mut prepared.plan.policy,
-                            volumes: &mut prepared.volumes,
-                        },
-                        env,
-                    );
+                    remove(case, &mut prepared, env);
                 }
             }
             probe::Mode::WithoutInit => {
@@ -353,14 +358,7 @@ async fn run_probe_case(
                 if let Some(host) = prepared.plan.create.host_config.as_mut() {
                     host.cap_add = None;
                 }
-                (case.mutate)(
-                    &mut Mutable {
-                        create: &mut prepared.plan.create,
-                        policy: &mut prepared.plan.policy,
-                        volumes: &mut prepared.volumes,
-                    },
-                    env,
-                );
+                remove(case, &mut prepared, env);
                 prepared.plan.create.entrypoint = Some(vec![
                     probe_path,
                     "all".to_owned(),
@@ -568,14 +566,7 @@ async fn run_validator_init(
         Ok(p) => p,
         Err(e) => return failed_all(e.to_string()),
     };
-    (case.mutate)(
-        &mut Mutable {
-            create: &mut prepared.plan.create,
-            policy: &mut prepared.plan.policy,
-            volumes: &mut prepared.volumes,
-        },
-        env,
-    );
+    remove(case, &mut prepared, env);
     let mut launch = match launch::create(engine, &profile, prepared).await {
         Ok(l) => l,
         Err(e) => return failed_all(e.to_string()),
