@@ -87,6 +87,13 @@ fn no_core_dumps() {
 fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     // Before the init opens anything of its own.
     let inherited = observe::extra_fds();
+    // What needs no policy is read while the host is still uploading it, off the launch's
+    // critical path: nothing else runs in this container to change it meanwhile, the mount
+    // table read here only chooses what to remount, and the judge reads it again afterwards.
+    let kernel = observe::Kernel::open();
+    let start = observe::status(&kernel);
+    let mounts = observe::mountinfo(&kernel);
+    let last_cap = observe::cap_last_cap(&kernel);
     if !paths::wait_for_policy() {
         refuse(
             Id::Policy,
@@ -101,7 +108,6 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     // The preflight's time, from the moment the policy is there.
     let started = Instant::now();
     let (policy, digest) = read_policy();
-    let kernel = observe::Kernel::open();
     // The gate's probe layer may tell the init to leave one protection out, to show the probes
     // see exactly that; the attestation names it, a profile never asks for it, and the host
     // trusts no attestation that skipped anything.
@@ -109,17 +115,16 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
 
     // As uid 0 with the start capabilities: only steps that take privilege away, each reporting
     // instead of stopping, so the judge refuses in its own order.
-    let start = observe::status(&kernel);
     let remount = if enforced(Id::ContentNoexec) {
-        match observe::mountinfo(&kernel) {
+        match mounts {
             Ok(mounts) => privileges::remount(&policy, &mounts),
             Err(e) => vec![e],
         }
     } else {
         Vec::new()
     };
-    let dropped = observe::cap_last_cap(&kernel)
-        .and_then(|last| privileges::drop_all(&policy, last, enforced(Id::NonRootUser)));
+    let dropped =
+        last_cap.and_then(|last| privileges::drop_all(&policy, last, enforced(Id::NonRootUser)));
     let sealed = privileges::seal(&policy);
 
     let observations = observe::gather(
