@@ -90,7 +90,7 @@ async fn cordon_once(
                 digest_matches: true,
                 ..
             } if code == 0 => Ok(preflight_us),
-            other => Err(Error::Invalid(format!(
+            other => Err(Error::Internal(format!(
                 "bench launch did not attest and exit 0: exit {code}, {other:?}"
             ))),
         }
@@ -152,7 +152,7 @@ async fn bare_once(
         let code = launch.wait(engine, Duration::from_secs(60)).await?;
         let elapsed = t.elapsed().as_secs_f64() * 1000.0;
         if code != 0 {
-            return Err(Error::Invalid(format!("bare launch exited {code}")));
+            return Err(Error::Internal(format!("bare launch exited {code}")));
         }
         Ok(elapsed)
     }
@@ -394,7 +394,7 @@ pub async fn seed(
     let repo = dir.clone();
     let tree_bytes = tokio::task::spawn_blocking(move || generate_repository(&repo, files, bytes))
         .await
-        .map_err(|e| Error::Invalid(format!("generator: {e}")))?;
+        .map_err(|e| Error::Internal(format!("generator: {e}")))?;
     let tree_bytes = match tree_bytes {
         Ok(b) => b,
         Err(e) => {
@@ -557,7 +557,7 @@ pub async fn invoke(
     let generated =
         tokio::task::spawn_blocking(move || generate_repository(&repo, files, files as u64 * 4096))
             .await
-            .map_err(|e| Error::Invalid(format!("generator: {e}")));
+            .map_err(|e| Error::Internal(format!("generator: {e}")));
     let result = async {
         generated??;
         let mut steps: [Vec<f64>; 6] = Default::default();
@@ -589,7 +589,7 @@ pub async fn invoke(
             )
             .await?;
             if report.result.answer.is_none() || report.storage_left.is_some() {
-                return Err(Error::Invalid(format!(
+                return Err(Error::Internal(format!(
                     "a benchmark run did not answer cleanly: {:?} {:?}",
                     report.result.failure, report.storage_left
                 )));

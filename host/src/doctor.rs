@@ -66,14 +66,14 @@ async fn in_container_report(engine: &Engine, image_id: &str) -> Result<serde_js
         let code = launch.wait(engine, Duration::from_secs(60)).await?;
         let output = launch.output(engine).await?;
         if code != 0 {
-            return Err(Error::Invalid(format!(
+            return Err(Error::Internal(format!(
                 "env-report exited {code}: {}",
                 output.stderr
             )));
         }
         let line = output.stdout.lines().next().unwrap_or("");
         serde_json::from_str(&line[..line.len().min(MAX_OUTPUT_BYTES)])
-            .map_err(|e| Error::Invalid(format!("env-report output {line:?}: {e}")))
+            .map_err(|e| Error::Internal(format!("env-report output {line:?}: {e}")))
     }
     .await;
     created.remove_all(engine, Duration::from_secs(30)).await?;

@@ -1,8 +1,16 @@
-//! The library's one error type. Every variant carries what a reader needs to act on it.
+//! The library's one error type. Every variant carries what a reader needs to act on it, and a
+//! stable id (what `cordon --json` prints as `error`): `invalid-input` is the caller's mistake,
+//! `internal` is cordon's own fault, the rest name what refused or failed.
+
+mod input;
+mod repo;
 
 use std::time::Duration;
 
 use cordon_contract::Id;
+
+pub use input::InputFault;
+pub use repo::Unusable;
 
 /// A difference between a created object and its profile: the protection it breaches, the field,
 /// what the profile says and what the engine reports.
@@ -43,17 +51,22 @@ pub enum Error {
     Refused(Vec<Refusal>),
     #[error("profile refused ({id}): {reason}")]
     Profile { id: Id, reason: String },
+    /// The caller's mistake: a request, a token, a path cordon refuses.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// cordon's own fault (a helper that ended without a result, a stream that ended early, an
+    /// answer of its own tools it cannot read): not something the caller can fix.
+    #[error("internal: {0}")]
+    Internal(String),
     #[error("image build: {0}")]
     Build(String),
     /// A file a caller named (a prompt, a schema, a handle) that cordon will not read: the
-    /// path and what was found (see [`crate::caller_file`]).
+    /// path and what was found .
     #[error("{what} {path}: {fault}")]
     Input {
         what: &'static str,
         path: String,
-        fault: crate::caller_file::InputFault,
+        fault: InputFault,
     },
     #[error("{context}: {source}")]
     Io {
@@ -64,7 +77,7 @@ pub enum Error {
     #[error("cleanup could not confirm the removal of: {}", .0.join(", "))]
     Unreleased(Vec<String>),
     #[error("unusable repository ({}): {}", .0.id(), .0)]
-    Unusable(crate::task::Unusable),
+    Unusable(Unusable),
     #[error("the repository does not fit task storage: {0}")]
     Overflow(String),
     #[error("allocation {0} is already in use")]
@@ -149,6 +162,7 @@ impl Error {
             Error::Refused(_) => "profile-mismatch",
             Error::Profile { id, .. } => id.as_str(),
             Error::Invalid(_) => "invalid-input",
+            Error::Internal(_) => "internal",
             Error::Build(_) => "image-build",
             // input-not-regular, input-too-large, input-unreadable, input-not-utf8
             Error::Input { fault, .. } => fault.id(),
@@ -185,6 +199,181 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One error of every variant (a new variant fails to compile in [`Error::id`] until it has an
+    /// id, and must be added here to be counted).
+    fn one_of_each() -> Vec<Error> {
+        let io = || std::io::Error::other("x");
+        let docker = || bollard::errors::Error::RequestTimeoutError;
+        let text = || "x".to_owned();
+        let mut all = vec![
+            Error::Docker {
+                context: text(),
+                source: docker(),
+            },
+            Error::Timeout {
+                context: text(),
+                after: Duration::from_secs(1),
+            },
+            Error::Unreachable {
+                socket: text(),
+                reason: text(),
+            },
+            Error::EngineTooOld {
+                found: text(),
+                minimum: text(),
+            },
+            Error::Refused(Vec::new()),
+            Error::Invalid(text()),
+            Error::Internal(text()),
+            Error::Build(text()),
+            Error::Io {
+                context: text(),
+                source: io(),
+            },
+            Error::Unreleased(Vec::new()),
+            Error::Overflow(text()),
+            Error::AllocationInUse(text()),
+            Error::Git {
+                context: text(),
+                message: text(),
+            },
+            Error::Deadline(text()),
+            Error::Recovery {
+                message: text(),
+                removed: Vec::new(),
+            },
+            Error::RecoveryBusy(text()),
+            Error::Retired(text()),
+            Error::SchemaMismatch(text()),
+            Error::Schema(text()),
+            Error::VendorRefused(text()),
+            Error::AttemptCaptured(text()),
+            Error::AttemptOwned(text(), text()),
+        ];
+        for id in [
+            "uid-range",
+            "uid-range-exhausted",
+            "uid-range-host-overlap",
+            "uid-in-use",
+        ] {
+            all.push(Error::Uid { id, reason: text() });
+        }
+        for id in [
+            "gitlinks-unknown",
+            "gitlink-limit",
+            "gitlink-name",
+            "gitlink-nested",
+        ] {
+            all.push(Error::Gitlink { id, reason: text() });
+        }
+        for fault in [
+            InputFault::NotRegular("a FIFO"),
+            InputFault::TooLarge {
+                at_least: 2,
+                limit: 1,
+            },
+            InputFault::Unreadable {
+                reason: text(),
+                errno: None,
+            },
+            InputFault::NotUtf8 { at: 0 },
+        ] {
+            all.push(Error::Input {
+                what: "prompt",
+                path: text(),
+                fault,
+            });
+        }
+        for unusable in [
+            Unusable::AbsoluteLink {
+                path: text(),
+                target: text(),
+            },
+            Unusable::EscapingLink {
+                path: text(),
+                reaches: text(),
+            },
+            Unusable::MetadataLink { path: text() },
+            Unusable::BadName { path: text() },
+            Unusable::Alternates,
+            Unusable::NotARepository {
+                path: text(),
+                reason: text(),
+            },
+            Unusable::TooLarge {
+                what: text(),
+                needs_bytes: 0,
+                needs_inodes: 0,
+                limit_bytes: 0,
+                limit_inodes: 0,
+            },
+        ] {
+            all.push(Error::Unusable(unusable));
+        }
+        all
+    }
+
+    /// The ids runners match on: each kind of failure has its own, and none changes (a change
+    /// here is a breaking change of the `--json` contract).
+    #[test]
+    fn every_error_id_is_unique_and_stable() {
+        let ids: Vec<&str> = one_of_each().iter().map(Error::id).collect();
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "an id is shared: {ids:?}");
+        assert_eq!(
+            ids,
+            [
+                "engine-call",
+                "engine-timeout",
+                "engine-unreachable",
+                "engine-too-old",
+                "profile-mismatch",
+                "invalid-input",
+                "internal",
+                "image-build",
+                "io",
+                "unreleased",
+                "storage-overflow",
+                "allocation-in-use",
+                "git",
+                "deadline",
+                "recovery-incomplete",
+                "recovery-busy",
+                "profile-retired",
+                "schema-mismatch",
+                "schema-invalid",
+                "vendor-refused",
+                "attempt-captured",
+                "attempt-owned",
+                "uid-range",
+                "uid-range-exhausted",
+                "uid-range-host-overlap",
+                "uid-in-use",
+                "gitlinks-unknown",
+                "gitlink-limit",
+                "gitlink-name",
+                "gitlink-nested",
+                "input-not-regular",
+                "input-too-large",
+                "input-unreadable",
+                "input-not-utf8",
+                "repo-absolute-link",
+                "repo-escaping-link",
+                "repo-metadata-link",
+                "repo-bad-name",
+                "repo-alternates",
+                "repo-not-a-repository",
+                "repo-too-large",
+            ]
+        );
+        // Profile refusals carry a protection id, which is not one of these.
+        for id in cordon_contract::Id::ALL {
+            assert!(!ids.contains(&id.as_str()), "{id} is also an error id");
+        }
+    }
 
     #[test]
     fn bounded_list_cuts_at_a_character_boundary_and_counts_the_rest() {

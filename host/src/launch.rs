@@ -476,7 +476,7 @@ impl Launch {
                 })
             }
             Ok(None) => {
-                return Err(Error::Invalid("wait stream ended without a status".into()));
+                return Err(Error::Internal("wait stream ended without a status".into()));
             }
             Err(_) => {
                 let _ = self.kill(engine, "KILL").await;
@@ -499,7 +499,7 @@ impl Launch {
         let raw = match self.capture.take() {
             Some(collector) => match tokio::time::timeout(CALL_TIMEOUT, collector).await {
                 Ok(Ok(raw)) => raw?,
-                Ok(Err(e)) => return Err(Error::Invalid(format!("output collector: {e}"))),
+                Ok(Err(e)) => return Err(Error::Internal(format!("output collector: {e}"))),
                 Err(_) => {
                     return Err(Error::Timeout {
                         context: "output".into(),

@@ -90,7 +90,7 @@ pub(crate) async fn create_volume_shared(
 ) -> Result<String> {
     let name = request.name.clone().unwrap_or_default();
     if name.is_empty() {
-        return Err(Error::Invalid("volume request without a name".into()));
+        return Err(Error::Internal("volume request without a name".into()));
     }
     let labels = request.labels.clone().unwrap_or_default();
     created.with(|c| c.begin(ObjectKind::Volume, &name, &labels));

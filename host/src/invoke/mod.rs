@@ -208,7 +208,7 @@ pub fn capture(request: Request) -> Result<Capture> {
     };
     let mut captured = CAPTURED
         .lock()
-        .map_err(|_| Error::Invalid("capture registry poisoned".into()))?;
+        .map_err(|_| Error::Internal("capture registry poisoned".into()))?;
     if !captured.insert(request.attempt.clone()) {
         return Err(Error::AttemptCaptured(request.attempt.clone()));
     }
@@ -488,7 +488,7 @@ pub async fn start(
     {
         let owned = OWNED
             .lock()
-            .map_err(|_| Error::Invalid("attempt registry poisoned".into()))?;
+            .map_err(|_| Error::Internal("attempt registry poisoned".into()))?;
         if owned.contains(&request.attempt) {
             return Err(Error::AttemptOwned(
                 request.attempt.clone(),
@@ -506,7 +506,7 @@ pub async fn start(
     {
         let mut owned = OWNED
             .lock()
-            .map_err(|_| Error::Invalid("attempt registry poisoned".into()))?;
+            .map_err(|_| Error::Internal("attempt registry poisoned".into()))?;
         if !owned.insert(request.attempt.clone()) {
             return Err(Error::AttemptOwned(
                 request.attempt.clone(),

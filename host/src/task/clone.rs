@@ -123,7 +123,7 @@ async fn off_thread<T: Send + 'static>(
     let left = stop.deadline.saturating_duration_since(Instant::now());
     match tokio::time::timeout(left, receive).await {
         Ok(Ok(result)) => result,
-        Ok(Err(_)) => Err(Error::Invalid(format!(
+        Ok(Err(_)) => Err(Error::Internal(format!(
             "{what}: the thread ended without a result"
         ))),
         Err(_) => Err(Error::Deadline(what.to_owned())),
@@ -516,7 +516,7 @@ fn link_targets(git: &Git, links: &[&Entry]) -> Result<BTreeMap<Vec<u8>, Vec<u8>
     let mut stdin = child
         .stdin
         .take()
-        .ok_or_else(|| Error::Invalid("cat-file stdin".into()))?;
+        .ok_or_else(|| Error::Internal("cat-file stdin".into()))?;
     let oids: Vec<String> = links.iter().map(|e| e.oid.clone()).collect();
     let writer = std::thread::spawn(move || {
         for oid in oids {
@@ -529,7 +529,7 @@ fn link_targets(git: &Git, links: &[&Entry]) -> Result<BTreeMap<Vec<u8>, Vec<u8>
         child
             .stdout
             .take()
-            .ok_or_else(|| Error::Invalid("cat-file stdout".into()))?,
+            .ok_or_else(|| Error::Internal("cat-file stdout".into()))?,
     );
     for entry in links {
         let mut header = String::new();
@@ -656,7 +656,7 @@ pub async fn stage(
         link_targets(&git_for_links, &owned_links.iter().collect::<Vec<_>>())
     })
     .await
-    .map_err(|e| Error::Invalid(format!("link task: {e}")))??;
+    .map_err(|e| Error::Internal(format!("link task: {e}")))??;
     tracing::debug!(
         entries = entries.len(),
         links = links.len(),

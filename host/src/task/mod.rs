@@ -26,70 +26,7 @@ use crate::profile::Area;
 use crate::storage::{self, TaskStorage};
 use crate::uids::{Uid, UidRange};
 
-/// Why a repository cannot be seeded. Report it to the user as a repository the agent cannot run
-/// on; do not retry.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "unusable", rename_all = "kebab-case")]
-pub enum Unusable {
-    AbsoluteLink {
-        path: String,
-        target: String,
-    },
-    EscapingLink {
-        path: String,
-        reaches: String,
-    },
-    MetadataLink {
-        path: String,
-    },
-    BadName {
-        path: String,
-    },
-    Alternates,
-    NotARepository {
-        path: String,
-        reason: String,
-    },
-    TooLarge {
-        what: String,
-        needs_bytes: u64,
-        needs_inodes: u64,
-        limit_bytes: u64,
-        limit_inodes: u64,
-    },
-}
-
-impl Unusable {
-    /// The stable id.
-    pub fn id(&self) -> &'static str {
-        match self {
-            Unusable::AbsoluteLink { .. } => "repo-absolute-link",
-            Unusable::EscapingLink { .. } => "repo-escaping-link",
-            Unusable::MetadataLink { .. } => "repo-metadata-link",
-            Unusable::BadName { .. } => "repo-bad-name",
-            Unusable::Alternates => "repo-alternates",
-            Unusable::NotARepository { .. } => "repo-not-a-repository",
-            Unusable::TooLarge { .. } => "repo-too-large",
-        }
-    }
-}
-
-impl std::fmt::Display for Unusable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unusable::AbsoluteLink { path, target } => write!(f, "the link {path:?} has an absolute target {target:?}"),
-            Unusable::EscapingLink { path, reaches } => write!(f, "the link {path:?} leads out of the checkout, to {reaches}"),
-            Unusable::MetadataLink { path } => write!(f, "the git metadata holds a link or special file at {path:?}"),
-            Unusable::BadName { path } => write!(f, "git would not check out {path:?}"),
-            Unusable::Alternates => write!(f, "the object store borrows objects from another (objects/info/alternates)"),
-            Unusable::NotARepository { path, reason } => write!(f, "{path}: {reason}"),
-            Unusable::TooLarge { what, needs_bytes, needs_inodes, limit_bytes, limit_inodes } => write!(
-                f,
-                "the {what} needs {needs_bytes} bytes and {needs_inodes} entries; the limit is {limit_bytes} bytes and {limit_inodes} entries"
-            ),
-        }
-    }
-}
+pub use crate::error::Unusable;
 
 /// What `prepare` returns and `remove` takes: everything needed to mount and to remove the storage.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -146,7 +83,7 @@ impl Hold {
     fn claim(id: uuid::Uuid, owner: &Owner) -> Result<Hold> {
         let mut held = HELD
             .lock()
-            .map_err(|_| Error::Invalid("allocation registry poisoned".into()))?;
+            .map_err(|_| Error::Internal("allocation registry poisoned".into()))?;
         if held.contains_key(&id) {
             return Err(Error::AllocationInUse(id.to_string()));
         }
@@ -430,7 +367,7 @@ pub async fn keeper_digest(engine: &Engine, storage: &TaskStorage) -> Result<Str
         match seen.get(before) {
             Some(InitLine::Digest { digest, .. }) => return Ok(digest.clone()),
             Some(other) => {
-                return Err(Error::Invalid(format!(
+                return Err(Error::Internal(format!(
                     "the keeper's digest failed: {other:?}"
                 )))
             }
@@ -484,7 +421,7 @@ pub async fn volume_digest(
         let output = run.output(engine).await?;
         match output.stderr.lines().next().and_then(InitLine::parse) {
             Some(InitLine::Digest { digest, .. }) if code == 0 => Ok(digest),
-            _ => Err(Error::Invalid(format!(
+            _ => Err(Error::Internal(format!(
                 "digest of {volume} failed (exit {code}): {}",
                 output.stderr.chars().take(300).collect::<String>()
             ))),

@@ -94,7 +94,7 @@ fn write_work(
     let mut requests = child
         .stdin
         .take()
-        .ok_or_else(|| Error::Invalid("cat-file stdin".into()))?;
+        .ok_or_else(|| Error::Internal("cat-file stdin".into()))?;
     let files: Vec<String> = entries
         .iter()
         .filter(|e| matches!(e.kind, Kind::File { .. }))
@@ -112,7 +112,7 @@ fn write_work(
         child
             .stdout
             .take()
-            .ok_or_else(|| Error::Invalid("cat-file stdout".into()))?,
+            .ok_or_else(|| Error::Internal("cat-file stdout".into()))?,
     );
     let tar_err = |e: io::Error| Error::io("writing the work tree tar", e);
     for entry in entries {
@@ -279,7 +279,7 @@ where
     .await;
     let written = writer
         .await
-        .map_err(|e| Error::Invalid(format!("tar writer: {e}")))?;
+        .map_err(|e| Error::Internal(format!("tar writer: {e}")))?;
     match uploaded {
         Err(Error::Docker { source, .. })
             if source.to_string().contains("no space left on device") =>
