@@ -8,11 +8,12 @@
 
 use std::time::Duration;
 
+use cordon::engine::{objects, pending};
 use cordon::labels::{Allocation, Owner};
 use cordon::launch::{self, Launch, Output, Prepared};
 use cordon::profile::{Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
 use cordon::storage::{self, TaskStorage};
-use cordon::{cleanup, image, Engine};
+use cordon::{image, Controller, Engine};
 use cordon_contract::{paths, Phase, Vendor};
 use tokio::sync::{Mutex, MutexGuard, OnceCell, RwLock, RwLockWriteGuard};
 
@@ -33,12 +34,17 @@ pub async fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().await
 }
 
-/// A connected engine. Fails loudly when Docker is unreachable: these tests are never skipped.
-pub async fn engine() -> Engine {
-    match Engine::connect().await {
-        Ok(engine) => engine,
+/// A connected controller. Fails loudly when Docker is unreachable: these tests are never skipped.
+pub async fn controller() -> Controller {
+    match Controller::connect().await {
+        Ok(ctl) => ctl,
         Err(e) => panic!("the real-Docker suite needs a reachable Docker engine: {e}"),
     }
+}
+
+/// A connected engine (a controller's, for tests that need no controller state).
+pub async fn engine() -> Engine {
+    controller().await.engine().clone()
 }
 
 /// The test image id, built once per test process from this workspace.
@@ -58,18 +64,18 @@ pub async fn image(engine: &Engine) -> String {
 /// (the engine makes a missing named volume for a create that outlived it: such a volume carries
 /// no owner, so only its name shows it); remove what it finds so one failure does not leak.
 pub async fn assert_clean(engine: &Engine, owner: &Owner) {
-    let (containers, volumes) = cleanup::list_owned(engine, owner)
+    let (containers, volumes) = objects::list_owned(engine, owner)
         .await
         .expect("listing objects by owner");
     let unlabelled = {
         let _none_on_purpose = UNLABELLED.read().await;
-        cleanup::unlabelled_cordon_volumes(engine)
+        objects::unlabelled_cordon_volumes(engine)
             .await
             .expect("listing volumes by name")
     };
     if !containers.is_empty() || !volumes.is_empty() || !unlabelled.is_empty() {
-        let _ = cleanup::remove_owned(engine, owner).await;
-        let _ = cleanup::Created {
+        let _ = pending::remove_owned(engine, owner).await;
+        let _ = pending::Created {
             volumes: unlabelled.clone(),
             ..Default::default()
         }
@@ -85,7 +91,7 @@ pub async fn assert_clean(engine: &Engine, owner: &Owner) {
 
 /// Task storage for one test (its uid picked like any allocation's).
 pub async fn task_storage(engine: &Engine, owner: &Owner, image_id: &str) -> TaskStorage {
-    let allocation = cordon::uids::allocation(engine, owner, "test")
+    let allocation = cordon::storage::new_allocation(engine, owner, "test")
         .await
         .expect("allocation");
     TaskStorage::create(
@@ -99,9 +105,10 @@ pub async fn task_storage(engine: &Engine, owner: &Owner, image_id: &str) -> Tas
     .expect("task storage")
 }
 
-/// One test's engine, image, owner and task storage.
+/// One test's controller (and its engine), image, owner and task storage.
 #[derive(Debug)]
 pub struct Fixture {
+    pub ctl: Controller,
     pub engine: Engine,
     pub image: String,
     pub owner: Owner,
@@ -110,11 +117,13 @@ pub struct Fixture {
 
 /// Set up a fixture whose owner token starts with `prefix`.
 pub async fn fixture(prefix: &str) -> Fixture {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random(prefix);
     let storage = task_storage(&engine, &owner, &image).await;
     Fixture {
+        ctl,
         engine,
         image,
         owner,
@@ -137,7 +146,7 @@ impl Drop for Fixture {
             if let Ok(runtime) = runtime {
                 runtime.block_on(async {
                     if let Ok(engine) = Engine::connect().await {
-                        let _ = cleanup::remove_owned(&engine, &owner).await;
+                        let _ = pending::remove_owned(&engine, &owner).await;
                     }
                 });
             }
@@ -255,7 +264,7 @@ impl Finished {
 /// Create, start (the validator's verdict is checked by the caller), optionally act on the running
 /// container, wait, collect, remove.
 pub async fn launch_with<F, Fut>(
-    engine: &Engine,
+    ctl: &Controller,
     profile: &Profile,
     prepared: Prepared,
     while_running: F,
@@ -264,7 +273,8 @@ where
     F: FnOnce(&Launch) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let mut launch = launch::create(engine, profile, prepared)
+    let engine = ctl.engine();
+    let mut launch = launch::create(ctl, profile, prepared)
         .await
         .expect("create");
     let refusals = launch.refusals.clone();
@@ -293,9 +303,9 @@ where
 }
 
 /// Run a profile that must pass the validator; return how it ended.
-pub async fn launch_valid(engine: &Engine, profile: &Profile) -> Finished {
-    let prepared = Prepared::new(engine, profile).expect("plan");
-    let (refusals, finished) = launch_with(engine, profile, prepared, |_| async {}).await;
+pub async fn launch_valid(ctl: &Controller, profile: &Profile) -> Finished {
+    let prepared = Prepared::new(ctl.engine(), profile).expect("plan");
+    let (refusals, finished) = launch_with(ctl, profile, prepared, |_| async {}).await;
     assert!(
         refusals.is_empty(),
         "validator refused a valid profile: {refusals:?}"

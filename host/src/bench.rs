@@ -6,13 +6,16 @@ use std::time::{Duration, Instant};
 
 use cordon_contract::{Phase, Vendor};
 
-use crate::cleanup::Created;
-use crate::engine::Engine;
+use crate::controller::Controller;
+use crate::engine::pending::Created;
+
+use crate::engine::objects;
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Owner};
+use crate::launch::volumes::InvocationVolumes;
 use crate::launch::{self, InitVerdict, Launch, Prepared};
 use crate::profile::{Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
-use crate::storage::{self, InvocationVolumes, TaskStorage};
+use crate::storage::{self, TaskStorage};
 
 /// Medians and ratios of one benchmark.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -69,14 +72,15 @@ fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<Profi
 
 /// One cordon launch: returns (timed ms, validate ms, prepare ms, preflight us).
 async fn cordon_once(
-    engine: &Engine,
+    ctl: &Controller,
     owner: &Owner,
     image_id: &str,
     storage: &TaskStorage,
 ) -> Result<(f64, f64, f64, u64)> {
+    let engine = ctl.engine();
     let profile = profile(owner, image_id, storage)?;
     let prepared = Prepared::new(engine, &profile)?;
-    let mut launch = launch::create(engine, &profile, prepared).await?;
+    let mut launch = launch::create(ctl, &profile, prepared).await?;
     let run = async {
         if !launch.refusals.is_empty() {
             return Err(Error::Refused(launch.refusals.clone()));
@@ -109,11 +113,12 @@ async fn cordon_once(
 
 /// One bare launch of the same create request against its own freshly written volumes.
 async fn bare_once(
-    engine: &Engine,
+    ctl: &Controller,
     owner: &Owner,
     image_id: &str,
     storage: &TaskStorage,
 ) -> Result<f64> {
+    let engine = ctl.engine();
     let profile = profile(owner, image_id, storage)?;
     let prepared = Prepared::new(engine, &profile)?;
     let mut created = Created::default();
@@ -121,7 +126,7 @@ async fn bare_once(
         // As cordon does it, without its checks: volumes and the loader made untimed; timed, the
         // container created, then started while the loader fills the control dir.
         let loader = {
-            let record = crate::cleanup::Shared::new(&mut created);
+            let record = crate::engine::pending::Shared::new(&mut created);
             let (_, specs) =
                 InvocationVolumes::create_volumes(engine, prepared.volumes, &record).await?;
             InvocationVolumes::create_loader(
@@ -133,19 +138,19 @@ async fn bare_once(
             )
             .await?
         };
-        let uploads = crate::storage::Uploads::new(&prepared.plan.policy.to_bytes(), &[])?;
+        let uploads = crate::launch::volumes::Uploads::new(&prepared.plan.policy.to_bytes(), &[])?;
         let t = Instant::now();
-        let id = crate::storage::create_container(
+        let id = objects::create_container(
             engine,
             &prepared.plan.name,
             prepared.plan.create,
-            &mut created,
+            &created.shared(),
         )
         .await?;
         let mut launch = Launch::adopt(id);
         let (started, delivered) = tokio::join!(
             launch.start(engine),
-            crate::storage::deliver(engine, &loader, &uploads)
+            crate::launch::volumes::deliver(engine, &loader, &uploads)
         );
         started?;
         delivered?;
@@ -162,9 +167,10 @@ async fn bare_once(
 }
 
 /// Run `runs` pairs.
-pub async fn launch(engine: &Engine, image_id: &str, runs: usize) -> Result<BenchReport> {
+pub async fn launch(ctl: &Controller, image_id: &str, runs: usize) -> Result<BenchReport> {
+    let engine = ctl.engine();
     let owner = Owner::random("bench");
-    let allocation = crate::uids::allocation(engine, &owner, "bench").await?;
+    let allocation = crate::storage::new_allocation(engine, &owner, "bench").await?;
     let storage = TaskStorage::create(
         engine,
         &allocation,
@@ -175,8 +181,8 @@ pub async fn launch(engine: &Engine, image_id: &str, runs: usize) -> Result<Benc
     .await?;
     let result = async {
         // One unmeasured pair warms the image and the engine's caches.
-        cordon_once(engine, &owner, image_id, &storage).await?;
-        bare_once(engine, &owner, image_id, &storage).await?;
+        cordon_once(ctl, &owner, image_id, &storage).await?;
+        bare_once(ctl, &owner, image_id, &storage).await?;
         let (mut cordon, mut bare, mut validate, mut prepare, mut preflight) =
             (vec![], vec![], vec![], vec![], vec![]);
         for i in 0..runs {
@@ -187,11 +193,11 @@ pub async fn launch(engine: &Engine, image_id: &str, runs: usize) -> Result<Benc
                 preflight.push(c.3);
             };
             if i % 2 == 0 {
-                pair(cordon_once(engine, &owner, image_id, &storage).await?);
-                bare.push(bare_once(engine, &owner, image_id, &storage).await?);
+                pair(cordon_once(ctl, &owner, image_id, &storage).await?);
+                bare.push(bare_once(ctl, &owner, image_id, &storage).await?);
             } else {
-                bare.push(bare_once(engine, &owner, image_id, &storage).await?);
-                pair(cordon_once(engine, &owner, image_id, &storage).await?);
+                bare.push(bare_once(ctl, &owner, image_id, &storage).await?);
+                pair(cordon_once(ctl, &owner, image_id, &storage).await?);
             }
         }
         let preflight_f: Vec<f64> = preflight.iter().map(|p| *p as f64).collect();
@@ -261,13 +267,13 @@ pub struct GateBench {
 }
 
 /// Run the whole gate once and time it (target: under 3 minutes on 2 cores).
-pub async fn gate(engine: &Engine, image_id: &str, parallel: usize) -> Result<GateBench> {
+pub async fn gate(ctl: &Controller, image_id: &str, parallel: usize) -> Result<GateBench> {
     let options = crate::gate::GateOptions {
         parallel,
         filter: None,
     };
     let started = Instant::now();
-    let report = crate::gate::run(engine, image_id, &options).await?;
+    let report = crate::gate::run(ctl, image_id, &options).await?;
     let wall_ms = started.elapsed().as_millis() as u64;
     let mut cases: Vec<(String, String, u64)> = report
         .cases
@@ -383,12 +389,13 @@ fn generate_repository(dir: &std::path::Path, files: usize, bytes: u64) -> Resul
 
 /// Seed a generated repository `runs` times, interleaved with a plain upload of the same tree.
 pub async fn seed(
-    engine: &Engine,
+    ctl: &Controller,
     image_id: &str,
     files: usize,
     bytes: u64,
     runs: usize,
 ) -> Result<SeedBench> {
+    let engine = ctl.engine();
     let owner = Owner::random("bench");
     let dir = std::env::temp_dir().join(format!("cordon-bench-repo-{}", owner.as_str()));
     let repo = dir.clone();
@@ -423,7 +430,7 @@ pub async fn seed(
     let (mut stage, mut metadata) = (vec![], vec![]);
     let result = async {
         for run in 0..runs {
-            let allocation = crate::uids::allocation(engine, &owner, "bench").await?;
+            let allocation = crate::storage::new_allocation(engine, &owner, "bench").await?;
             let deadline = Instant::now() + Duration::from_secs(900);
             let t = Instant::now();
             let staged =
@@ -438,7 +445,7 @@ pub async fn seed(
                 let (allocation, staged, dir) = (&allocation, &staged, &dir);
                 async move {
                     let a = if plain {
-                        crate::uids::allocation(engine, owner, "bench-plain").await?
+                        crate::storage::new_allocation(engine, owner, "bench-plain").await?
                     } else {
                         allocation.clone()
                     };
@@ -542,7 +549,7 @@ pub struct InvokeBench {
 
 /// Run the invocation benchmark.
 pub async fn invoke(
-    engine: &Engine,
+    ctl: &Controller,
     image_id: &str,
     files: usize,
     runs: usize,
@@ -581,7 +588,7 @@ pub async fn invoke(
                 uids: crate::uids::UidRange::default(),
             };
             let report = crate::invoke::oneshot::oneshot(
-                engine,
+                ctl,
                 image_id,
                 &one,
                 std::future::pending(),
@@ -615,7 +622,7 @@ pub async fn invoke(
     .await;
     let _ = std::fs::remove_dir_all(&dir);
     let steps = result?;
-    let launch = launch(engine, image_id, launch_runs).await?;
+    let launch = launch(ctl, image_id, launch_runs).await?;
     let total = median(&steps[0]);
     let names = ["prepare", "setup", "run", "cleanup", "remove"];
     let shares = names

@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use cordon_contract::paths;
 
-use crate::cleanup::Created;
-use crate::engine::{Engine, EngineInfo, MIN_API, SUBPATH_API};
+use crate::controller::Controller;
+use crate::engine::pending::Created;
+use crate::engine::{EngineInfo, MIN_API, SUBPATH_API};
 use crate::error::{Error, Result};
 use crate::labels::{Kind, Owner};
+use crate::launch::volumes::helper_body;
 use crate::launch::MAX_OUTPUT_BYTES;
 use crate::profile::DEFAULT_LANDLOCK_ABI;
-use crate::storage::helper_body;
 
 /// One fact and its judgement.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -42,9 +43,10 @@ fn fact(name: &str, value: impl Into<String>, good: bool, need: &str) -> Fact {
 }
 
 /// Run a hardened container (no init) that reports what the kernel and engine give it.
-async fn in_container_report(engine: &Engine, image_id: &str) -> Result<serde_json::Value> {
+async fn in_container_report(ctl: &Controller, image_id: &str) -> Result<serde_json::Value> {
+    let engine = ctl.engine();
     let owner = Owner::random("doctor");
-    let allocation = crate::uids::allocation(engine, &owner, "doctor").await?;
+    let allocation = crate::storage::new_allocation(engine, &owner, "doctor").await?;
     let body = helper_body(
         image_id,
         &allocation,
@@ -54,11 +56,11 @@ async fn in_container_report(engine: &Engine, image_id: &str) -> Result<serde_js
     );
     let mut created = Created::default();
     let result = async {
-        let id = crate::storage::create_container(
+        let id = crate::engine::objects::create_container(
             engine,
             &allocation.name(Kind::Probe),
             body,
-            &mut created,
+            &created.shared(),
         )
         .await?;
         let mut launch = crate::launch::Launch::adopt(id);
@@ -81,7 +83,8 @@ async fn in_container_report(engine: &Engine, image_id: &str) -> Result<serde_js
 }
 
 /// Examine the engine and a hardened container on it.
-pub async fn run(engine: &Engine, image_id: &str) -> Result<DoctorReport> {
+pub async fn run(ctl: &Controller, image_id: &str) -> Result<DoctorReport> {
+    let engine = ctl.engine();
     let info = engine.info().clone();
     let mut facts = vec![
         fact(
@@ -128,7 +131,7 @@ pub async fn run(engine: &Engine, image_id: &str) -> Result<DoctorReport> {
         ),
         fact("kernel", &info.kernel, true, "Linux with Landlock"),
     ];
-    let inside = in_container_report(engine, image_id).await?;
+    let inside = in_container_report(ctl, image_id).await?;
     let landlock = inside["landlock_abi"].as_u64();
     facts.push(fact(
         "Landlock ABI in a container",

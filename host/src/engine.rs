@@ -4,6 +4,12 @@
 //! bollard 0.21.1 formats request paths without the version prefix (its URL join drops it), so the
 //! daemon would answer at whatever its newest API is. A request modifier puts `/vX.Y` back on every
 //! request, so what we send is exactly the version the daemon said it speaks.
+//!
+//! [`objects`] alone creates, inspects, lists and removes what cordon makes; [`pending`] is the
+//! record of what one operation made or may have made, and its removal.
+
+pub mod objects;
+pub mod pending;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,7 +58,7 @@ impl std::fmt::Display for ApiVersion {
 }
 
 /// What the engine says about itself.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct EngineInfo {
     pub socket: String,
     pub version: String,
@@ -232,6 +238,20 @@ impl Engine {
     /// engine error; 0 stops it. Tests use this to prove what cleanup does when removal fails.
     pub fn inject_removal_failures(&self, count: usize) {
         self.faults.failing_removals.store(count, Ordering::SeqCst);
+    }
+
+    /// A client that is never used (unit tests of state that needs no engine call; bollard only
+    /// checks that the socket path exists).
+    #[cfg(test)]
+    pub(crate) fn offline_for_tests() -> Engine {
+        let faults = Arc::<Faults>::default();
+        Engine {
+            docker: connect_raw("/dev/null", MIN_API, faults.clone())
+                .expect("a unix client is made without connecting"),
+            api: MIN_API,
+            info: EngineInfo::default(),
+            faults,
+        }
     }
 
     /// The bollard client (pinned).

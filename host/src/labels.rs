@@ -1,6 +1,7 @@
-//! Ownership labels. Every object cordon creates carries all five, so recovery can find what an
-//! owner left, cleanup never touches another owner's objects, and no two live storage allocations
-//! can be given the same uid.
+//! Ownership labels and object names. Every object cordon creates carries all five labels, so
+//! recovery can find what an owner left, cleanup never touches another owner's objects, and no two
+//! live storage allocations can be given the same uid. Names (`cordon-<kind>-<allocation>`) are
+//! built and parsed here only.
 
 use std::collections::HashMap;
 
@@ -142,7 +143,57 @@ impl Allocation {
 
     /// A Docker object name: `cordon-<kind>-<allocation>`.
     pub fn name(&self, kind: Kind) -> String {
-        format!("cordon-{}-{}", kind.as_str(), self.id)
+        object_name(kind, &self.id)
+    }
+
+    /// The keeper's name while its storage is being seeded: recovery hands back only storage
+    /// whose keeper carries the final name, given once seeding and the baseline succeeded.
+    pub fn seeding_keeper_name(&self) -> String {
+        format!("{NAME_PREFIX}{SEEDING}-{}", self.id)
+    }
+}
+
+/// Every cordon object name starts with this.
+pub const NAME_PREFIX: &str = "cordon-";
+/// The name part of a keeper whose storage is not complete yet.
+const SEEDING: &str = "seeding";
+
+/// `cordon-<kind>-<allocation>`.
+pub fn object_name(kind: Kind, allocation: &uuid::Uuid) -> String {
+    format!("{NAME_PREFIX}{}-{allocation}", kind.as_str())
+}
+
+/// A short-lived tool container's name: a fresh id of its own, so two tools of one storage never
+/// collide.
+pub fn tool_name() -> String {
+    object_name(Kind::Tool, &uuid::Uuid::new_v4())
+}
+
+/// What a cordon object name says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectName {
+    /// The kind; `None` for a keeper still seeding.
+    pub kind: Option<Kind>,
+    pub allocation: uuid::Uuid,
+}
+
+impl ObjectName {
+    /// Parse `cordon-<kind>-<uuid>` or `cordon-seeding-<uuid>` (the engine lists container names
+    /// with a leading `/`, which is ignored).
+    pub fn parse(name: &str) -> Option<ObjectName> {
+        let rest = name.trim_start_matches('/').strip_prefix(NAME_PREFIX)?;
+        let (kind, id) = rest.split_once('-')?;
+        let kind = match kind {
+            SEEDING => None,
+            kind => Some(Kind::parse(kind)?),
+        };
+        let allocation = uuid::Uuid::parse_str(id).ok()?;
+        (id == allocation.to_string()).then_some(ObjectName { kind, allocation })
+    }
+
+    /// A keeper with its final name: its storage was seeded completely.
+    pub fn is_complete_keeper(name: &str) -> bool {
+        ObjectName::parse(name).is_some_and(|n| n.kind == Some(Kind::Keeper))
     }
 }
 
@@ -169,5 +220,41 @@ mod tests {
         assert_eq!(l[ALLOCATION], a.id.to_string());
         assert_eq!(l[UID], "1500000");
         assert!(Allocation::new(&a.owner, "bad attempt", uid).is_err());
+    }
+
+    #[test]
+    fn names_are_built_and_parsed_back() {
+        let uid = crate::uids::Uid::new(1_500_000).unwrap();
+        let a = Allocation::new(&Owner::random("t"), "attempt-1", uid).unwrap();
+        for kind in Kind::ALL {
+            let name = a.name(kind);
+            let parsed = ObjectName::parse(&name).unwrap();
+            assert_eq!(
+                (parsed.kind, parsed.allocation),
+                (Some(kind), a.id),
+                "{name}"
+            );
+            assert_eq!(ObjectName::parse(&format!("/{name}")), Some(parsed));
+            assert_eq!(ObjectName::is_complete_keeper(&name), kind == Kind::Keeper);
+        }
+        let seeding = ObjectName::parse(&a.seeding_keeper_name()).unwrap();
+        assert_eq!((seeding.kind, seeding.allocation), (None, a.id));
+        assert!(!ObjectName::is_complete_keeper(&a.seeding_keeper_name()));
+        assert_eq!(
+            ObjectName::parse(&tool_name()).unwrap().kind,
+            Some(Kind::Tool)
+        );
+        let id = a.id.to_string();
+        for bad in [
+            format!("cordon-bogus-{id}"),
+            format!("cordon-work-{}", id.to_uppercase()),
+            format!("cordon-work-{}", a.id.simple()),
+            format!("cordon-work-{id}-x"),
+            format!("other-work-{id}"),
+            "cordon-work-".to_owned(),
+            "cordon-".to_owned(),
+        ] {
+            assert_eq!(ObjectName::parse(&bad), None, "{bad}");
+        }
     }
 }

@@ -6,6 +6,8 @@
 //! so the gate can launch a container past the validator on purpose, and tests can signal a
 //! running container.
 
+pub mod volumes;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -14,38 +16,18 @@ use bollard::query_parameters::{KillContainerOptions, LogsOptions};
 use cordon_contract::{policy, Id, InitLine};
 use futures_util::StreamExt;
 
-use crate::cleanup::Created;
+use crate::controller::Controller;
+use crate::engine::objects;
+use crate::engine::pending::{Created, Shared};
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Refusal, Result};
 use crate::labels::Kind;
 use crate::profile::{invocation_volume_requests, LaunchPlan, Profile};
-use crate::storage::InvocationVolumes;
 use crate::validate::{self, Observed};
+use volumes::{InvocationVolumes, Uploads};
 
 /// Output kept per stream by default; the rest is drained and counted, never stored.
 pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
-
-/// Profiles that settled with objects whose removal could not be confirmed, by allocation: every
-/// launch path refuses them while their cleanup may still be running elsewhere.
-static RETIRED: std::sync::Mutex<std::collections::BTreeSet<uuid::Uuid>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
-
-/// Retire a profile's allocation: no launch path will use it again in this process.
-pub fn retire(allocation: &uuid::Uuid) {
-    if let Ok(mut retired) = RETIRED.lock() {
-        retired.insert(*allocation);
-    }
-}
-
-/// Refuse a retired profile (a poisoned registry refuses everything: fail closed).
-pub fn check_not_retired(profile: &Profile) -> Result<()> {
-    let id = profile.allocation().id;
-    let retired = RETIRED.lock().map(|r| r.contains(&id)).unwrap_or(true);
-    if retired {
-        return Err(Error::Retired(id.to_string()));
-    }
-    Ok(())
-}
 
 /// What will be created: the plan and the invocation volume requests (the gate mutates these).
 #[derive(Debug, Clone)]
@@ -181,10 +163,11 @@ pub struct Launch {
     /// rotates the start of a long output away).
     capture: Option<tokio::task::JoinHandle<Result<RawOutput>>>,
     collected: Option<Output>,
-    /// The profile's allocation (checked against the retired set before start).
-    allocation: Option<uuid::Uuid>,
+    /// The profile's allocation and the controller that launched it (which refuses a retired
+    /// allocation again at start).
+    launched_by: Option<(Controller, uuid::Uuid)>,
     /// The loader and what it delivers into the control and input dirs at start.
-    loading: Option<(String, crate::storage::Uploads)>,
+    loading: Option<(String, Uploads)>,
 }
 
 /// Attach to a created container's stdout and stderr and collect them in the background, keeping
@@ -231,7 +214,6 @@ async fn attach(
 
 /// Read back a created container and every volume the profile mounts.
 pub async fn read_back(engine: &Engine, container: &str, profile: &Profile) -> Result<Observed> {
-    let docker = engine.docker();
     let s = profile.storage();
     let names = [
         s.work_volume.clone(),
@@ -240,19 +222,21 @@ pub async fn read_back(engine: &Engine, container: &str, profile: &Profile) -> R
         s.input_volume.clone(),
         s.egress_volume.clone(),
     ];
-    let container_fut = bounded(
-        "inspect container",
-        CALL_TIMEOUT,
-        docker.inspect_container(container, None),
-    );
+    let container_fut = async {
+        objects::inspect_container(engine, container)
+            .await?
+            .ok_or_else(|| Error::Internal(format!("container {container} vanished after create")))
+    };
     let volume_futs = names.iter().map(|name| async move {
-        let result = bounded("inspect volume", CALL_TIMEOUT, docker.inspect_volume(name))
-            .await
-            .map_err(|e| e.to_string());
+        let result = match objects::inspect_volume(engine, name).await {
+            Ok(Some(volume)) => Ok(volume),
+            Ok(None) => Err(format!("no volume {name}")),
+            Err(e) => Err(e.to_string()),
+        };
         (name.clone(), result)
     });
     let holders = async {
-        crate::uids::holders(engine, profile.allocation().uid)
+        objects::uid_holders(engine, profile.allocation().uid)
             .await
             .map_err(|e| e.to_string())
     };
@@ -270,9 +254,10 @@ pub async fn read_back(engine: &Engine, container: &str, profile: &Profile) -> R
 
 /// Create the invocation volumes and the container, then read both back and validate.
 /// Everything made is removed if a step fails; on success the caller owns it (see [`Launch::finish`]).
-pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> Result<Launch> {
+pub async fn create(ctl: &Controller, profile: &Profile, prepared: Prepared) -> Result<Launch> {
+    let engine = ctl.engine();
     let mut created = Created::default();
-    match create_into(engine, profile, prepared, &mut created).await {
+    match create_into(ctl, profile, prepared, &mut created).await {
         Ok(mut launch) => {
             launch.created = created;
             Ok(launch)
@@ -288,12 +273,13 @@ pub async fn create(engine: &Engine, profile: &Profile, prepared: Prepared) -> R
 /// invocation owns the record, so a cancelled or failed setup still knows what may exist. The
 /// returned launch owns nothing ([`Launch::finish`] removes nothing of it).
 pub async fn create_into(
-    engine: &Engine,
+    ctl: &Controller,
     profile: &Profile,
     prepared: Prepared,
     created: &mut Created,
 ) -> Result<Launch> {
-    check_not_retired(profile)?;
+    let engine = ctl.engine();
+    ctl.check_not_retired(&profile.allocation().id)?;
     let mut timings = Timings::default();
     let policy_bytes = prepared.plan.policy.to_bytes();
     let tty = prepared.plan.create.tty == Some(true);
@@ -306,7 +292,7 @@ pub async fn create_into(
             .iter()
             .map(|(n, d)| (n.as_str(), d.as_slice()))
             .collect();
-        let record = crate::cleanup::Shared::new(created);
+        let record = Shared::new(created);
         let (names, specs) =
             InvocationVolumes::create_volumes(engine, prepared.volumes, &record).await?;
         timings.volumes_ms = ms(t);
@@ -322,7 +308,7 @@ pub async fn create_into(
         );
         let agent = async {
             let t = Instant::now();
-            let id = crate::storage::create_container_shared(
+            let id = objects::create_container(
                 engine,
                 &prepared.plan.name,
                 prepared.plan.create,
@@ -342,7 +328,7 @@ pub async fn create_into(
         drop(names);
         timings.create_ms = create_ms;
         timings.validate_ms = validate_ms;
-        let uploads = crate::storage::Uploads::new(&policy_bytes, &inputs)?;
+        let uploads = Uploads::new(&policy_bytes, &inputs)?;
         Ok::<_, Error>((id, refusals, capture, (loader, uploads)))
     }
     .await;
@@ -356,7 +342,7 @@ pub async fn create_into(
         created: Created::default(),
         capture: Some(capture),
         collected: None,
-        allocation: Some(profile.allocation().id),
+        launched_by: Some((ctl.clone(), profile.allocation().id)),
         loading: Some(loading),
     })
 }
@@ -409,18 +395,15 @@ impl Launch {
             created: Created::default(),
             capture: None,
             collected: None,
-            allocation: None,
+            launched_by: None,
             loading: None,
         }
     }
 
     /// Start the container (whatever the validator said: callers decide).
     pub async fn start(&mut self, engine: &Engine) -> Result<()> {
-        if let Some(id) = self.allocation {
-            let retired = RETIRED.lock().map(|r| r.contains(&id)).unwrap_or(true);
-            if retired {
-                return Err(Error::Retired(id.to_string()));
-            }
+        if let Some((ctl, allocation)) = &self.launched_by {
+            ctl.check_not_retired(allocation)?;
         }
         let t = Instant::now();
         let start = bounded(
@@ -431,7 +414,7 @@ impl Launch {
         match self.loading.take() {
             None => start.await?,
             Some((loader, uploads)) => {
-                let deliver = crate::storage::deliver(engine, &loader, &uploads);
+                let deliver = volumes::deliver(engine, &loader, &uploads);
                 let (started, delivered) = tokio::join!(start, deliver);
                 if let Err(e) = delivered {
                     // The init would wait for a control dir that never comes: stop it now.
@@ -510,7 +493,7 @@ impl Launch {
             None => self.logs(engine).await?,
         };
         let output = raw.output();
-        if self.allocation.is_some() {
+        if self.launched_by.is_some() {
             self.collected = Some(output.clone());
         }
         Ok(output)
@@ -582,17 +565,18 @@ pub struct RunReport {
 
 /// The production path: refuse on any validator difference, otherwise run to the end. Removes
 /// everything it made before returning.
-pub async fn run(engine: &Engine, profile: &Profile) -> Result<RunReport> {
-    run_prepared(engine, profile, Prepared::new(engine, profile)?).await
+pub async fn run(ctl: &Controller, profile: &Profile) -> Result<RunReport> {
+    run_prepared(ctl, profile, Prepared::new(ctl.engine(), profile)?).await
 }
 
 /// [`run`] with a plan the caller may have changed (tests prove the validator stops such a plan).
 pub async fn run_prepared(
-    engine: &Engine,
+    ctl: &Controller,
     profile: &Profile,
     prepared: Prepared,
 ) -> Result<RunReport> {
-    let mut launch = create(engine, profile, prepared).await?;
+    let engine = ctl.engine();
+    let mut launch = create(ctl, profile, prepared).await?;
     if !launch.refusals.is_empty() {
         let refusals = std::mem::take(&mut launch.refusals);
         launch.finish(engine).await?;

@@ -8,9 +8,10 @@
 //! - [`storage`], [`launch`], [`cleanup`]: volumes, keeper, one container from create to removal.
 //! - [`gate`], [`doctor`], [`bench`]: the truth table, the environment check, the launch benchmark.
 
+pub mod archive;
 pub mod bench;
 pub mod caller_file;
-pub mod cleanup;
+pub mod controller;
 pub mod doctor;
 pub mod engine;
 pub mod error;
@@ -25,6 +26,7 @@ pub mod task;
 pub mod uids;
 pub mod validate;
 
+pub use controller::Controller;
 pub use engine::Engine;
 pub use error::{Error, Refusal, Result};
 pub use profile::{Limits, Profile, ProfileSpec};

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cordon::gate::GateOptions;
-use cordon::{bench, doctor, gate, image, Engine};
+use cordon::{bench, doctor, gate, image};
 
 mod human;
 
@@ -198,25 +198,25 @@ fn print<T: serde::Serialize>(
     Ok(())
 }
 
-async fn build(engine: &Engine, cli: &Cli) -> anyhow::Result<image::BuiltImage> {
+async fn build(ctl: &cordon::Controller, cli: &Cli) -> anyhow::Result<image::BuiltImage> {
     let workspace = cli
         .workspace
         .clone()
         .unwrap_or_else(image::default_workspace);
-    image::build_test_image(engine, &workspace, !cli.json)
+    image::build_test_image(ctl.engine(), &workspace, !cli.json)
         .await
         .context("building the test image")
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let engine = Engine::connect()
+    let ctl = cordon::Controller::connect()
         .await
         .context("connecting to the Docker engine")?;
     match &cli.command {
         Command::Image {
             action: ImageAction::Build,
         } => {
-            let built = build(&engine, &cli).await?;
+            let built = build(&ctl, &cli).await?;
             print(cli.json, &built, || {
                 format!(
                     "{} {} ({} bytes{}, {} ms)\n",
@@ -230,12 +230,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Gate { parallel, filter } => {
-            let built = build(&engine, &cli).await?;
+            let built = build(&ctl, &cli).await?;
             let options = GateOptions {
                 parallel: *parallel,
                 filter: filter.clone(),
             };
-            let report = gate::run(&engine, &built.id, &options)
+            let report = gate::run(&ctl, &built.id, &options)
                 .await
                 .context("running the gate")?;
             print(cli.json, &report, || report.table())?;
@@ -246,8 +246,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Doctor => {
-            let built = build(&engine, &cli).await?;
-            let report = doctor::run(&engine, &built.id)
+            let built = build(&ctl, &cli).await?;
+            let report = doctor::run(&ctl, &built.id)
                 .await
                 .context("running doctor")?;
             print(cli.json, &report, || report.text())?;
@@ -257,13 +257,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Command::Task { action } => task(&engine, &cli, action).await,
-        Command::Run { .. } => run_invocation(&engine, &cli).await,
+        Command::Task { action } => task(&ctl, &cli, action).await,
+        Command::Run { .. } => run_invocation(&ctl, &cli).await,
         Command::Bench {
             action: BenchAction::Seed { files, mib, runs },
         } => {
-            let built = build(&engine, &cli).await?;
-            let report = bench::seed(&engine, &built.id, *files, mib * 1024 * 1024, *runs)
+            let built = build(&ctl, &cli).await?;
+            let report = bench::seed(&ctl, &built.id, *files, mib * 1024 * 1024, *runs)
                 .await
                 .context("benchmarking seeding")?;
             print(cli.json, &report, || report.text())?;
@@ -277,8 +277,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     launch_runs,
                 },
         } => {
-            let built = build(&engine, &cli).await?;
-            let report = bench::invoke(&engine, &built.id, *files, *runs, *launch_runs)
+            let built = build(&ctl, &cli).await?;
+            let report = bench::invoke(&ctl, &built.id, *files, *runs, *launch_runs)
                 .await
                 .context("benchmarking invocations")?;
             print(cli.json, &report, || report.text())?;
@@ -288,7 +288,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let owner = cordon::labels::Owner::new(owner)?;
             let bar = spinner(cli.json);
             bar.set_message("recovering");
-            let report = cordon::task::recover::recover(&engine, &owner, *foreign).await;
+            let report = cordon::task::recover::recover(&ctl, &owner, *foreign).await;
             bar.finish_and_clear();
             let report = report?;
             print(cli.json, &report, || {
@@ -299,8 +299,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench {
             action: BenchAction::Gate { parallel },
         } => {
-            let built = build(&engine, &cli).await?;
-            let report = bench::gate(&engine, &built.id, *parallel)
+            let built = build(&ctl, &cli).await?;
+            let report = bench::gate(&ctl, &built.id, *parallel)
                 .await
                 .context("benchmarking the gate")?;
             print(cli.json, &report, || report.text())?;
@@ -313,8 +313,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench {
             action: BenchAction::Launch { runs },
         } => {
-            let built = build(&engine, &cli).await?;
-            let report = bench::launch(&engine, &built.id, *runs)
+            let built = build(&ctl, &cli).await?;
+            let report = bench::launch(&ctl, &built.id, *runs)
                 .await
                 .context("benchmarking launch")?;
             print(cli.json, &report, || report.text())?;
@@ -333,7 +333,11 @@ fn spinner(json: bool) -> indicatif::ProgressBar {
     bar
 }
 
-async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result<ExitCode> {
+async fn task(
+    ctl: &cordon::Controller,
+    cli: &Cli,
+    action: &TaskAction,
+) -> anyhow::Result<ExitCode> {
     match action {
         TaskAction::Prepare {
             repo,
@@ -362,10 +366,10 @@ async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result
                 deadline: std::time::Duration::from_secs(*deadline_secs),
                 uids: *uid_range,
             };
-            let built = build(engine, cli).await?;
+            let built = build(ctl, cli).await?;
             let bar = indicatif::ProgressBar::new_spinner();
             bar.enable_steady_tick(std::time::Duration::from_millis(120));
-            let handle = cordon::task::prepare_with(engine, &built.id, &request, |_| {}, &|step| {
+            let handle = cordon::task::prepare_with(ctl, &built.id, &request, |_| {}, &|step| {
                 bar.set_message(step.to_owned())
             })
             .await;
@@ -398,13 +402,15 @@ async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result
                     // The owner, when not given, is the one every object of the id names.
                     let owner = match owner {
                         Some(owner) => cordon::labels::Owner::new(owner)?,
-                        None => cordon::task::owner_of_allocation(engine, &allocation).await?,
+                        None => {
+                            cordon::task::owner_of_allocation(ctl.engine(), &allocation).await?
+                        }
                     };
-                    cordon::task::find(engine, &owner, &allocation).await?
+                    cordon::task::find(ctl, &owner, &allocation).await?
                 }
                 _ => anyhow::bail!("give a handle or --allocation (with --owner to require it)"),
             };
-            cordon::task::remove(engine, &handle).await?;
+            cordon::task::remove(ctl, &handle).await?;
             print(
                 cli.json,
                 &serde_json::json!({"removed": handle.allocation}),
@@ -415,7 +421,7 @@ async fn task(engine: &Engine, cli: &Cli, action: &TaskAction) -> anyhow::Result
     }
 }
 
-async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> {
+async fn run_invocation(ctl: &cordon::Controller, cli: &Cli) -> anyhow::Result<ExitCode> {
     let Command::Run {
         phase,
         repo,
@@ -451,7 +457,7 @@ async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> 
     let (vendor, image_id, credential) = match vendor.as_str() {
         "test" => (
             cordon_contract::Vendor::Claude,
-            build(engine, cli).await?.id,
+            build(ctl, cli).await?.id,
             None,
         ),
         "claude" => {
@@ -507,7 +513,7 @@ async fn run_invocation(engine: &Engine, cli: &Cli) -> anyhow::Result<ExitCode> 
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    let report = cordon::invoke::oneshot::oneshot(engine, &image_id, &run, shutdown, &|step| {
+    let report = cordon::invoke::oneshot::oneshot(ctl, &image_id, &run, shutdown, &|step| {
         bar.set_message(step.to_owned())
     })
     .await;

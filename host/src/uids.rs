@@ -11,10 +11,8 @@
 use std::collections::BTreeSet;
 use std::os::unix::fs::OpenOptionsExt;
 
-use crate::cleanup::Listed;
-use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::labels::{Kind, ALLOCATION, KIND, UID};
+use crate::labels::Kind;
 
 /// The lowest uid cordon ever uses: above every conventional account and nobody (65534).
 pub const MIN_UID: u32 = 65_536;
@@ -234,33 +232,6 @@ pub struct Holder {
     pub allocation: Option<String>,
 }
 
-/// Every live object labelled with `uid` (any owner).
-pub async fn holders(engine: &Engine, uid: Uid) -> Result<Vec<Holder>> {
-    let listed = Listed::with_label(engine, &format!("{UID}={uid}")).await?;
-    let holder = |what: String, labels: &std::collections::HashMap<String, String>| Holder {
-        what,
-        kind: labels.get(KIND).and_then(|k| Kind::parse(k)),
-        allocation: labels.get(ALLOCATION).cloned(),
-    };
-    let mut out: Vec<Holder> = listed
-        .containers
-        .iter()
-        .map(|c| {
-            holder(
-                format!("container {}", c.id.clone().unwrap_or_default()),
-                &c.labels.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    out.extend(
-        listed
-            .volumes
-            .iter()
-            .map(|v| holder(format!("volume {}", v.name), &v.labels)),
-    );
-    Ok(out)
-}
-
 /// The storage kinds: the objects that own a uid (invocations borrow their storage's).
 pub fn owns_uid(kind: Kind) -> bool {
     matches!(kind, Kind::Work | Kind::Metadata | Kind::Keeper)
@@ -277,23 +248,11 @@ pub fn others(holders: &[Holder], allocation: &uuid::Uuid) -> Vec<String> {
         .collect()
 }
 
-/// A uid for a new storage allocation: in `range`, known to no host account, held by no live
-/// cordon object. Checked again right after the first create ([`others`]).
-pub async fn pick(engine: &Engine, range: &UidRange) -> Result<Uid> {
+/// A uid for a new storage allocation: in `range`, known to no host account, not in `used` (the
+/// uids live cordon objects carry). Checked again right after the first create ([`others`]).
+pub fn pick(range: &UidRange, used: &BTreeSet<u32>) -> Result<Uid> {
     range.check()?;
     check_against_host(range)?;
-    let listed = Listed::with_label(engine, UID).await?;
-    let used: BTreeSet<u32> = listed
-        .containers
-        .iter()
-        .filter_map(|c| c.labels.as_ref()?.get(UID)?.parse().ok())
-        .chain(
-            listed
-                .volumes
-                .iter()
-                .filter_map(|v| v.labels.get(UID)?.parse().ok()),
-        )
-        .collect();
     let span = u64::from(range.last - range.first) + 1;
     for _ in 0..64 {
         let random = u64::from_le_bytes(
@@ -315,17 +274,6 @@ pub async fn pick(engine: &Engine, range: &UidRange) -> Result<Uid> {
             used.iter().filter(|u| range.contains(**u)).count()
         ),
     })
-}
-
-/// A new allocation of `owner` with a uid picked from the default range (the gate, the benchmarks,
-/// doctor and tests; `task::prepare` picks from the range its request names).
-pub async fn allocation(
-    engine: &Engine,
-    owner: &crate::labels::Owner,
-    attempt: &str,
-) -> Result<crate::labels::Allocation> {
-    let uid = pick(engine, &UidRange::default()).await?;
-    crate::labels::Allocation::new(owner, attempt, uid)
 }
 
 #[cfg(test)]

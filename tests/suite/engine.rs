@@ -1,12 +1,13 @@
 //! The engine connection: version pinned on the wire.
 
 use cordon::engine::{socket_path, ApiVersion, Engine};
-use cordon_tests::engine;
+use cordon_tests::controller;
 
 /// Requests carry the pinned version: pinning a version the daemon does not speak makes it refuse.
 #[tokio::test]
 async fn requests_carry_the_pinned_api_version() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     assert_eq!(
         engine.api().to_string(),
         engine.info().api,

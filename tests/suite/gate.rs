@@ -3,7 +3,7 @@
 use cordon::gate::{self, cases, GateOptions, Layer};
 use cordon_contract::probe::ops;
 use cordon_contract::Id;
-use cordon_tests::{engine, image, serial};
+use cordon_tests::{controller, image, serial};
 
 /// `cordon gate`: every case in all three layers passes; every protection with a validator, init
 /// or probe column has a passing case in that layer that observed its id; every probe operation
@@ -11,9 +11,10 @@ use cordon_tests::{engine, image, serial};
 #[tokio::test]
 async fn gate_truth_table_passes_and_covers_every_protection() {
     let _serial = serial().await;
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
-    let report = gate::run(&engine, &image, &GateOptions::default())
+    let report = gate::run(&ctl, &image, &GateOptions::default())
         .await
         .expect("gate ran");
     let failures: Vec<_> = report.cases.iter().filter(|c| !c.pass).collect();
@@ -82,15 +83,14 @@ async fn gate_truth_table_passes_and_covers_every_protection() {
 /// The gate's JSON has the documented shape, in all three layers.
 #[tokio::test]
 async fn gate_json_shape() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let options = GateOptions {
         parallel: 3,
         filter: Some("rootfs-readonly".into()),
     };
-    let report = gate::run(&engine, &image, &options)
-        .await
-        .expect("gate ran");
+    let report = gate::run(&ctl, &image, &options).await.expect("gate ran");
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["failed"], 0, "{json}");
     let rows = json["cases"].as_array().unwrap();

@@ -1,12 +1,13 @@
 //! The test image and doctor.
 
 use cordon::{doctor, image};
-use cordon_tests::engine;
+use cordon_tests::controller;
 
 /// The image builds from the workspace's static-pie binaries, and an unchanged workspace reuses it.
 #[tokio::test]
 async fn image_builds_from_static_binaries_and_is_reused() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let first = image::build_test_image(&engine, &image::default_workspace(), false)
         .await
         .expect("build");
@@ -39,9 +40,10 @@ async fn image_builds_from_static_binaries_and_is_reused() {
 /// doctor reports the engine and the in-container facts, and judges this machine good enough.
 #[tokio::test]
 async fn doctor_reports_real_facts() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = cordon_tests::image(&engine).await;
-    let report = doctor::run(&engine, &image).await.expect("doctor");
+    let report = doctor::run(&ctl, &image).await.expect("doctor");
     assert!(report.ok, "{}", report.text());
     let json = serde_json::to_value(&report).unwrap();
     assert!(json["in_container"]["landlock_abi"].as_u64().unwrap() >= 1);

@@ -10,7 +10,7 @@ use cordon_tests::{fixture, launch_valid, launch_with, serial, Finished, Run};
 
 async fn run_workload(run: Run) -> Finished {
     let f = fixture("t-init").await;
-    let finished = launch_valid(&f.engine, &f.profile(&run)).await;
+    let finished = launch_valid(&f.ctl, &f.profile(&run)).await;
     f.finish().await;
     assert!(
         matches!(
@@ -31,7 +31,7 @@ async fn run_and_signal(run: Run, signal: &str) -> Finished {
     let f = fixture("t-sig").await;
     let profile = f.profile(&run);
     let prepared = Prepared::new(&f.engine, &profile).unwrap();
-    let (refusals, finished) = launch_with(&f.engine, &profile, prepared, |launch| {
+    let (refusals, finished) = launch_with(&f.ctl, &profile, prepared, |launch| {
         let engine = f.engine.clone();
         let container = launch.container.clone();
         let signal = signal.to_owned();
@@ -208,7 +208,7 @@ async fn init_panic_exits_nonzero() {
     let profile = f.profile(&Run::workload(&["sleep", "60000"]));
     let mut prepared = Prepared::new(&f.engine, &profile).unwrap();
     prepared.plan.create.entrypoint = Some(vec![paths::INIT.into(), "self-test-panic".into()]);
-    let (refusals, finished) = launch_with(&f.engine, &profile, prepared, |_| async {}).await;
+    let (refusals, finished) = launch_with(&f.ctl, &profile, prepared, |_| async {}).await;
     // The validator sees the changed entrypoint; this test starts it anyway.
     assert!(
         refusals

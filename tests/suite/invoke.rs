@@ -15,7 +15,7 @@ use cordon::labels::Owner;
 use cordon::task::{self, StorageHandle};
 use cordon::Engine;
 use cordon_contract::{Phase, Vendor};
-use cordon_tests::{assert_clean, engine, image, prepare_request, Repo};
+use cordon_tests::{assert_clean, controller, image, prepare_request, Repo};
 
 /// A small committed repository and its storage.
 async fn storage(engine: &Engine, image: &str, owner: &Owner) -> StorageHandle {
@@ -23,7 +23,7 @@ async fn storage(engine: &Engine, image: &str, owner: &Owner) -> StorageHandle {
     repo.write("README.md", b"# invoke\n", 0o644);
     repo.write("src/lib.rs", b"pub fn f() {}\n", 0o644);
     let head = repo.commit();
-    task::prepare(engine, image, &prepare_request(owner, &repo, &head))
+    task::prepare(ctl, image, &prepare_request(owner, &repo, &head))
         .await
         .expect("task storage")
 }
@@ -52,8 +52,8 @@ fn options(image: &str) -> Options {
 
 async fn run(engine: &Engine, image: &str, request: Request) -> Arc<InvocationResult> {
     let handle = start(
-        engine,
-        capture(request).expect("capture"),
+        ctl,
+        capture(&ctl, request).expect("capture"),
         None,
         options(image),
     )
@@ -67,7 +67,7 @@ fn failure(result: &InvocationResult) -> Option<&str> {
 }
 
 async fn finish(engine: &Engine, owner: &Owner, storage: &StorageHandle) {
-    task::remove(engine, storage).await.expect("remove storage");
+    task::remove(ctl, storage).await.expect("remove storage");
     assert_clean(engine, owner).await;
 }
 
@@ -107,27 +107,27 @@ fn capture_refuses_bad_requests_and_a_second_capture() {
     let base = || request(&storage, Phase::Questions, "hello");
     let first = base();
     let again = first.clone();
-    capture(first).expect("first capture");
-    assert_eq!(capture(again).unwrap_err().id(), "attempt-captured");
+    capture(&ctl, first).expect("first capture");
+    assert_eq!(capture(&ctl, again).unwrap_err().id(), "attempt-captured");
     let mut long = base();
     long.prompt = "x".repeat(32 * 1024 + 1);
-    assert_eq!(capture(long).unwrap_err().id(), "invalid-input");
+    assert_eq!(capture(&ctl, long).unwrap_err().id(), "invalid-input");
     let mut exact = base();
     exact.prompt = "x".repeat(32 * 1024);
-    capture(exact).expect("exactly 32 KiB");
+    capture(&ctl, exact).expect("exactly 32 KiB");
     let mut late = base();
     late.deadline = Instant::now() - Duration::from_millis(1);
-    assert_eq!(capture(late).unwrap_err().id(), "deadline");
+    assert_eq!(capture(&ctl, late).unwrap_err().id(), "deadline");
     let mut host = base();
     host.network_allowlist = vec!["API.anthropic.com".into()];
-    assert_eq!(capture(host).unwrap_err().id(), "invalid-input");
+    assert_eq!(capture(&ctl, host).unwrap_err().id(), "invalid-input");
     let mut no_schema = base();
     no_schema.phase = Phase::Planning;
-    assert_eq!(capture(no_schema).unwrap_err().id(), "schema-invalid");
+    assert_eq!(capture(&ctl, no_schema).unwrap_err().id(), "schema-invalid");
     let mut schema_in_questions = base();
     schema_in_questions.schema = Some(schema_file("q", r#"{"type":"object"}"#));
     assert_eq!(
-        capture(schema_in_questions).unwrap_err().id(),
+        capture(&ctl, schema_in_questions).unwrap_err().id(),
         "schema-invalid"
     );
     let mut bad_schema = base();
@@ -136,12 +136,15 @@ fn capture_refuses_bad_requests_and_a_second_capture() {
         "2020",
         r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object"}"#,
     ));
-    assert_eq!(capture(bad_schema).unwrap_err().id(), "schema-invalid");
+    assert_eq!(
+        capture(&ctl, bad_schema).unwrap_err().id(),
+        "schema-invalid"
+    );
     for phase in Phase::ALL {
         let mut codex = base();
         codex.vendor = Vendor::Codex;
         codex.phase = phase;
-        let err = capture(codex).unwrap_err();
+        let err = capture(&ctl, codex).unwrap_err();
         assert_eq!(err.id(), "vendor-refused", "{phase}");
         assert!(err.to_string().contains("use claude"), "{err}");
     }
@@ -193,7 +196,8 @@ fn the_profile_refuses_a_schema_that_differs_from_the_mounted_file() {
 /// attestation of the policy the host wrote and echo the attempt and code hash.
 #[tokio::test]
 async fn questions_and_planning_answer_with_attestation_and_identity() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-answer");
     let storage = storage(&engine, &image, &owner).await;
@@ -239,7 +243,8 @@ const PLAN_SCHEMA: &str = r#"{"type":"object","required":["steps","risk"],"prope
 /// answer and bounded evidence; the same schema in `normal` mode still answers.
 #[tokio::test]
 async fn a_planning_answer_that_ignores_the_schema_is_no_answer() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-ignored");
     let storage = storage(&engine, &image, &owner).await;
@@ -275,7 +280,8 @@ async fn a_planning_answer_that_ignores_the_schema_is_no_answer() {
 /// ignores the schema); review without a schema still answers in plain text.
 #[tokio::test]
 async fn review_with_a_schema_answers_with_validated_structured_output() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-review");
     let storage = storage(&engine, &image, &owner).await;
@@ -309,7 +315,8 @@ async fn review_with_a_schema_answers_with_validated_structured_output() {
 /// Every way a run ends without an answer settles with the right facts and failure id.
 #[tokio::test]
 async fn runs_that_do_not_answer_settle_with_the_reason() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-modes");
     let storage = storage(&engine, &image, &owner).await;
@@ -377,7 +384,8 @@ async fn runs_that_do_not_answer_settle_with_the_reason() {
 /// phase (where /work is outside too) and in execute.
 #[tokio::test]
 async fn writes_outside_the_agent_areas_are_denied() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-outside");
     let storage = storage(&engine, &image, &owner).await;
@@ -401,15 +409,16 @@ async fn writes_outside_the_agent_areas_are_denied() {
 /// exist, a network allowlist (no egress yet). Nothing new exists afterwards.
 #[tokio::test]
 async fn start_fails_only_before_allocating() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-start");
     let storage = storage(&engine, &image, &owner).await;
     let mut late = request(&storage, Phase::Questions, "hello");
     late.deadline = Instant::now() + Duration::from_millis(200);
-    let captured = capture(late).unwrap();
+    let captured = capture(&ctl, late).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let err = start(&engine, captured, None, options(&image))
+    let err = start(&ctl, captured, None, options(&image))
         .await
         .unwrap_err();
     assert_eq!(err.id(), "deadline");
@@ -434,7 +443,7 @@ async fn start_fails_only_before_allocating() {
         .await
         .unwrap()
         .name;
-    let err = start(&engine, capture(owned).unwrap(), None, options(&image))
+    let err = start(&ctl, capture(&ctl, owned).unwrap(), None, options(&image))
         .await
         .unwrap_err();
     assert_eq!(err.id(), "attempt-owned", "{err}");
@@ -449,12 +458,14 @@ async fn start_fails_only_before_allocating() {
         .unwrap();
     let mut egress = request(&storage, Phase::Questions, "hello");
     egress.network_allowlist = vec!["api.anthropic.com".into()];
-    let err = start(&engine, capture(egress).unwrap(), None, options(&image))
+    let err = start(&ctl, capture(&ctl, egress).unwrap(), None, options(&image))
         .await
         .unwrap_err();
     assert_eq!(err.id(), "invalid-input", "{err}");
     // Only the storage exists.
-    let (containers, volumes) = cordon::cleanup::list_owned(&engine, &owner).await.unwrap();
+    let (containers, volumes) = cordon::engine::objects::list_owned(&engine, &owner)
+        .await
+        .unwrap();
     assert_eq!(
         (containers.len(), volumes.len()),
         (1, 2),
@@ -467,7 +478,8 @@ async fn start_fails_only_before_allocating() {
 /// with `timeout` and nothing is left.
 #[tokio::test]
 async fn a_deadline_hit_in_setup_or_run_settles_as_timeout() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-deadline");
     let storage = storage(&engine, &image, &owner).await;
@@ -477,7 +489,7 @@ async fn a_deadline_hit_in_setup_or_run_settles_as_timeout() {
     ] {
         let mut req = request(&storage, Phase::Questions, prompt);
         req.deadline = Instant::now() + after;
-        let handle = start(&engine, capture(req).unwrap(), None, options(&image))
+        let handle = start(&ctl, capture(&ctl, req).unwrap(), None, options(&image))
             .await
             .unwrap();
         let seen = handle.reached(step).await;
@@ -498,7 +510,8 @@ async fn a_deadline_hit_in_setup_or_run_settles_as_timeout() {
 /// reason wins over a later shutdown), after its container is gone.
 #[tokio::test]
 async fn cancel_during_build_create_and_run() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-cancel-inv");
     let storage = storage(&engine, &image, &owner).await;
@@ -517,8 +530,8 @@ async fn cancel_during_build_create_and_run() {
     ];
     for (prompt, source, step) in cases {
         let handle: Handle = start(
-            &engine,
-            capture(request(&storage, Phase::Questions, prompt)).unwrap(),
+            &ctl,
+            capture(&ctl, request(&storage, Phase::Questions, prompt)).unwrap(),
             None,
             Options::new(source),
         )
@@ -535,7 +548,9 @@ async fn cancel_during_build_create_and_run() {
         );
         assert_eq!(failure(&result), Some("stopped"), "{step:?}");
         assert!(result.unreleased.is_empty(), "{step:?}");
-        let (containers, volumes) = cordon::cleanup::list_owned(&engine, &owner).await.unwrap();
+        let (containers, volumes) = cordon::engine::objects::list_owned(&engine, &owner)
+            .await
+            .unwrap();
         assert_eq!(
             (containers.len(), volumes.len()),
             (1, 2),
@@ -548,7 +563,8 @@ async fn cancel_during_build_create_and_run() {
 /// Two invocations of different owners run at once and neither sees the other's objects.
 #[tokio::test]
 async fn two_owners_run_in_parallel() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let (a, b) = (Owner::random("t-par-a"), Owner::random("t-par-b"));
     let (sa, sb) = tokio::join!(storage(&engine, &image, &a), storage(&engine, &image, &b));
@@ -574,7 +590,8 @@ async fn two_owners_run_in_parallel() {
 /// the window with `unreleased` (create-time ids and owner labels), and the profile is retired.
 #[tokio::test]
 async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-unreleased");
     let storage = storage(&engine, &image, &owner).await;
@@ -584,8 +601,8 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
     // Only removals fail (setup removes nothing it needs), so the run itself answers.
     engine.inject_removal_failures(usize::MAX);
     let handle = start(
-        &engine,
-        capture(request(&storage, Phase::Questions, "hello")).unwrap(),
+        &ctl,
+        capture(&ctl, request(&storage, Phase::Questions, "hello")).unwrap(),
         None,
         opts,
     )
@@ -639,22 +656,22 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
         input_files: vec![],
     })
     .unwrap();
-    match cordon::launch::run(&engine, &profile).await {
+    match cordon::launch::run(&ctl, &profile).await {
         Err(Error::Retired(id)) => assert_eq!(id, result.allocation.to_string()),
         other => panic!("a retired profile was launched: {other:?}"),
     }
     // What was reported is exactly what is left; removing it by id leaves nothing.
-    let reported: cordon::cleanup::Created = cordon::cleanup::Created {
+    let reported: cordon::engine::pending::Created = cordon::engine::pending::Created {
         containers: result
             .unreleased
             .iter()
-            .filter(|l| l.kind == cordon::cleanup::ObjectKind::Container)
+            .filter(|l| l.kind == cordon::engine::pending::ObjectKind::Container)
             .filter_map(|l| l.id.clone())
             .collect(),
         volumes: result
             .unreleased
             .iter()
-            .filter(|l| l.kind == cordon::cleanup::ObjectKind::Volume)
+            .filter(|l| l.kind == cordon::engine::pending::ObjectKind::Volume)
             .filter_map(|l| l.id.clone())
             .collect(),
         ..Default::default()
@@ -670,13 +687,18 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
 /// and signal, no stop reason, no answer, and nothing left.
 #[tokio::test]
 async fn a_container_killed_from_outside_settles() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-killed");
     let storage = storage(&engine, &image, &owner).await;
     let handle = start(
-        &engine,
-        capture(request(&storage, Phase::Questions, "cordon-fake:hang")).unwrap(),
+        &ctl,
+        capture(
+            &ctl,
+            request(&storage, Phase::Questions, "cordon-fake:hang"),
+        )
+        .unwrap(),
         None,
         options(&image),
     )
@@ -709,7 +731,8 @@ async fn a_container_killed_from_outside_settles() {
 /// cannot find it, and it appears in no result, label or error.
 #[tokio::test]
 async fn the_credential_stays_in_its_own_container() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-cred");
     let storage = storage(&engine, &image, &owner).await;
@@ -720,12 +743,11 @@ async fn the_credential_stays_in_its_own_container() {
     let mut handles = Vec::new();
     for token in &tokens {
         let handle = start(
-            &engine,
-            capture(request(
-                &storage,
-                Phase::Questions,
-                "cordon-fake:steal-credential",
-            ))
+            &ctl,
+            capture(
+                &ctl,
+                request(&storage, Phase::Questions, "cordon-fake:steal-credential"),
+            )
             .unwrap(),
             Some(Credential::new(token.clone()).unwrap()),
             options(&image),
@@ -738,7 +760,7 @@ async fn the_credential_stays_in_its_own_container() {
         handle.reached(Step::Running).await;
     }
     // While they run: no label of any object carries a token.
-    let listed = cordon::cleanup::Listed::with_label(
+    let listed = cordon::engine::objects::Listed::with_label(
         &engine,
         &format!("{}={}", cordon::labels::OWNER, owner.as_str()),
     )
@@ -770,7 +792,7 @@ async fn the_credential_stays_in_its_own_container() {
         0o644,
     );
     let head = repo.commit();
-    let planted = task::prepare(&engine, &image, &prepare_request(&owner, &repo, &head))
+    let planted = task::prepare(&ctl, &image, &prepare_request(&owner, &repo, &head))
         .await
         .unwrap();
     let result = run(
@@ -792,8 +814,9 @@ async fn the_credential_stays_in_its_own_container() {
 /// carries others, forgotten when nothing has that name once the daemon had time to finish it.
 #[tokio::test]
 async fn pending_creates_are_resolved_by_name_and_labels() {
-    use cordon::cleanup::{Created, ObjectKind};
-    let engine = engine().await;
+    use cordon::engine::pending::{Created, ObjectKind};
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let owner = Owner::random("t-pending");
     let labels = |attempt: &str| {
         std::collections::HashMap::from([
@@ -867,13 +890,14 @@ async fn pending_creates_are_resolved_by_name_and_labels() {
 /// the unlabelled ones an older mount left, by the allocation id in their name.
 #[tokio::test]
 async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
-    use cordon::cleanup::{Created, ObjectKind};
+    use cordon::engine::pending::{Created, ObjectKind};
     use cordon::labels::Kind;
     use cordon::profile::{root_tmpfs_volume_options, volume_mount, VolumeSpec, CONTROL_AREA};
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-resurrect");
-    let allocation = cordon::uids::allocation(&engine, &owner, "r")
+    let allocation = cordon::storage::new_allocation(&engine, &owner, "r")
         .await
         .unwrap();
     let spec = VolumeSpec {
@@ -900,7 +924,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
         "the volume waits while a container create may still land: {left:?}"
     );
     // The cut create lands now.
-    let body = cordon::storage::helper_body(
+    let body = cordon::launch::volumes::helper_body(
         &image,
         &allocation,
         Kind::Loader,
@@ -931,7 +955,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
 
     // A volume the engine made for a mount without labels (what older mounts did).
     let on_purpose = cordon_tests::making_unlabelled_volumes().await;
-    let other = cordon::uids::allocation(&engine, &owner, "r")
+    let other = cordon::storage::new_allocation(&engine, &owner, "r")
         .await
         .unwrap();
     let orphan = other.name(Kind::Input);
@@ -939,7 +963,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
         name: orphan.clone(),
         ..Default::default()
     };
-    let mut body = cordon::storage::helper_body(
+    let mut body = cordon::launch::volumes::helper_body(
         &image,
         &other,
         Kind::Loader,
@@ -972,7 +996,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
         .unwrap();
     let made = engine.docker().inspect_volume(&orphan).await.unwrap();
     assert!(made.labels.is_empty(), "the engine made it unlabelled");
-    let report = cordon::task::recover::recover(&engine, &owner, false)
+    let report = cordon::task::recover::recover(&ctl, &owner, false)
         .await
         .expect("recovery");
     assert!(
@@ -1002,7 +1026,7 @@ async fn storage_with_gitlinks(
     }
     repo.git(&["commit", "--quiet", "-m", "gitlinks"]);
     let head = repo.git(&["rev-parse", "HEAD"]);
-    task::prepare(engine, image, &prepare_request(owner, &repo, &head))
+    task::prepare(ctl, image, &prepare_request(owner, &repo, &head))
         .await
         .expect("task storage")
 }
@@ -1013,7 +1037,8 @@ async fn storage_with_gitlinks(
 /// refused for execute and fix before anything is allocated; read-only phases need no mask.
 #[tokio::test]
 async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-gitlink");
     let storage = storage_with_gitlinks(&engine, &image, &owner, &["sub", "vendored"]).await;
@@ -1040,8 +1065,8 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
     recovered.gitlinks = None;
     for phase in [Phase::Execute, Phase::Fix] {
         let err = start(
-            &engine,
-            capture(request(&recovered, phase, "hello")).unwrap(),
+            &ctl,
+            capture(&ctl, request(&recovered, phase, "hello")).unwrap(),
             None,
             options(&image),
         )
@@ -1061,8 +1086,8 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
     let nested = storage_with_gitlinks(&engine, &image, &owner, &["top", "deep/er/module"]).await;
     for phase in [Phase::Execute, Phase::Fix] {
         let err = start(
-            &engine,
-            capture(request(&nested, phase, "hello")).unwrap(),
+            &ctl,
+            capture(&ctl, request(&nested, phase, "hello")).unwrap(),
             None,
             options(&image),
         )
@@ -1071,7 +1096,9 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
         assert_eq!(err.id(), "gitlink-nested", "{err}");
         assert!(err.to_string().contains("deep/er/module"), "{err}");
     }
-    let (containers, volumes) = cordon::cleanup::list_owned(&engine, &owner).await.unwrap();
+    let (containers, volumes) = cordon::engine::objects::list_owned(&engine, &owner)
+        .await
+        .unwrap();
     assert_eq!(
         (containers.len(), volumes.len()),
         (1, 2),
@@ -1087,7 +1114,8 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
 /// invocation (on other storage) still gets one.
 #[tokio::test]
 async fn one_invocation_exhausting_inotify_leaves_another_its_own() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-inotify");
     let (hog_storage, other_storage) = tokio::join!(
@@ -1101,12 +1129,11 @@ async fn one_invocation_exhausting_inotify_leaves_another_its_own() {
         .parse()
         .unwrap();
     let hog = start(
-        &engine,
-        capture(request(
-            &hog_storage,
-            Phase::Questions,
-            "cordon-fake:inotify-hog 12",
-        ))
+        &ctl,
+        capture(
+            &ctl,
+            request(&hog_storage, Phase::Questions, "cordon-fake:inotify-hog 12"),
+        )
         .unwrap(),
         None,
         options(&image),
@@ -1134,6 +1161,6 @@ async fn one_invocation_exhausting_inotify_leaves_another_its_own() {
         Some("inotify-one: ok"),
         "{other:#?}"
     );
-    task::remove(&engine, &hog_storage).await.unwrap();
+    task::remove(&ctl, &hog_storage).await.unwrap();
     finish(&engine, &owner, &other_storage).await;
 }

@@ -14,7 +14,7 @@ async fn full_profile_runs_and_attests_in_every_phase() {
     let f = fixture("t-run").await;
     for phase in Phase::ALL {
         let profile = f.profile(&Run::vendor(phase, &["--version"]));
-        let report = launch::run(&f.engine, &profile).await.expect("run");
+        let report = launch::run(&f.ctl, &profile).await.expect("run");
         assert_eq!(report.exit_code, 0, "{phase}: {:?}", report.output);
         assert!(report.verdict.trusted(), "{phase}: {:?}", report.verdict);
         match &report.verdict {
@@ -59,7 +59,7 @@ async fn validator_refusal_stops_before_start_and_cleans_up() {
         .as_mut()
         .unwrap()
         .readonly_rootfs = Some(false);
-    match launch::run_prepared(&f.engine, &profile, prepared)
+    match launch::run_prepared(&f.ctl, &profile, prepared)
         .await
         .expect_err("refused")
     {
@@ -98,7 +98,7 @@ async fn subpath_profile_is_refused_on_api_1_41() {
         }) => assert!(reason.contains("1.45"), "{reason}"),
         other => panic!("expected a pinned-dirs refusal, got {other:?}"),
     }
-    let (containers, volumes) = cordon::cleanup::list_owned(&f.engine, &f.owner)
+    let (containers, volumes) = cordon::engine::objects::list_owned(&f.engine, &f.owner)
         .await
         .unwrap();
     assert_eq!(
@@ -111,7 +111,7 @@ async fn subpath_profile_is_refused_on_api_1_41() {
     prepared.plan.create = pinned.create_body();
     prepared.plan.policy = pinned.policy();
     prepared.volumes = cordon::profile::invocation_volume_requests(&pinned);
-    let launch = launch::create(&f.engine, &pinned, prepared)
+    let launch = launch::create(&f.ctl, &pinned, prepared)
         .await
         .expect("create");
     let dropped = launch
@@ -141,7 +141,7 @@ async fn failed_create_leaves_nothing_behind() {
         .as_mut()
         .unwrap()
         .network_mode = Some("container:no-such-container".into());
-    let err = launch::create(&f.engine, &profile, prepared)
+    let err = launch::create(&f.ctl, &profile, prepared)
         .await
         .expect_err("engine refuses");
     assert!(err.to_string().contains("create container"), "{err}");
@@ -155,7 +155,7 @@ async fn invalid_policy_is_refused_by_the_init() {
     let profile = f.profile(&Run::vendor(Phase::Planning, &["--version"]));
     let mut prepared = Prepared::new(&f.engine, &profile).unwrap();
     prepared.plan.policy.version = 99;
-    let (refusals, finished) = launch_with(&f.engine, &profile, prepared, |_| async {}).await;
+    let (refusals, finished) = launch_with(&f.ctl, &profile, prepared, |_| async {}).await;
     assert!(refusals.is_empty());
     assert_eq!(
         finished.code,

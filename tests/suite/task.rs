@@ -6,7 +6,7 @@ use cordon::error::Error;
 use cordon::labels::Owner;
 use cordon::task::{self, recover};
 use cordon_contract::InitLine;
-use cordon_tests::{assert_clean, assert_no_staging, engine, image, prepare_request, Repo};
+use cordon_tests::{assert_clean, assert_no_staging, controller, image, prepare_request, Repo};
 
 /// The digest cordon-init computes over a host directory (the same code that runs in containers).
 fn host_digest(dir: &std::path::Path) -> String {
@@ -67,7 +67,8 @@ fn expected_tree(repo: &Repo) -> std::path::PathBuf {
 /// content, modes, links as links.
 #[tokio::test]
 async fn normal_repository_round_trips_byte_for_byte() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-seed");
     let repo = Repo::new("normal");
@@ -100,7 +101,7 @@ async fn normal_repository_round_trips_byte_for_byte() {
     let head = repo.git(&["rev-parse", "HEAD"]);
     std::fs::create_dir_all(repo.dir.join("vendor/sub")).unwrap();
 
-    let handle = task::prepare(&engine, &image, &prepare_request(&owner, &repo, "main"))
+    let handle = task::prepare(&ctl, &image, &prepare_request(&owner, &repo, "main"))
         .await
         .expect("prepare");
     assert_eq!(handle.head.as_deref(), Some(head.as_str()));
@@ -124,8 +125,8 @@ async fn normal_repository_round_trips_byte_for_byte() {
         .await
         .unwrap();
     assert_eq!(Some(again), handle.metadata_baseline);
-    task::remove(&engine, &handle).await.expect("remove");
-    task::remove(&engine, &handle)
+    task::remove(&ctl, &handle).await.expect("remove");
+    task::remove(&ctl, &handle)
         .await
         .expect("remove is idempotent");
     assert_clean(&engine, &owner).await;
@@ -150,14 +151,15 @@ async fn refusal(
     head: &str,
     want: &str,
 ) -> Result<(), String> {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-unusable");
     let mut request = prepare_request(&owner, repo, head);
     request.repo = path.to_path_buf();
     let outcome = tokio::time::timeout(
         std::time::Duration::from_secs(30),
-        task::prepare(&engine, &image, &request),
+        task::prepare(&ctl, &image, &request),
     )
     .await;
     let result = match outcome {
@@ -166,7 +168,7 @@ async fn refusal(
             path.display()
         )),
         Ok(Ok(handle)) => {
-            task::remove(&engine, &handle).await.unwrap();
+            task::remove(&ctl, &handle).await.unwrap();
             Err(format!(
                 "{} at {head}: prepared (head {:?}) where {want} was expected",
                 path.display(),
@@ -545,7 +547,8 @@ async fn a_link_anywhere_in_the_git_metadata_is_refused() {
 /// followed. A bare repository (objects, refs and HEAD at its root) prepares too.
 #[tokio::test]
 async fn links_in_the_callers_path_are_followed_and_a_bare_repository_prepares() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-path");
     let (repo, head) = small_repo("caller-path");
@@ -563,11 +566,11 @@ async fn links_in_the_callers_path_are_followed_and_a_bare_repository_prepares()
     ] {
         let mut request = prepare_request(&owner, &repo, "main");
         request.repo = path.clone();
-        let handle = task::prepare(&engine, &image, &request)
+        let handle = task::prepare(&ctl, &image, &request)
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(handle.head.as_deref(), Some(head.as_str()));
-        task::remove(&engine, &handle).await.unwrap();
+        task::remove(&ctl, &handle).await.unwrap();
     }
     assert_clean(&engine, &owner).await;
     assert_no_staging(&owner);
@@ -651,7 +654,8 @@ async fn special_files_in_the_git_metadata_are_refused_without_blocking() {
 async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let repo = Repo::new("swap");
     for i in 0..5000u32 {
@@ -698,7 +702,7 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
         let started = std::time::Instant::now();
         let outcome = tokio::time::timeout(
             std::time::Duration::from_secs(30),
-            task::prepare(&engine, &image, &prepare_request(&owner, &repo, &head)),
+            task::prepare(&ctl, &image, &prepare_request(&owner, &repo, &head)),
         )
         .await;
         let took = started.elapsed();
@@ -714,7 +718,7 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
                 panic!("{target} swapped for a FIFO: prepare still blocked after 30 s");
             }
             Ok(Ok(handle)) => {
-                task::remove(&engine, &handle).await.unwrap();
+                task::remove(&ctl, &handle).await.unwrap();
                 panic!("{target} swapped for a FIFO (swapped: {swapped}): prepared");
             }
             Ok(Err(err)) => {
@@ -734,7 +738,8 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
 /// refused before anything exists.
 #[tokio::test]
 async fn one_byte_or_one_inode_over_fails_closed() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-limit");
     let area = cordon::profile::Area {
@@ -754,9 +759,9 @@ async fn one_byte_or_one_inode_over_fails_closed() {
         let (repo, head) = try_repo(vec![("f".into(), size)]);
         let mut request = prepare_request(&owner, &repo, &head);
         request.work = area;
-        let result = task::prepare(&engine, &image, &request).await;
+        let result = task::prepare(&ctl, &image, &request).await;
         match (result, fits) {
-            (Ok(handle), true) => task::remove(&engine, &handle).await.unwrap(),
+            (Ok(handle), true) => task::remove(&ctl, &handle).await.unwrap(),
             (Err(e), false) => assert_eq!(e.id(), "repo-too-large", "{e}"),
             (other, _) => panic!("{size} bytes: {other:?}"),
         }
@@ -769,9 +774,9 @@ async fn one_byte_or_one_inode_over_fails_closed() {
             bytes: 1024 * 1024,
             inodes: 8,
         };
-        let result = task::prepare(&engine, &image, &request).await;
+        let result = task::prepare(&ctl, &image, &request).await;
         match (result, fits) {
-            (Ok(handle), true) => task::remove(&engine, &handle).await.unwrap(),
+            (Ok(handle), true) => task::remove(&ctl, &handle).await.unwrap(),
             (Err(e), false) => assert_eq!(e.id(), "repo-too-large", "{e}"),
             (other, _) => panic!("{count} files: {other:?}"),
         }
@@ -784,7 +789,8 @@ async fn one_byte_or_one_inode_over_fails_closed() {
 /// error names it and everything the allocation made is removed.
 #[tokio::test]
 async fn an_overflowing_upload_removes_everything() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-overflow");
     let repo = Repo::new("overflow");
@@ -798,7 +804,7 @@ async fn an_overflowing_upload_removes_everything() {
         }
     };
     let err = task::prepare_with(
-        &engine,
+        &ctl,
         &image,
         &prepare_request(&owner, &repo, &head),
         shrink,
@@ -815,7 +821,8 @@ async fn an_overflowing_upload_removes_everything() {
 /// one in another process while the storage exists (its objects carry the id).
 #[tokio::test]
 async fn a_duplicate_allocation_is_refused() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-dup");
     let repo = Repo::new("dup");
@@ -823,10 +830,8 @@ async fn a_duplicate_allocation_is_refused() {
     let head = repo.commit();
     let mut request = prepare_request(&owner, &repo, &head);
     request.allocation = Some(uuid::Uuid::new_v4());
-    let handle = task::prepare(&engine, &image, &request)
-        .await
-        .expect("first");
-    let err = task::prepare(&engine, &image, &request)
+    let handle = task::prepare(&ctl, &image, &request).await.expect("first");
+    let err = task::prepare(&ctl, &image, &request)
         .await
         .expect_err("second");
     assert_eq!(err.id(), "allocation-in-use", "{err}");
@@ -839,12 +844,12 @@ async fn a_duplicate_allocation_is_refused() {
         3,
         "keeper and both volumes carry the id: {taken:?}"
     );
-    task::remove(&engine, &handle).await.unwrap();
+    task::remove(&ctl, &handle).await.unwrap();
     // Free again once removed.
-    let handle = task::prepare(&engine, &image, &request)
+    let handle = task::prepare(&ctl, &image, &request)
         .await
         .expect("after removal");
-    task::remove(&engine, &handle).await.unwrap();
+    task::remove(&ctl, &handle).await.unwrap();
     assert_clean(&engine, &owner).await;
 }
 
@@ -852,23 +857,22 @@ async fn a_duplicate_allocation_is_refused() {
 /// only listed, when asked), and recovery refuses while this process holds the owner's storage.
 #[tokio::test]
 async fn two_owners_do_not_touch_each_other() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let (a, b) = (Owner::random("t-owner-a"), Owner::random("t-owner-b"));
     let repo = Repo::new("owners");
     repo.write("README", b"r\n", 0o644);
     let head = repo.commit();
-    let handle = task::prepare(&engine, &image, &prepare_request(&a, &repo, &head))
+    let handle = task::prepare(&ctl, &image, &prepare_request(&a, &repo, &head))
         .await
         .unwrap();
-    let report = recover::recover(&engine, &b, false)
-        .await
-        .expect("recover b");
+    let report = recover::recover(&ctl, &b, false).await.expect("recover b");
     assert!(
         report.storage.is_empty() && report.removed.is_empty() && report.foreign.is_empty(),
         "{report:?}"
     );
-    let report = recover::recover(&engine, &b, true)
+    let report = recover::recover(&ctl, &b, true)
         .await
         .expect("recover b, listing others");
     assert!(
@@ -876,7 +880,7 @@ async fn two_owners_do_not_touch_each_other() {
         "{report:?}"
     );
     assert!(report.removed.is_empty());
-    match recover::recover(&engine, &a, false).await {
+    match recover::recover(&ctl, &a, false).await {
         Err(Error::RecoveryBusy(owner)) => assert_eq!(owner, a.as_str()),
         other => panic!("recovery while holding storage: {other:?}"),
     }
@@ -886,7 +890,7 @@ async fn two_owners_do_not_touch_each_other() {
         task::metadata_digest(&engine, &image, &storage).await.ok(),
         handle.metadata_baseline
     );
-    task::remove(&engine, &handle).await.unwrap();
+    task::remove(&ctl, &handle).await.unwrap();
     assert_clean(&engine, &a).await;
     assert_clean(&engine, &b).await;
 }
@@ -896,10 +900,11 @@ async fn two_owners_do_not_touch_each_other() {
 /// pre-check) makes the controller remove what it made and refuse; the other object is untouched.
 #[tokio::test]
 async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let (ours, theirs) = (Owner::random("t-race-ours"), Owner::random("t-race-theirs"));
-    let allocation = cordon::uids::allocation(&engine, &ours, "race")
+    let allocation = cordon::storage::new_allocation(&engine, &ours, "race")
         .await
         .unwrap();
     let intruder = cordon::labels::Allocation {
@@ -939,7 +944,9 @@ async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
     assert!(err.to_string().contains(&intruder_volume), "{err}");
     assert_clean(&engine, &ours).await;
     // The other owner's object is still there, untouched.
-    let (_, volumes) = cordon::cleanup::list_owned(&engine, &theirs).await.unwrap();
+    let (_, volumes) = cordon::engine::objects::list_owned(&engine, &theirs)
+        .await
+        .unwrap();
     assert_eq!(volumes, vec![intruder_volume.clone()]);
     engine
         .docker()
@@ -960,7 +967,8 @@ async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
 async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
     use bollard::models::VolumeCreateRequest;
     use cordon::labels::{ALLOCATION, ATTEMPT, KIND, OWNER};
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let owner = Owner::random("t-labels");
     let allocation = uuid::Uuid::new_v4();
     let labels = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
@@ -1014,7 +1022,7 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
             .await
             .expect("volume");
     }
-    let report = recover::recover(&engine, &owner, false)
+    let report = recover::recover(&ctl, &owner, false)
         .await
         .expect("recover");
     assert!(
@@ -1048,7 +1056,7 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
         gitlinks: None,
         metadata_baseline: None,
     };
-    match task::remove(&engine, &handle).await {
+    match task::remove(&ctl, &handle).await {
         Err(Error::Unreleased(left)) => {
             assert_eq!(left.len(), 2, "{left:?}");
             assert!(left.iter().any(|l| l.contains(&made[3].0)), "{left:?}");
@@ -1076,7 +1084,8 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
 /// what it made and leaves nothing.
 #[tokio::test]
 async fn a_prepare_past_its_deadline_or_cancelled_leaves_nothing_after_recovery() {
-    let engine = engine().await;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
     let image = image(&engine).await;
     let owner = Owner::random("t-cancel");
     let repo = Repo::new("cancel");
@@ -1087,7 +1096,7 @@ async fn a_prepare_past_its_deadline_or_cancelled_leaves_nothing_after_recovery(
     let head = repo.commit();
     let mut request = prepare_request(&owner, &repo, &head);
     request.deadline = std::time::Duration::from_millis(1);
-    let err = task::prepare(&engine, &image, &request)
+    let err = task::prepare(&ctl, &image, &request)
         .await
         .expect_err("past the deadline");
     assert_eq!(err.id(), "deadline", "{err}");
@@ -1099,24 +1108,22 @@ async fn a_prepare_past_its_deadline_or_cancelled_leaves_nothing_after_recovery(
     for after_ms in [20u64, 300, 700, 1200, 2000, 3500] {
         let cancelled = tokio::time::timeout(
             std::time::Duration::from_millis(after_ms),
-            task::prepare(&engine, &image, &request),
+            task::prepare(&ctl, &image, &request),
         )
         .await;
         if let Ok(done) = cancelled {
-            task::remove(&engine, &done.expect("prepare"))
-                .await
-                .unwrap();
+            task::remove(&ctl, &done.expect("prepare")).await.unwrap();
             finished += 1;
         }
     }
     assert!(finished < 6, "no prepare was cancelled midway");
     // A create the engine was already doing when its request was dropped may still land.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let report = recover::recover(&engine, &owner, false)
+    let report = recover::recover(&ctl, &owner, false)
         .await
         .expect("recovery is not refused after a cancelled prepare");
     for handle in &report.storage {
-        task::remove(&engine, handle).await.unwrap();
+        task::remove(&ctl, handle).await.unwrap();
     }
     assert!(report.untouched.is_empty(), "{report:?}");
     assert_clean(&engine, &owner).await;

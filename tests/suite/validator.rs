@@ -826,7 +826,7 @@ async fn every_field_check_refuses_its_own_change() {
     let f = fixture("t-fields").await;
     let profile = f.profile(&Run::vendor(Phase::Planning, &["--version"]));
     let prepared = Prepared::new(&f.engine, &profile).unwrap();
-    let launch = launch::create(&f.engine, &profile, prepared)
+    let launch = launch::create(&f.ctl, &profile, prepared)
         .await
         .expect("create");
     assert!(launch.refusals.is_empty(), "{:?}", launch.refusals);

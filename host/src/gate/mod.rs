@@ -16,8 +16,8 @@ use std::time::Duration;
 use cordon_contract::Id;
 use futures_util::StreamExt;
 
-use crate::cleanup;
-use crate::engine::Engine;
+use crate::controller::Controller;
+
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Owner};
 use crate::launch::{self, InitVerdict, Prepared};
@@ -199,21 +199,22 @@ impl ProbeStorage {
         }
     }
 
-    async fn remove(&self, engine: &Engine) -> Result<()> {
+    async fn remove(&self, ctl: &Controller) -> Result<()> {
         match self {
-            ProbeStorage::Seeded(seeded) => crate::task::remove(engine, &seeded.0).await,
-            ProbeStorage::Uploaded(storage) => storage.remove(engine).await,
+            ProbeStorage::Seeded(seeded) => crate::task::remove(ctl, &seeded.0).await,
+            ProbeStorage::Uploaded(storage) => storage.remove(ctl.engine()).await,
         }
     }
 }
 
 async fn probe_storage(
-    engine: &Engine,
+    ctl: &Controller,
     owner: &Owner,
     image_id: &str,
     case: &Case,
     env: &GateEnv,
 ) -> Result<ProbeStorage> {
+    let engine = ctl.engine();
     if !case.hostile && !case.metadata_in_work {
         let request = crate::task::PrepareRequest {
             repo: env.fixture_repo.clone(),
@@ -227,7 +228,7 @@ async fn probe_storage(
         };
         let variant = case.storage;
         let handle = crate::task::prepare_with(
-            engine,
+            ctl,
             image_id,
             &request,
             |w| drop_volume_option(w, variant),
@@ -237,7 +238,7 @@ async fn probe_storage(
         let storage = handle.storage()?;
         return Ok(ProbeStorage::Seeded(Box::new((handle, storage))));
     }
-    let allocation = crate::uids::allocation(engine, owner, "gate").await?;
+    let allocation = crate::storage::new_allocation(engine, owner, "gate").await?;
     let (mut work, metadata) =
         storage::task_volume_requests(&allocation, PROBE_WORK, PROBE_METADATA);
     drop_volume_option(&mut work, case.storage);
@@ -296,12 +297,13 @@ fn remove(case: &Case, prepared: &mut Prepared, env: &GateEnv) {
 
 /// The probe layer of a case: its own storage, cordon-probe as the agent.
 async fn run_probe_case(
-    engine: &Engine,
+    ctl: &Controller,
     owner: &Owner,
     image_id: &str,
     env: &GateEnv,
     case: &Case,
 ) -> CaseResult {
+    let engine = ctl.engine();
     let started = std::time::Instant::now();
     let expected: Vec<String> = probe::expected(case).into_iter().collect();
     let row = |observed: Vec<String>, detail: String| CaseResult {
@@ -314,7 +316,7 @@ async fn run_probe_case(
         detail,
         ms: started.elapsed().as_millis() as u64,
     };
-    let storage = match probe_storage(engine, owner, image_id, case, env).await {
+    let storage = match probe_storage(ctl, owner, image_id, case, env).await {
         Ok(s) => s,
         Err(e) => return row(vec![format!("error: {e}")], e.to_string()),
     };
@@ -366,7 +368,7 @@ async fn run_probe_case(
                 ]);
             }
         }
-        let mut launch = launch::create(engine, &profile, prepared).await?;
+        let mut launch = launch::create(ctl, &profile, prepared).await?;
         let ran = async {
             launch.start(engine).await?;
             let code = launch.wait(engine, Duration::from_secs(150)).await?;
@@ -378,7 +380,7 @@ async fn run_probe_case(
         ran
     }
     .await;
-    let removed = storage.remove(engine).await;
+    let removed = storage.remove(ctl).await;
     match (run, removed) {
         (Ok((code, output)), Ok(())) => {
             let observed: Vec<String> = probe::observed(&output.stdout).into_iter().collect();
@@ -431,12 +433,13 @@ fn drop_volume_option(work: &mut bollard::models::VolumeCreateRequest, variant: 
 }
 
 async fn make_storage(
-    engine: &Engine,
+    ctl: &Controller,
     owner: &Owner,
     image_id: &str,
     variant: StorageVariant,
 ) -> Result<TaskStorage> {
-    let allocation = crate::uids::allocation(engine, owner, "gate").await?;
+    let engine = ctl.engine();
+    let allocation = crate::storage::new_allocation(engine, owner, "gate").await?;
     let (mut work, metadata) = storage::task_volume_requests(
         &allocation,
         storage::DEFAULT_WORK,
@@ -459,8 +462,8 @@ async fn make_storage(
             ..allocation.clone()
         };
         let (decoy, _) = storage::task_volume_requests(&other, PROBE_WORK, PROBE_METADATA);
-        let mut created = crate::cleanup::Created::default();
-        let decoy = crate::storage::create_volume(engine, decoy, &mut created).await;
+        let mut created = crate::engine::pending::Created::default();
+        let decoy = crate::engine::objects::create_volume(engine, decoy, &created.shared()).await;
         if let Err(e) = decoy {
             made.remove(engine).await?;
             return Err(e);
@@ -476,7 +479,7 @@ fn ids(list: &[Id]) -> Vec<String> {
 
 /// Run one case in its layers.
 async fn run_case(
-    engine: &Engine,
+    ctl: &Controller,
     owner: &Owner,
     image_id: &str,
     storage: &TaskStorage,
@@ -485,23 +488,24 @@ async fn run_case(
 ) -> Vec<CaseResult> {
     let mut results = Vec::new();
     if case.validator || case.init {
-        results.extend(run_validator_init(engine, owner, image_id, storage, env, case).await);
+        results.extend(run_validator_init(ctl, owner, image_id, storage, env, case).await);
     }
     if case.probe {
-        results.push(run_probe_case(engine, owner, image_id, env, case).await);
+        results.push(run_probe_case(ctl, owner, image_id, env, case).await);
     }
     results
 }
 
 /// The validator and init layers of a case: one container, read back, then started.
 async fn run_validator_init(
-    engine: &Engine,
+    ctl: &Controller,
     owner: &Owner,
     image_id: &str,
     storage: &TaskStorage,
     env: &GateEnv,
     case: &Case,
 ) -> Vec<CaseResult> {
+    let engine = ctl.engine();
     let started = std::time::Instant::now();
     let expected: Vec<String> = case
         .removed
@@ -567,7 +571,7 @@ async fn run_validator_init(
         Err(e) => return failed_all(e.to_string()),
     };
     remove(case, &mut prepared, env);
-    let mut launch = match launch::create(engine, &profile, prepared).await {
+    let mut launch = match launch::create(ctl, &profile, prepared).await {
         Ok(l) => l,
         Err(e) => return failed_all(e.to_string()),
     };
@@ -642,7 +646,8 @@ async fn run_validator_init(
 }
 
 /// Run the gate against `image_id` (the test image).
-pub async fn run(engine: &Engine, image_id: &str, options: &GateOptions) -> Result<GateReport> {
+pub async fn run(ctl: &Controller, image_id: &str, options: &GateOptions) -> Result<GateReport> {
+    let engine = ctl.engine();
     let owner = Owner::random("gate");
     let host_dir = std::env::temp_dir().join(format!("cordon-gate-{}", owner.as_str()));
     std::fs::create_dir(&host_dir)
@@ -654,12 +659,12 @@ pub async fn run(engine: &Engine, image_id: &str, options: &GateOptions) -> Resu
         fixture_repo: fixture_repo.clone(),
     };
     let result = match probe::fixture_repository(&fixture_repo) {
-        Ok(()) => run_owned(engine, image_id, options, &owner, &env).await,
+        Ok(()) => run_owned(ctl, image_id, options, &owner, &env).await,
         Err(e) => Err(e),
     };
     let _ = std::fs::remove_dir(&host_dir);
     let _ = std::fs::remove_dir_all(&fixture_repo);
-    let leftovers = match cleanup::list_owned(engine, &owner).await {
+    let leftovers = match crate::engine::objects::list_owned(engine, &owner).await {
         Ok((c, v)) => c
             .into_iter()
             .map(|c| format!("container {c}"))
@@ -668,7 +673,7 @@ pub async fn run(engine: &Engine, image_id: &str, options: &GateOptions) -> Resu
         Err(e) => vec![format!("could not list leftovers: {e}")],
     };
     if !leftovers.is_empty() {
-        let _ = cleanup::remove_owned(engine, &owner).await;
+        let _ = crate::engine::pending::remove_owned(engine, &owner).await;
     }
     let mut report = result?;
     report.leftovers = leftovers;
@@ -676,12 +681,13 @@ pub async fn run(engine: &Engine, image_id: &str, options: &GateOptions) -> Resu
 }
 
 async fn run_owned(
-    engine: &Engine,
+    ctl: &Controller,
     image_id: &str,
     options: &GateOptions,
     owner: &Owner,
     env: &GateEnv,
 ) -> Result<GateReport> {
+    let engine = ctl.engine();
     let selected: Vec<Case> = cases::all()
         .into_iter()
         .filter(|c| options.filter.as_deref().is_none_or(|f| c.name.contains(f)))
@@ -692,7 +698,7 @@ async fn run_owned(
     let made = futures_util::future::join_all(
         variants
             .iter()
-            .map(|v| async move { (*v, make_storage(engine, owner, image_id, *v).await) }),
+            .map(|v| async move { (*v, make_storage(ctl, owner, image_id, *v).await) }),
     )
     .await;
     let mut storages = BTreeMap::new();
@@ -712,7 +718,7 @@ async fn run_owned(
                 let storages = storages.clone();
                 async move {
                     match storages.get(&case.storage) {
-                        Some(s) => run_case(engine, owner, image_id, s, env, case).await,
+                        Some(s) => run_case(ctl, owner, image_id, s, env, case).await,
                         None => vec![],
                     }
                 }

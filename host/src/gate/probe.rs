@@ -13,6 +13,7 @@ use cordon_contract::probe::{fixture, ops, Operation, ProbeReport};
 use cordon_contract::{Id, Vendor};
 
 use super::cases::Case;
+use crate::archive::Archive;
 use crate::error::{Error, Result};
 
 /// How the probes run in a case.
@@ -116,40 +117,9 @@ pub fn observed(stdout: &str) -> BTreeSet<String> {
     seen
 }
 
-/// One fixture tar entry, owned by the storage's uid.
-struct Entry<'a> {
-    path: &'a str,
-    kind: tar::EntryType,
-    mode: u32,
-    data: &'a [u8],
-    link: Option<&'a str>,
-}
-
-fn append(builder: &mut tar::Builder<Vec<u8>>, uid: u32, e: Entry<'_>) -> Result<()> {
-    let Entry {
-        path,
-        kind,
-        mode,
-        data,
-        link,
-    } = e;
-    let mut header = tar::Header::new_gnu();
-    header.set_entry_type(kind);
-    header.set_mode(mode);
-    header.set_uid(u64::from(uid));
-    header.set_gid(u64::from(uid));
-    header.set_mtime(0);
-    header.set_size(data.len() as u64);
-    let result = match link {
-        Some(target) => builder.append_link(&mut header, path, target),
-        None => builder.append_data(&mut header, path, data),
-    };
-    result.map_err(|e| Error::io(format!("fixture entry {path}"), e))
-}
-
 /// The work tree fixture (and, with `metadata`, the `.git` files inside it).
 pub fn work_tar(hostile: bool, metadata: bool, uid: u32) -> Result<Vec<u8>> {
-    let mut b = tar::Builder::new(Vec::new());
+    let mut b = Archive::in_memory(uid, "the work tree fixture");
     let mut dirs: BTreeSet<String> = BTreeSet::new();
     let mut files: Vec<(String, &str)> = fixture::WORK_FILES
         .iter()
@@ -179,26 +149,15 @@ pub fn work_tar(hostile: bool, metadata: bool, uid: u32) -> Result<Vec<u8>> {
     }
     dirs.extend(fixture::WORK_DIRS.iter().map(|d| (*d).to_owned()));
     for dir in &dirs {
-        let path = format!("{dir}/");
-        append(&mut b, uid, dir_entry(&path))?;
+        b.dir(format!("{dir}/"), 0o755)?;
     }
     for (path, content) in &files {
-        append(&mut b, uid, file_entry(path, content.as_bytes()))?;
+        b.file(path, 0o644, content.as_bytes())?;
     }
     for (path, target) in &links {
-        append(
-            &mut b,
-            uid,
-            Entry {
-                path,
-                kind: tar::EntryType::Symlink,
-                mode: 0o777,
-                data: &[],
-                link: Some(target),
-            },
-        )?;
+        b.symlink(path, target)?;
     }
-    b.into_inner().map_err(|e| Error::io("fixture", e))
+    b.finish()
 }
 
 /// The probe fixture as a git repository, for the task seeder: the work files, the benign links,
@@ -231,35 +190,15 @@ pub fn fixture_repository(dir: &std::path::Path) -> Result<()> {
     crate::task::git::own_repository(dir, &["commit", "--quiet", "-m", "cordon probe fixture"])
 }
 
-fn dir_entry(path: &str) -> Entry<'_> {
-    Entry {
-        path,
-        kind: tar::EntryType::Directory,
-        mode: 0o755,
-        data: &[],
-        link: None,
-    }
-}
-
-fn file_entry<'a>(path: &'a str, data: &'a [u8]) -> Entry<'a> {
-    Entry {
-        path,
-        kind: tar::EntryType::Regular,
-        mode: 0o644,
-        data,
-        link: None,
-    }
-}
-
 /// The metadata fixture, for the metadata volume (paths relative to /work/.git).
 pub fn metadata_tar(uid: u32) -> Result<Vec<u8>> {
-    let mut b = tar::Builder::new(Vec::new());
-    append(&mut b, uid, dir_entry("objects/"))?;
-    append(&mut b, uid, dir_entry("objects/ce/"))?;
+    let mut b = Archive::in_memory(uid, "the metadata fixture");
+    b.dir("objects/", 0o755)?;
+    b.dir("objects/ce/", 0o755)?;
     for (path, content) in fixture::METADATA_FILES {
-        append(&mut b, uid, file_entry(path, content.as_bytes()))?;
+        b.file(path, 0o644, content.as_bytes())?;
     }
-    b.into_inner().map_err(|e| Error::io("metadata fixture", e))
+    b.finish()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use cordon_contract::{Phase, Vendor};
 
 use super::{capture, start, Credential, ImageSource, InvocationResult, Options, Request};
-use crate::engine::Engine;
+use crate::controller::Controller;
 use crate::error::Result;
 use crate::labels::Owner;
 use crate::profile::Area;
@@ -59,7 +59,7 @@ fn ms(since: Instant) -> f64 {
 
 /// Run one invocation on its own storage. `shutdown` resolving stops it (`shutdown` reason).
 pub async fn oneshot(
-    engine: &Engine,
+    ctl: &Controller,
     image_id: &str,
     run: &OneShot,
     shutdown: impl Future<Output = ()>,
@@ -76,7 +76,7 @@ pub async fn oneshot(
         deadline: Duration::from_secs(600),
         uids: run.uids,
     };
-    let storage = task::prepare_with(engine, image_id, &prepare, |_| {}, progress).await?;
+    let storage = task::prepare_with(ctl, image_id, &prepare, |_| {}, progress).await?;
     let prepare_ms = ms(started);
     let invoked = Instant::now();
     let outcome = async {
@@ -95,10 +95,10 @@ pub async fn oneshot(
             attempt: run.attempt.clone(),
             storage: storage.clone(),
         };
-        let captured = capture(request)?;
+        let captured = capture(ctl, request)?;
         progress("running the agent");
         let handle = start(
-            engine,
+            ctl,
             captured,
             run.credential.clone(),
             Options::new(ImageSource::Id(image_id.to_owned())),
@@ -120,7 +120,7 @@ pub async fn oneshot(
     let invoke_ms = ms(invoked);
     progress("removing the task storage");
     let removed = Instant::now();
-    let storage_left = task::remove(engine, &storage)
+    let storage_left = task::remove(ctl, &storage)
         .await
         .err()
         .map(|e| format!("{}: {e}", storage.allocation));

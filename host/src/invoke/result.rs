@@ -13,7 +13,7 @@
 use cordon_contract::{Id, Phase, Vendor};
 
 use super::{claude, AnswerSchema, StopReason};
-use crate::cleanup::Leftover;
+use crate::engine::pending::Leftover;
 use crate::error::Error;
 use crate::launch::{self, InitVerdict};
 

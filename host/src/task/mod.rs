@@ -12,13 +12,14 @@ pub mod source;
 pub mod tree;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bollard::models::VolumeCreateRequest;
 use cordon_contract::{paths, InitLine};
 
-use crate::cleanup::Created;
+use crate::controller::Controller;
+use crate::engine::objects::{self, Labelled};
+use crate::engine::pending::{Created, Shared};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind, Owner, ALLOCATION, ATTEMPT, KIND, OWNER, UID};
@@ -70,54 +71,6 @@ impl StorageHandle {
     }
 }
 
-/// Allocation ids held by this process, and each owner's live storage.
-static HELD: Mutex<BTreeMap<uuid::Uuid, String>> = Mutex::new(BTreeMap::new());
-
-/// This process's claim on an allocation id while it prepares storage. Dropped without being
-/// handed out (a failure, or the prepare future cancelled), it releases the id, so recovery of
-/// the owner is not refused forever; what a cancelled prepare made carries the seeding name and
-/// is removed by recovery.
-struct Hold(Option<uuid::Uuid>);
-
-impl Hold {
-    fn claim(id: uuid::Uuid, owner: &Owner) -> Result<Hold> {
-        let mut held = HELD
-            .lock()
-            .map_err(|_| Error::Internal("allocation registry poisoned".into()))?;
-        if held.contains_key(&id) {
-            return Err(Error::AllocationInUse(id.to_string()));
-        }
-        held.insert(id, owner.as_str().to_owned());
-        Ok(Hold(Some(id)))
-    }
-
-    /// The storage is handed out: the id stays held until it is removed.
-    fn keep(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        if let Some(id) = self.0.take() {
-            release(&id);
-        }
-    }
-}
-
-fn release(id: &uuid::Uuid) {
-    if let Ok(mut held) = HELD.lock() {
-        held.remove(id);
-    }
-}
-
-/// Whether this process holds storage of `owner`.
-pub fn holds_storage_of(owner: &Owner) -> bool {
-    HELD.lock()
-        .map(|h| h.values().any(|o| o == owner.as_str()))
-        .unwrap_or(true)
-}
-
 /// An allocation id callers record first: a lowercase UUID v4.
 pub fn parse_allocation(text: &str) -> Result<uuid::Uuid> {
     let id = uuid::Uuid::parse_str(text)
@@ -132,21 +85,19 @@ pub fn parse_allocation(text: &str) -> Result<uuid::Uuid> {
 
 /// Every container, volume and network carrying this allocation id.
 pub async fn objects_with_allocation(engine: &Engine, id: &uuid::Uuid) -> Result<Vec<String>> {
-    Ok(labelled_with_allocation(engine, id)
+    Ok(objects::with_allocation(engine, id)
         .await?
-        .into_iter()
-        .map(|(what, _)| what)
+        .iter()
+        .map(Labelled::what)
         .collect())
 }
 
 /// The owner of an allocation, from its objects' labels: every object carrying the id must name
 /// the same owner, or nothing is touched.
 pub async fn owner_of_allocation(engine: &Engine, id: &uuid::Uuid) -> Result<Owner> {
-    let objects = labelled_with_allocation(engine, id).await?;
-    let owners: std::collections::BTreeSet<Option<&String>> = objects
-        .iter()
-        .map(|(_, labels)| labels.get(OWNER))
-        .collect();
+    let objects = objects::with_allocation(engine, id).await?;
+    let owners: std::collections::BTreeSet<Option<&String>> =
+        objects.iter().map(|o| o.labels.get(OWNER)).collect();
     match owners.into_iter().collect::<Vec<_>>().as_slice() {
         [Some(owner)] => Owner::new(owner),
         [] => Err(Error::Invalid(format!("no object carries allocation {id}"))),
@@ -154,41 +105,15 @@ pub async fn owner_of_allocation(engine: &Engine, id: &uuid::Uuid) -> Result<Own
             "the objects of allocation {id} do not name one owner: {}",
             objects
                 .iter()
-                .map(|(what, labels)| format!(
-                    "{what} (owner {})",
-                    labels.get(OWNER).map_or("none", String::as_str)
+                .map(|o| format!(
+                    "{} (owner {})",
+                    o.what(),
+                    o.labels.get(OWNER).map_or("none", String::as_str)
                 ))
                 .collect::<Vec<_>>()
                 .join(", ")
         ))),
     }
-}
-
-/// Every container, volume and network carrying the allocation id, with its labels.
-async fn labelled_with_allocation(
-    engine: &Engine,
-    id: &uuid::Uuid,
-) -> Result<Vec<(String, std::collections::HashMap<String, String>)>> {
-    let listed = crate::cleanup::Listed::with_label(engine, &format!("{ALLOCATION}={id}")).await?;
-    let mut found: Vec<_> = listed
-        .containers
-        .into_iter()
-        .map(|c| {
-            let what = format!("container {}", c.id.unwrap_or_default());
-            (what, c.labels.unwrap_or_default())
-        })
-        .collect();
-    found.extend(
-        listed
-            .volumes
-            .into_iter()
-            .map(|v| (format!("volume {}", v.name), v.labels)),
-    );
-    found.extend(listed.networks.into_iter().map(|n| {
-        let what = format!("network {}", n.id.unwrap_or_default());
-        (what, n.labels.unwrap_or_default())
-    }));
-    Ok(found)
 }
 
 /// What `prepare` needs.
@@ -218,7 +143,7 @@ fn metadata_area(needs: tree::Needs) -> Area {
 /// Stage, check, allocate, seed, record the baseline. `edit_work` changes the work volume's
 /// request before it is made (only the gate uses it, to make a breach case).
 pub async fn prepare_with(
-    engine: &Engine,
+    ctl: &Controller,
     image_id: &str,
     request: &PrepareRequest,
     edit_work: impl FnOnce(&mut VolumeCreateRequest),
@@ -235,7 +160,8 @@ pub async fn prepare_with(
     if let Some(id) = request.allocation {
         allocation.id = id;
     }
-    let hold = Hold::claim(allocation.id, &request.owner)?;
+    let engine = ctl.engine();
+    let hold = ctl.hold_allocation(allocation.id, &request.owner)?;
     let result = async {
         // Everything about the repository is decided before anything exists in Docker.
         progress("staging the repository");
@@ -257,7 +183,7 @@ pub async fn prepare_with(
                 taken.join(", ")
             )));
         }
-        allocation.uid = crate::uids::pick(engine, &request.uids).await?;
+        allocation.uid = storage::pick_uid(engine, &request.uids).await?;
         let (mut work_request, metadata_request) =
             storage::task_volume_requests(&allocation, request.work, metadata);
         edit_work(&mut work_request);
@@ -318,31 +244,26 @@ pub async fn prepare_with(
 
 /// [`prepare_with`] as runners call it.
 pub async fn prepare(
-    engine: &Engine,
+    ctl: &Controller,
     image_id: &str,
     request: &PrepareRequest,
 ) -> Result<StorageHandle> {
-    prepare_with(engine, image_id, request, |_| {}, &|_| {}).await
+    prepare_with(ctl, image_id, request, |_| {}, &|_| {}).await
 }
 
 /// The handle of an allocation's storage, found by its labels (all three parts must carry the
 /// owner's labels and agree).
 pub async fn find(
-    engine: &Engine,
+    ctl: &Controller,
     owner: &Owner,
     allocation: &uuid::Uuid,
 ) -> Result<StorageHandle> {
-    if holds_storage_of(owner)
-        && HELD
-            .lock()
-            .map(|h| h.contains_key(allocation))
-            .unwrap_or(false)
-    {
+    if ctl.holds_allocation(allocation) {
         return Err(Error::Invalid(
             "this process holds that storage: remove it by its handle".into(),
         ));
     }
-    let report = recover::recover_one(engine, owner, allocation).await?;
+    let report = recover::recover_one(ctl.engine(), owner, allocation).await?;
     report.ok_or_else(|| {
         Error::Invalid(format!(
             "no intact storage of owner {} with allocation {allocation}",
@@ -368,7 +289,8 @@ pub async fn keeper_digest(engine: &Engine, storage: &TaskStorage) -> Result<Str
             Some(InitLine::Digest { digest, .. }) => return Ok(digest.clone()),
             Some(other) => {
                 return Err(Error::Internal(format!(
-                    "the keeper's digest failed: {other:?}"
+                    "the keeper's digest failed: {}",
+                    other.to_line()
                 )))
             }
             None if asked.elapsed() > Duration::from_secs(120) => {
@@ -400,7 +322,7 @@ pub async fn volume_digest(
     volume: &str,
 ) -> Result<String> {
     let spec = storage.volume_spec(volume);
-    let body = storage::helper_body(
+    let body = crate::launch::volumes::helper_body(
         image_id,
         &storage.allocation,
         Kind::Tool,
@@ -412,9 +334,10 @@ pub async fn volume_digest(
         vec![crate::profile::volume_mount(&spec, "/tree", true, None)],
     );
     let mut created = Created::default();
+    let record = Shared::new(&mut created);
     let result = async {
-        let name = format!("cordon-tool-{}", uuid::Uuid::new_v4());
-        let id = storage::create_container(engine, &name, body, &mut created).await?;
+        let id =
+            objects::create_container(engine, &crate::labels::tool_name(), body, &record).await?;
         let mut run = crate::launch::Launch::adopt(id);
         run.start(engine).await?;
         let code = run.wait(engine, Duration::from_secs(120)).await?;
@@ -428,13 +351,15 @@ pub async fn volume_digest(
         }
     }
     .await;
+    drop(record);
     created.remove_all(engine, Duration::from_secs(30)).await?;
     result
 }
 
 /// Remove storage by its handle: the keeper and both volumes, each only if it still carries the
 /// handle's owner labels. Idempotent; names what it could not confirm removed.
-pub async fn remove(engine: &Engine, handle: &StorageHandle) -> Result<()> {
+pub async fn remove(ctl: &Controller, handle: &StorageHandle) -> Result<()> {
+    let engine = ctl.engine();
     let want = |kind: Kind| {
         BTreeMap::from([
             (OWNER.to_owned(), handle.owner.clone()),
@@ -449,49 +374,26 @@ pub async fn remove(engine: &Engine, handle: &StorageHandle) -> Result<()> {
     };
     let mut foreign = Vec::new();
     let mut created = Created::default();
-    match engine
-        .docker()
-        .inspect_container(&handle.keeper, None)
-        .await
-    {
-        Ok(c) => {
-            let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
-            if matches(&labels, Kind::Keeper) {
-                created.containers.push(handle.keeper.clone());
-            } else {
-                foreign.push(format!("container {} (labels differ)", handle.keeper));
-            }
-        }
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => {}
-        Err(source) => {
-            return Err(Error::Docker {
-                context: "inspect keeper".into(),
-                source,
-            })
+    if let Some(c) = objects::inspect_container(engine, &handle.keeper).await? {
+        let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+        if matches(&labels, Kind::Keeper) {
+            created.containers.push(handle.keeper.clone());
+        } else {
+            foreign.push(format!("container {} (labels differ)", handle.keeper));
         }
     }
     for (name, kind) in [
         (&handle.work_volume, Kind::Work),
         (&handle.metadata_volume, Kind::Metadata),
     ] {
-        match engine.docker().inspect_volume(name).await {
-            Ok(v) if matches(&v.labels, kind) => created.volumes.push(name.clone()),
-            Ok(_) => foreign.push(format!("volume {name} (labels differ)")),
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => {}
-            Err(source) => {
-                return Err(Error::Docker {
-                    context: "inspect volume".into(),
-                    source,
-                })
-            }
+        match objects::inspect_volume(engine, name).await? {
+            Some(v) if matches(&v.labels, kind) => created.volumes.push(name.clone()),
+            Some(_) => foreign.push(format!("volume {name} (labels differ)")),
+            None => {}
         }
     }
     created.remove_all(engine, Duration::from_secs(60)).await?;
-    release(&handle.allocation);
+    ctl.release_allocation(&handle.allocation);
     if foreign.is_empty() {
         Ok(())
     } else {

@@ -1,23 +1,26 @@
-//! Recovery after a crash or restart: everything labelled with one owner, sorted into what is
-//! removed (agent and helper containers, networks, invocation volumes, interrupted allocations,
-//! staging directories), what is handed back (intact task storage), and what is only listed
-//! (objects whose labels are incomplete or disagree, objects without an owner, other owners').
+//! Recovery after a crash or restart, in three steps: [`list`] everything with a cordon label (and
+//! the volumes the engine made unlabelled under a cordon name), [`classify`] it for one owner (a
+//! pure function: what is removed, what is handed back, what is only listed), then [`act`].
+//!
+//! Removed: agent and helper containers, networks, invocation volumes, interrupted allocations,
+//! staging directories. Handed back: intact task storage. Only listed: objects whose labels are
+//! incomplete or disagree, objects without an owner, other owners' (never touched).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use bollard::query_parameters::RemoveContainerOptions;
-
-use super::{clone, holds_storage_of, StorageHandle};
-use crate::cleanup::{Created, Listed};
-use crate::engine::{bounded, Engine, CALL_TIMEOUT};
+use super::{clone, StorageHandle};
+use crate::controller::Controller;
+use crate::engine::objects::{self, Labelled, Listed};
+use crate::engine::pending::{Created, ObjectKind};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::labels::{Kind, Owner, ALLOCATION, ATTEMPT, KIND, OWNER, UID};
+use crate::labels::{Kind, ObjectName, Owner, ALLOCATION, ATTEMPT, KIND, OWNER, UID};
 use crate::profile::Area;
 use crate::uids::Uid;
 
 /// What recovery found and did.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RecoveryReport {
     /// Intact task storage, one handle per allocation (pass back the baseline you recorded).
     pub storage: Vec<StorageHandle>,
@@ -31,27 +34,120 @@ pub struct RecoveryReport {
     pub foreign: Vec<String>,
 }
 
-/// One part of an allocation's storage: kind, attempt, the object, whether it is a complete
-/// running keeper, its volume options.
-type Part = (Kind, String, Labelled, bool, HashMap<String, String>);
-
-/// An object's identity from its labels.
-#[derive(Debug, Clone)]
-struct Labelled {
-    what: String,
-    id: String,
-    labels: HashMap<String, String>,
+/// One object as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub object: Labelled,
+    /// A container that is running and, if it is a keeper, carries its final name (only such a
+    /// keeper holds complete storage: a stopped one's tmpfs content is gone).
+    pub live: bool,
+    /// A volume's driver options (the areas are read back from them).
+    pub options: HashMap<String, String>,
 }
 
-impl Labelled {
-    /// Complete owner labels of this owner and a known kind; otherwise None.
-    fn identity(&self, owner: &Owner) -> Option<(Kind, String, uuid::Uuid)> {
-        let kind = Kind::parse(self.labels.get(KIND)?)?;
-        let attempt = self.labels.get(ATTEMPT)?.clone();
-        let allocation = super::parse_allocation(self.labels.get(ALLOCATION)?).ok()?;
-        (self.labels.get(OWNER)? == owner.as_str() && !attempt.is_empty())
-            .then_some((kind, attempt, allocation))
+/// Everything recovery looks at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub objects: Vec<Seen>,
+    /// Volumes under a cordon name with no label and no option (the engine made them).
+    pub unlabelled_volumes: Vec<String>,
+}
+
+/// What [`act`] removes, in this order: containers (they hold volumes), networks, volumes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Removal {
+    pub containers: Vec<String>,
+    pub networks: Vec<String>,
+    pub volumes: Vec<String>,
+}
+
+/// The decision for one owner: the report without `removed`, and what to remove.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub report: RecoveryReport,
+    pub remove: Removal,
+}
+
+/// Recover what `owner` left. Refuses while this controller holds storage of that owner. With
+/// `foreign`, other owners' objects are listed (never touched).
+pub async fn recover(ctl: &Controller, owner: &Owner, foreign: bool) -> Result<RecoveryReport> {
+    if ctl.holds_storage_of(owner) {
+        return Err(Error::RecoveryBusy(owner.as_str().to_owned()));
     }
+    let listing = list(ctl.engine()).await?;
+    act(ctl.engine(), owner, classify(&listing, owner, foreign)).await
+}
+
+/// Everything with any cordon label, and the engine-made volumes under a cordon name.
+pub async fn list(engine: &Engine) -> Result<Listing> {
+    let any = Listed::with_label(engine, KIND).await?;
+    let owned = Listed::with_label(engine, OWNER).await?;
+    let mut seen = BTreeSet::new();
+    let mut objects = Vec::new();
+    for listed in [any, owned] {
+        for c in listed.containers {
+            let running = c.state.is_some_and(|s| s.to_string() == "running");
+            let names = c.names.clone().unwrap_or_default();
+            let labels = c.labels.clone().unwrap_or_default();
+            let keeper = labels.get(KIND).map(String::as_str) == Some(Kind::Keeper.as_str());
+            let complete = names.iter().any(|n| ObjectName::is_complete_keeper(n));
+            let object = Labelled {
+                kind: ObjectKind::Container,
+                id: c.id.unwrap_or_default(),
+                labels,
+            };
+            if seen.insert(object.what()) {
+                let live = running && (complete || !keeper);
+                objects.push(Seen {
+                    object,
+                    live,
+                    options: HashMap::new(),
+                });
+            }
+        }
+        for v in listed.volumes {
+            let object = Labelled {
+                kind: ObjectKind::Volume,
+                id: v.name,
+                labels: v.labels,
+            };
+            if seen.insert(object.what()) {
+                objects.push(Seen {
+                    object,
+                    live: false,
+                    options: v.options,
+                });
+            }
+        }
+        for n in listed.networks {
+            let object = Labelled {
+                kind: ObjectKind::Network,
+                id: n.id.unwrap_or_default(),
+                labels: n.labels.unwrap_or_default(),
+            };
+            if seen.insert(object.what()) {
+                objects.push(Seen {
+                    object,
+                    live: false,
+                    options: HashMap::new(),
+                });
+            }
+        }
+    }
+    Ok(Listing {
+        objects,
+        unlabelled_volumes: objects::unlabelled_cordon_volumes(engine).await?,
+    })
+}
+
+/// Complete owner labels of `owner` and a known kind: the kind, attempt and allocation.
+fn identity(object: &Labelled, owner: &Owner) -> Option<(Kind, String, uuid::Uuid)> {
+    let labels = &object.labels;
+    let kind = Kind::parse(labels.get(KIND)?)?;
+    let attempt = labels.get(ATTEMPT)?.clone();
+    let allocation = super::parse_allocation(labels.get(ALLOCATION)?).ok()?;
+    (labels.get(OWNER)? == owner.as_str() && !attempt.is_empty())
+        .then_some((kind, attempt, allocation))
 }
 
 fn area_of(options: &HashMap<String, String>) -> Area {
@@ -70,221 +166,180 @@ fn area_of(options: &HashMap<String, String>) -> Area {
 
 /// The uid every part of an allocation names, if they agree on a valid one.
 fn one_uid<'a>(labels: impl Iterator<Item = &'a HashMap<String, String>>) -> Option<Uid> {
-    let uids: std::collections::BTreeSet<Option<&String>> = labels.map(|l| l.get(UID)).collect();
+    let uids: BTreeSet<Option<&String>> = labels.map(|l| l.get(UID)).collect();
     match uids.into_iter().collect::<Vec<_>>().as_slice() {
         [Some(uid)] => Uid::new(uid.parse().ok()?).ok(),
         _ => None,
     }
 }
 
-fn any_cordon_label(labels: &HashMap<String, String>) -> bool {
-    labels.keys().any(|k| k.starts_with("io.cordon."))
+/// One part of an allocation's storage.
+struct Part<'a> {
+    kind: Kind,
+    attempt: String,
+    seen: &'a Seen,
 }
 
-/// Recover what `owner` left. Refuses while this process holds storage of that owner. With
-/// `foreign`, other owners' objects are listed (never touched).
-pub async fn recover(engine: &Engine, owner: &Owner, foreign: bool) -> Result<RecoveryReport> {
-    if holds_storage_of(owner) {
-        return Err(Error::RecoveryBusy(owner.as_str().to_owned()));
-    }
-    // Everything with any cordon label: sorted below, so nothing of another owner is ever removed.
-    let docker = engine.docker();
-    let any = Listed::with_label(engine, KIND).await?;
-    let owned = Listed::with_label(engine, OWNER).await?;
-    let (containers, owned_containers) = (any.containers, owned.containers);
-    let (volumes, owned_volumes) = (any.volumes, owned.volumes);
-    let networks = owned.networks;
-
-    let mut report = RecoveryReport::default();
-    let mut seen = std::collections::BTreeSet::new();
-    let mut objects = Vec::new();
-    for c in containers.into_iter().chain(owned_containers) {
-        let id = c.id.unwrap_or_default();
-        if seen.insert(format!("c{id}")) {
-            // Only a running keeper with its final name holds complete storage.
-            let running = c.state.map(|s| s.to_string() == "running").unwrap_or(false);
-            let complete = c
-                .names
-                .unwrap_or_default()
-                .iter()
-                .any(|n| n.trim_start_matches('/').starts_with("cordon-keeper-"));
-            let running = running
-                && (complete
-                    || c.labels
-                        .as_ref()
-                        .and_then(|l| l.get(KIND))
-                        .map(String::as_str)
-                        != Some("keeper"));
-            objects.push((
-                Labelled {
-                    what: format!("container {id}"),
-                    id,
-                    labels: c.labels.unwrap_or_default(),
-                },
-                running,
-                HashMap::new(),
-            ));
-        }
-    }
-    for v in volumes.into_iter().chain(owned_volumes) {
-        if seen.insert(format!("v{}", v.name)) {
-            objects.push((
-                Labelled {
-                    what: format!("volume {}", v.name),
-                    id: v.name.clone(),
-                    labels: v.labels,
-                },
-                false,
-                v.options,
-            ));
-        }
-    }
-    let mut owned = Vec::new();
-    for (object, running, options) in objects {
+/// Sort a listing for `owner`. Nothing of another owner, and nothing whose labels are incomplete
+/// or disagree, is ever put up for removal.
+pub fn classify(listing: &Listing, owner: &Owner, foreign: bool) -> Plan {
+    let mut plan = Plan::default();
+    let mut storage: BTreeMap<uuid::Uuid, Vec<Part<'_>>> = BTreeMap::new();
+    for seen in &listing.objects {
+        let object = &seen.object;
         match object.labels.get(OWNER) {
-            None if any_cordon_label(&object.labels) => report.unowned.push(object.what.clone()),
-            None => {}
-            Some(o) if o != owner.as_str() && foreign => {
-                report.foreign.push(format!("{} (owner {o})", object.what));
+            None if object.labels.keys().any(|k| k.starts_with("io.cordon.")) => {
+                plan.report.unowned.push(object.what())
             }
-            Some(o) if o != owner.as_str() => {}
-            Some(_) => owned.push((object, running, options)),
+            None => {}
+            Some(o) if o != owner.as_str() => {
+                if foreign {
+                    plan.report
+                        .foreign
+                        .push(format!("{} (owner {o})", object.what()));
+                }
+            }
+            Some(_) if object.kind == ObjectKind::Network => {
+                plan.remove.networks.push(object.id.clone())
+            }
+            Some(_) => match identity(object, owner) {
+                None => plan
+                    .report
+                    .untouched
+                    .push(format!("{} (incomplete or unknown labels)", object.what())),
+                Some((kind @ (Kind::Keeper | Kind::Work | Kind::Metadata), attempt, id)) => {
+                    storage.entry(id).or_default().push(Part {
+                        kind,
+                        attempt,
+                        seen,
+                    })
+                }
+                Some(_) if object.kind == ObjectKind::Container => {
+                    plan.remove.containers.push(object.id.clone())
+                }
+                Some(_) => plan.remove.volumes.push(object.id.clone()),
+            },
         }
     }
-
     // Volumes the engine made on its own under a cordon name (a create that named a volume cleanup
-    // had removed; older versions mounted volumes without their labels): no label, no option.
-    // They are this owner's when the name carries one of this owner's allocation ids.
-    let allocations: std::collections::BTreeSet<String> = owned
+    // had removed): this owner's when the name carries one of this owner's allocation ids.
+    let allocations: BTreeSet<String> = listing
+        .objects
         .iter()
-        .filter_map(|(o, _, _)| o.labels.get(ALLOCATION).cloned())
+        .filter(|s| s.object.labels.get(OWNER).map(String::as_str) == Some(owner.as_str()))
+        .filter_map(|s| s.object.labels.get(ALLOCATION).cloned())
         .collect();
-    let mut engine_made = Vec::new();
-    for name in crate::cleanup::unlabelled_cordon_volumes(engine).await? {
-        match crate::cleanup::cordon_name(&name) {
-            Some(id) if allocations.contains(&id.to_string()) => engine_made.push(name),
-            _ => report
+    for name in &listing.unlabelled_volumes {
+        match ObjectName::parse(name) {
+            Some(n) if allocations.contains(&n.allocation.to_string()) => {
+                plan.remove.volumes.insert(0, name.clone())
+            }
+            _ => plan
+                .report
                 .unowned
                 .push(format!("volume {name} (no labels: made by the engine)")),
         }
     }
-
-    // Sort this owner's objects.
-    let mut remove = Created::default();
-    remove.volumes.extend(engine_made);
-    let mut networks_to_remove = Vec::new();
-    let mut storage: BTreeMap<uuid::Uuid, Vec<Part>> = BTreeMap::new();
-    for (object, running, options) in owned {
-        let Some((kind, attempt, allocation)) = object.identity(owner) else {
-            report
-                .untouched
-                .push(format!("{} (incomplete or unknown labels)", object.what));
-            continue;
-        };
-        let is_container = object.what.starts_with("container");
-        match kind {
-            Kind::Keeper | Kind::Work | Kind::Metadata => storage
-                .entry(allocation)
-                .or_default()
-                .push((kind, attempt, object, running, options)),
-            _ if is_container => remove.containers.push(object.id.clone()),
-            _ => remove.volumes.push(object.id.clone()),
-        }
-    }
-    for n in networks {
-        let labels = n.labels.unwrap_or_default();
-        let id = n.id.unwrap_or_default();
-        if labels.get(OWNER).map(String::as_str) == Some(owner.as_str()) {
-            networks_to_remove.push(id);
-        }
-    }
     for (allocation, parts) in storage {
-        let attempts: std::collections::BTreeSet<&String> = parts.iter().map(|p| &p.1).collect();
-        let uid = one_uid(parts.iter().map(|p| &p.2.labels));
-        let keepers: Vec<_> = parts.iter().filter(|p| p.0 == Kind::Keeper).collect();
-        let works: Vec<_> = parts.iter().filter(|p| p.0 == Kind::Work).collect();
-        let metas: Vec<_> = parts.iter().filter(|p| p.0 == Kind::Metadata).collect();
-        if attempts.len() != 1
-            || uid.is_none()
-            || keepers.len() > 1
-            || works.len() > 1
-            || metas.len() > 1
-        {
-            for p in &parts {
-                report.untouched.push(format!(
-                    "{} (allocation {allocation}: parts disagree)",
-                    p.2.what
-                ));
-            }
-            continue;
+        classify_storage(&mut plan, owner, allocation, &parts);
+    }
+    plan
+}
+
+/// One allocation's storage parts: handed back when intact, removed when interrupted or dead,
+/// untouched when they disagree.
+fn classify_storage(plan: &mut Plan, owner: &Owner, allocation: uuid::Uuid, parts: &[Part<'_>]) {
+    let attempts: BTreeSet<&String> = parts.iter().map(|p| &p.attempt).collect();
+    let uid = one_uid(parts.iter().map(|p| &p.seen.object.labels));
+    let of = |kind: Kind| parts.iter().filter(|p| p.kind == kind).collect::<Vec<_>>();
+    let (keepers, works, metas) = (of(Kind::Keeper), of(Kind::Work), of(Kind::Metadata));
+    let (Some(uid), true) = (
+        uid,
+        attempts.len() == 1 && keepers.len() <= 1 && works.len() <= 1 && metas.len() <= 1,
+    ) else {
+        for p in parts {
+            let what = p.seen.object.what();
+            plan.report
+                .untouched
+                .push(format!("{what} (allocation {allocation}: parts disagree)"));
         }
-        // A keeper that is running and renamed after seeding: complete storage.
-        let intact = keepers.len() == 1 && works.len() == 1 && metas.len() == 1 && keepers[0].3;
-        if let (true, Some(uid)) = (intact, uid) {
-            report.storage.push(StorageHandle {
+        return;
+    };
+    match (keepers.as_slice(), works.as_slice(), metas.as_slice()) {
+        ([keeper], [work], [meta]) if keeper.seen.live => {
+            plan.report.storage.push(StorageHandle {
                 owner: owner.as_str().to_owned(),
-                attempt: parts[0].1.clone(),
+                attempt: keeper.attempt.clone(),
                 allocation,
-                work_volume: works[0].2.id.clone(),
-                metadata_volume: metas[0].2.id.clone(),
-                keeper: keepers[0].2.id.clone(),
-                work: area_of(&works[0].4),
-                metadata: area_of(&metas[0].4),
+                work_volume: work.seen.object.id.clone(),
+                metadata_volume: meta.seen.object.id.clone(),
+                keeper: keeper.seen.object.id.clone(),
+                work: area_of(&work.seen.options),
+                metadata: area_of(&meta.seen.options),
                 uid,
                 head: None,
                 gitlinks: None,
                 metadata_baseline: None,
             });
-        } else {
-            // Interrupted or dead (a stopped keeper means the tmpfs content is gone).
-            for p in &parts {
-                if p.0 == Kind::Keeper {
-                    remove.containers.push(p.2.id.clone());
+        }
+        _ => {
+            for p in parts {
+                let id = p.seen.object.id.clone();
+                if p.kind == Kind::Keeper {
+                    plan.remove.containers.push(id);
                 } else {
-                    remove.volumes.push(p.2.id.clone());
+                    plan.remove.volumes.push(id);
                 }
             }
         }
     }
+}
 
-    // Containers first (they hold volumes), then networks, then volumes.
+/// Remove what the plan says (containers, then networks, then volumes, then the owner's staging
+/// directories); the report names what was removed, or the error what could not be confirmed.
+pub async fn act(engine: &Engine, owner: &Owner, plan: Plan) -> Result<RecoveryReport> {
+    let Plan { mut report, remove } = plan;
     let mut failed = Vec::new();
-    for id in &remove.containers {
-        let options = RemoveContainerOptions {
-            force: true,
-            ..Default::default()
-        };
-        match bounded(
-            "remove container",
-            CALL_TIMEOUT,
-            docker.remove_container(id, Some(options)),
-        )
-        .await
-        {
-            Ok(()) => report.removed.push(format!("container {id}")),
-            Err(e) => failed.push(format!("container {id}: {e}")),
+    for (kind, ids) in [
+        (ObjectKind::Container, &remove.containers),
+        (ObjectKind::Network, &remove.networks),
+    ] {
+        for id in ids {
+            let removed = match kind {
+                ObjectKind::Container => objects::remove_container(engine, id).await,
+                _ => objects::remove_network(engine, id).await,
+            };
+            match removed {
+                Ok(()) => report.removed.push(format!("{} {id}", kind.as_str())),
+                Err(e) => failed.push(format!("{} {id}: {e}", kind.as_str())),
+            }
         }
     }
-    for id in &networks_to_remove {
-        match bounded("remove network", CALL_TIMEOUT, docker.remove_network(id)).await {
-            Ok(()) => report.removed.push(format!("network {id}")),
-            Err(e) => failed.push(format!("network {id}: {e}")),
-        }
-    }
-    let volumes_only = Created {
+    let volumes = Created {
         volumes: remove.volumes.clone(),
         ..Created::default()
     };
-    match volumes_only
-        .remove_all(engine, Duration::from_secs(10))
-        .await
-    {
+    match volumes.remove_all(engine, Duration::from_secs(10)).await {
         Ok(()) => report
             .removed
             .extend(remove.volumes.iter().map(|v| format!("volume {v}"))),
         Err(e) => failed.push(e.to_string()),
     }
-    // Staging directories a killed process left.
+    remove_staging(owner, &mut report.removed, &mut failed);
+    if !failed.is_empty() {
+        return Err(Error::Recovery {
+            message: format!(
+                "could not confirm removal of {}",
+                crate::error::bounded_list(&failed, 2000)
+            ),
+            removed: report.removed,
+        });
+    }
+    Ok(report)
+}
+
+/// Staging directories a killed process of this user left for `owner`.
+fn remove_staging(owner: &Owner, removed: &mut Vec<String>, failed: &mut Vec<String>) {
     let prefix = clone::staging_prefix(owner);
     for root in clone::staging_roots() {
         let Ok(listing) = std::fs::read_dir(&root) else {
@@ -296,27 +351,14 @@ pub async fn recover(engine: &Engine, owner: &Owner, foreign: bool) -> Result<Re
                 m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == current_uid()
             });
             if name.starts_with(&prefix) && ours {
+                let path = entry.path().display().to_string();
                 match std::fs::remove_dir_all(entry.path()) {
-                    Ok(()) => report
-                        .removed
-                        .push(format!("staging directory {}", entry.path().display())),
-                    Err(e) => {
-                        failed.push(format!("staging directory {}: {e}", entry.path().display()))
-                    }
+                    Ok(()) => removed.push(format!("staging directory {path}")),
+                    Err(e) => failed.push(format!("staging directory {path}: {e}")),
                 }
             }
         }
     }
-    if !failed.is_empty() {
-        return Err(Error::Recovery {
-            message: format!(
-                "could not confirm removal of {}",
-                crate::error::bounded_list(&failed, 2000)
-            ),
-            removed: report.removed,
-        });
-    }
-    Ok(report)
 }
 
 fn current_uid() -> u32 {
@@ -345,16 +387,16 @@ pub async fn recover_one(
             .names
             .unwrap_or_default()
             .iter()
-            .any(|n| n.trim_start_matches('/').starts_with("cordon-keeper-"));
+            .any(|n| ObjectName::is_complete_keeper(n));
         let object = Labelled {
-            what: String::new(),
+            kind: ObjectKind::Container,
             id: c.id.unwrap_or_default(),
             labels: c.labels.unwrap_or_default(),
         };
         if !complete {
             continue;
         }
-        if let Some((Kind::Keeper, a, _)) = object.identity(owner) {
+        if let Some((Kind::Keeper, a, _)) = identity(&object, owner) {
             attempt.get_or_insert(a);
             labels.push(object.labels.clone());
             keeper = Some(object.id);
@@ -362,11 +404,11 @@ pub async fn recover_one(
     }
     for v in volumes {
         let object = Labelled {
-            what: String::new(),
+            kind: ObjectKind::Volume,
             id: v.name.clone(),
             labels: v.labels,
         };
-        match object.identity(owner) {
+        match identity(&object, owner) {
             Some((Kind::Work, a, _)) if attempt.get_or_insert(a.clone()) == &a => {
                 labels.push(object.labels.clone());
                 work = Some((v.name, area_of(&v.options)))
@@ -399,3 +441,7 @@ pub async fn recover_one(
         _ => None,
     })
 }
+
+#[cfg(test)]
+#[path = "recover_tests.rs"]
+mod tests;

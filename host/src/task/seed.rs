@@ -12,6 +12,7 @@ use futures_util::StreamExt;
 
 use super::clone::Staged;
 use super::tree::{Entry, Kind};
+use crate::archive::Archive;
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::storage::TaskStorage;
@@ -55,17 +56,6 @@ impl Write for ChannelWriter {
     }
 }
 
-fn header(kind: tar::EntryType, mode: u32, size: u64, uid: u32) -> tar::Header {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(kind);
-    h.set_mode(mode);
-    h.set_uid(u64::from(uid));
-    h.set_gid(u64::from(uid));
-    h.set_mtime(0);
-    h.set_size(size);
-    h
-}
-
 fn os_path(bytes: &[u8]) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
     PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
@@ -80,8 +70,7 @@ fn write_work(
     uid: u32,
     out: ChannelWriter,
 ) -> Result<()> {
-    let header = |kind, mode, size| header(kind, mode, size, uid);
-    let mut builder = tar::Builder::new(out);
+    let mut archive = Archive::new(out, uid, "the work tree tar");
     let mut child = staged_git
         .command()
         .into_std()
@@ -118,20 +107,12 @@ fn write_work(
     for entry in entries {
         let path = os_path(&entry.path);
         match &entry.kind {
-            Kind::Dir | Kind::Gitlink => {
-                let mut h = header(tar::EntryType::Directory, 0o755, 0);
-                builder
-                    .append_data(&mut h, path, io::empty())
-                    .map_err(tar_err)?;
-            }
+            Kind::Dir | Kind::Gitlink => archive.dir(path, 0o755)?,
             Kind::Link => {
                 let target = links
                     .get(&entry.path)
-                    .ok_or_else(|| Error::Invalid("link without a target".into()))?;
-                let mut h = header(tar::EntryType::Symlink, 0o777, 0);
-                builder
-                    .append_link(&mut h, path, os_path(target))
-                    .map_err(tar_err)?;
+                    .ok_or_else(|| Error::Internal("link without a target".into()))?;
+                archive.symlink(path, os_path(target))?;
             }
             Kind::File { executable, size } => {
                 let mut line = String::new();
@@ -144,14 +125,8 @@ fn write_work(
                         message: format!("unexpected {line:?}"),
                     });
                 }
-                let mut h = header(
-                    tar::EntryType::Regular,
-                    if *executable { 0o755 } else { 0o644 },
-                    *size,
-                );
-                builder
-                    .append_data(&mut h, path, (&mut blobs).take(*size))
-                    .map_err(tar_err)?;
+                let mode = if *executable { 0o755 } else { 0o644 };
+                archive.file_from(path, mode, *size, &mut blobs)?;
                 let mut newline = [0u8; 1];
                 blobs.read_exact(&mut newline).map_err(tar_err)?;
             }
@@ -159,11 +134,7 @@ fn write_work(
     }
     let _ = feeder.join();
     let _ = child.wait();
-    builder
-        .into_inner()
-        .map_err(tar_err)?
-        .flush()
-        .map_err(tar_err)
+    archive.finish().map(drop)
 }
 
 /// Write the metadata: HEAD (the head, detached), a minimal config of ours, the copied objects and
@@ -175,44 +146,25 @@ fn write_metadata(
     uid: u32,
     out: ChannelWriter,
 ) -> Result<()> {
-    let header = |kind, mode, size| header(kind, mode, size, uid);
-    let mut builder = tar::Builder::new(out);
+    let mut archive = Archive::new(out, uid, "the metadata tar");
     let tar_err = |e: io::Error| Error::io("writing the metadata tar", e);
     let config = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = false\n";
     for (name, content) in [("HEAD", format!("{head}\n")), ("config", config.to_owned())] {
-        let mut h = header(tar::EntryType::Regular, 0o644, content.len() as u64);
-        builder
-            .append_data(&mut h, name, content.as_bytes())
-            .map_err(tar_err)?;
+        archive.file(name, 0o644, content.as_bytes())?;
     }
     let index_len = std::fs::metadata(index).map_err(tar_err)?.len();
-    let mut h = header(tar::EntryType::Regular, 0o644, index_len);
-    builder
-        .append_data(
-            &mut h,
-            "index",
-            std::fs::File::open(index).map_err(tar_err)?,
-        )
-        .map_err(tar_err)?;
+    let index_file = std::fs::File::open(index).map_err(tar_err)?;
+    archive.file_from("index", 0o644, index_len, index_file)?;
     let mut stack = vec![PathBuf::from("objects"), PathBuf::from("refs")];
     if repo.join("packed-refs").is_file() {
         let len = std::fs::metadata(repo.join("packed-refs"))
             .map_err(tar_err)?
             .len();
-        let mut h = header(tar::EntryType::Regular, 0o644, len);
-        builder
-            .append_data(
-                &mut h,
-                "packed-refs",
-                std::fs::File::open(repo.join("packed-refs")).map_err(tar_err)?,
-            )
-            .map_err(tar_err)?;
+        let packed = std::fs::File::open(repo.join("packed-refs")).map_err(tar_err)?;
+        archive.file_from("packed-refs", 0o644, len, packed)?;
     }
     while let Some(rel) = stack.pop() {
-        let mut h = header(tar::EntryType::Directory, 0o755, 0);
-        builder
-            .append_data(&mut h, &rel, io::empty())
-            .map_err(tar_err)?;
+        archive.dir(&rel, 0o755)?;
         let mut names: Vec<_> = std::fs::read_dir(repo.join(&rel))
             .map_err(tar_err)?
             .flatten()
@@ -224,22 +176,12 @@ fn write_metadata(
             if meta.is_dir() {
                 stack.push(child);
             } else if meta.is_file() {
-                let mut h = header(tar::EntryType::Regular, 0o444, meta.len());
-                builder
-                    .append_data(
-                        &mut h,
-                        &child,
-                        std::fs::File::open(entry.path()).map_err(tar_err)?,
-                    )
-                    .map_err(tar_err)?;
+                let file = std::fs::File::open(entry.path()).map_err(tar_err)?;
+                archive.file_from(&child, 0o444, meta.len(), file)?;
             }
         }
     }
-    builder
-        .into_inner()
-        .map_err(tar_err)?
-        .flush()
-        .map_err(tar_err)
+    archive.finish().map(drop)
 }
 
 /// Run a blocking tar writer and upload what it writes into the keeper at `dir`.
@@ -352,30 +294,17 @@ pub async fn upload_metadata(
 /// ownership), streamed into /work the same way.
 pub async fn upload_plain_dir(engine: &Engine, storage: &TaskStorage, dir: &Path) -> Result<()> {
     let dir = dir.to_path_buf();
+    let storage_uid = storage.allocation.uid.get();
     upload_stream(engine, storage, paths::WORK, move |out| {
-        let mut builder = tar::Builder::new(out);
-        builder.follow_symlinks(false);
-        builder.mode(tar::HeaderMode::Deterministic);
-        let tar_err = |e: io::Error| Error::io("baseline tar", e);
-        for entry in std::fs::read_dir(&dir).map_err(tar_err)?.flatten() {
+        let mut archive = Archive::new(out, storage_uid, "the baseline tar");
+        let listing = std::fs::read_dir(&dir).map_err(|e| Error::io("baseline tar", e))?;
+        for entry in listing.flatten() {
             let name = entry.file_name();
-            if name == ".git" {
-                continue;
-            }
-            let path = entry.path();
-            if std::fs::symlink_metadata(&path).map_err(tar_err)?.is_dir() {
-                builder.append_dir_all(&name, &path).map_err(tar_err)?;
-            } else {
-                builder
-                    .append_path_with_name(&path, &name)
-                    .map_err(tar_err)?;
+            if name != ".git" {
+                archive.host_tree(&name, &entry.path())?;
             }
         }
-        builder
-            .into_inner()
-            .map_err(tar_err)?
-            .flush()
-            .map_err(tar_err)
+        archive.finish().map(drop)
     })
     .await
 }

@@ -1,13 +1,14 @@
-//! Removing what cordon made: by the id captured at create, and listing by owner label.
+//! The record of what one operation made or may have made (creates whose answer never came
+//! included), and its removal: by the id captured at create, a pending create resolved by its name
+//! and exactly the labels it was sent with.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use bollard::query_parameters::{RemoveContainerOptions, RemoveVolumeOptions};
-
-use crate::engine::{bounded, Engine, CALL_TIMEOUT};
+use super::objects::{self, engine_made, inspect_container, inspect_volume, list_owned};
+use super::Engine;
 use crate::error::{Error, Result};
-use crate::labels::{Owner, OWNER};
+use crate::labels::Owner;
 
 /// Objects created by one operation, recorded at create time so cleanup never depends on labels
 /// or names that could have changed.
@@ -40,12 +41,23 @@ impl<'a> Shared<'a> {
     }
 }
 
-/// A container or a volume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+/// A container, a volume or a network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ObjectKind {
     Container,
     Volume,
+    Network,
+}
+
+impl ObjectKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Container => "container",
+            ObjectKind::Volume => "volume",
+            ObjectKind::Network => "network",
+        }
+    }
 }
 
 /// A create whose answer never came.
@@ -73,63 +85,6 @@ pub struct Leftover {
     pub labels: BTreeMap<String, String>,
 }
 
-fn not_found(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Docker {
-            source: bollard::errors::Error::DockerResponseServerError {
-                status_code: 404,
-                ..
-            },
-            ..
-        }
-    )
-}
-
-/// The engine answered (with a refusal): the create made nothing. Anything else (a timeout, a cut
-/// connection) leaves it open whether the object exists.
-pub fn engine_answered(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Docker {
-            source: bollard::errors::Error::DockerResponseServerError { .. },
-            ..
-        }
-    )
-}
-
-async fn remove_container(engine: &Engine, id: &str) -> Result<()> {
-    let options = RemoveContainerOptions {
-        force: true,
-        v: false,
-        link: false,
-    };
-    match bounded(
-        "remove container",
-        CALL_TIMEOUT,
-        engine.docker().remove_container(id, Some(options)),
-    )
-    .await
-    {
-        Err(e) if !not_found(&e) => Err(e),
-        _ => Ok(()),
-    }
-}
-
-async fn remove_volume(engine: &Engine, name: &str) -> Result<()> {
-    let options = RemoveVolumeOptions { force: true };
-    match bounded(
-        "remove volume",
-        CALL_TIMEOUT,
-        engine.docker().remove_volume(name, Some(options)),
-    )
-    .await
-    {
-        Err(e) if !not_found(&e) => Err(e),
-        _ => Ok(()),
-    }
-}
-
 /// What a pending create's name holds now.
 enum Resolved {
     /// Our object (exactly our labels): its id.
@@ -147,64 +102,46 @@ async fn resolve_volume(
     name: &str,
     labels: Option<&BTreeMap<String, String>>,
 ) -> Result<Resolved> {
-    match bounded(
-        "inspect volume",
-        CALL_TIMEOUT,
-        engine.docker().inspect_volume(name),
-    )
-    .await
-    {
-        Ok(v) => {
-            let have: BTreeMap<String, String> = v.labels.into_iter().collect();
-            let engine_made = have.is_empty() && v.options.is_empty();
-            Ok(if engine_made || labels == Some(&have) {
-                Resolved::Ours(v.name)
-            } else {
-                Resolved::Other
-            })
+    Ok(match inspect_volume(engine, name).await? {
+        None => Resolved::Missing,
+        Some(v)
+            if engine_made(&v.labels, &v.options)
+                || labels == Some(&objects::sorted(&v.labels)) =>
+        {
+            Resolved::Ours(v.name)
         }
-        Err(e) if not_found(&e) => Ok(Resolved::Missing),
-        Err(e) => Err(e),
-    }
+        Some(_) => Resolved::Other,
+    })
 }
 
 /// Resolve a pending create by name.
 async fn resolve_pending(engine: &Engine, pending: &Pending) -> Result<Resolved> {
-    let docker = engine.docker();
     let found = match pending.kind {
-        ObjectKind::Container => bounded(
-            "inspect container",
-            CALL_TIMEOUT,
-            docker.inspect_container(&pending.name, None),
-        )
-        .await
-        .map(|c| {
+        ObjectKind::Container => inspect_container(engine, &pending.name).await?.map(|c| {
             let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
             (c.id.unwrap_or_default(), labels)
         }),
-        ObjectKind::Volume => bounded(
-            "inspect volume",
-            CALL_TIMEOUT,
-            docker.inspect_volume(&pending.name),
-        )
-        .await
-        .map(|v| (v.name, v.labels)),
+        ObjectKind::Volume => inspect_volume(engine, &pending.name)
+            .await?
+            .map(|v| (v.name, v.labels)),
+        // cordon makes no network yet; a record never holds one pending.
+        ObjectKind::Network => None,
     };
-    match found {
-        Ok((id, labels)) => {
-            let labels: BTreeMap<String, String> = labels.into_iter().collect();
-            Ok(if labels == pending.labels && !id.is_empty() {
-                Resolved::Ours(id)
-            } else {
-                Resolved::Other
-            })
+    Ok(match found {
+        None => Resolved::Missing,
+        Some((id, labels)) if objects::sorted(&labels) == pending.labels && !id.is_empty() => {
+            Resolved::Ours(id)
         }
-        Err(e) if not_found(&e) => Ok(Resolved::Missing),
-        Err(e) => Err(e),
-    }
+        Some(_) => Resolved::Other,
+    })
 }
 
 impl Created {
+    /// This record, for creates to write to (side by side, or one at a time).
+    pub fn shared(&mut self) -> Shared<'_> {
+        Shared::new(self)
+    }
+
     /// Before a create: the object may exist from here on.
     pub fn begin(&mut self, kind: ObjectKind, name: &str, labels: &HashMap<String, String>) {
         self.pending.push(Pending {
@@ -230,6 +167,7 @@ impl Created {
             match kind {
                 ObjectKind::Container => self.containers.push(id.to_owned()),
                 ObjectKind::Volume => self.volumes.push(id.to_owned()),
+                ObjectKind::Network => {}
             }
         }
     }
@@ -266,7 +204,7 @@ impl Created {
             }
         }
         for (id, pending) in &pending_containers {
-            if remove_container(engine, id).await.is_err() {
+            if objects::remove_container(engine, id).await.is_err() {
                 left.containers.push(id.clone());
                 left.labels.insert(id.clone(), pending.labels.clone());
             }
@@ -275,7 +213,7 @@ impl Created {
         let removals = self
             .containers
             .iter()
-            .map(|id| async move { (id, remove_container(engine, id).await.is_err()) });
+            .map(|id| async move { (id, objects::remove_container(engine, id).await.is_err()) });
         for (id, failed) in futures_util::future::join_all(removals).await {
             if failed {
                 left.containers.push(id.clone());
@@ -293,14 +231,14 @@ impl Created {
         }
         let mut removed = Vec::new();
         for name in &self.volumes {
-            if remove_volume(engine, name).await.is_err() {
+            if objects::remove_volume(engine, name).await.is_err() {
                 left.volumes.push(name.clone());
             } else {
                 removed.push(name.clone());
             }
         }
         for (name, pending) in &pending_volumes {
-            if remove_volume(engine, name).await.is_err() {
+            if objects::remove_volume(engine, name).await.is_err() {
                 left.volumes.push(name.clone());
                 left.labels.insert(name.clone(), pending.labels.clone());
             } else {
@@ -313,7 +251,7 @@ impl Created {
             match resolve_volume(engine, &name, self.labels.get(&name)).await {
                 Ok(Resolved::Missing | Resolved::Other) => {}
                 Ok(Resolved::Ours(_)) | Err(_) => {
-                    if remove_volume(engine, &name).await.is_err() {
+                    if objects::remove_volume(engine, &name).await.is_err() {
                         left.volumes.push(name.clone());
                     }
                 }
@@ -365,7 +303,7 @@ impl Created {
                 unreleased.extend(
                     left.pending
                         .iter()
-                        .map(|p| format!("{:?} {} (create unanswered)", p.kind, p.name)),
+                        .map(|p| format!("{} {} (create unanswered)", p.kind.as_str(), p.name)),
                 );
                 return Err(Error::Unreleased(unreleased));
             }
@@ -382,111 +320,6 @@ impl Created {
         self.pending.extend(other.pending);
         self.labels.extend(other.labels);
     }
-}
-
-/// Every container and volume carrying this owner's label: `(containers, volumes)`.
-pub async fn list_owned(engine: &Engine, owner: &Owner) -> Result<(Vec<String>, Vec<String>)> {
-    let listed = Listed::with_label(engine, &format!("{OWNER}={}", owner.as_str())).await?;
-    Ok((
-        listed.containers.into_iter().filter_map(|c| c.id).collect(),
-        listed.volumes.into_iter().map(|v| v.name).collect(),
-    ))
-}
-
-/// The containers (stopped ones too), volumes and networks that carry a label (`key` or
-/// `key=value`), as the engine lists them.
-#[derive(Debug)]
-pub struct Listed {
-    pub containers: Vec<bollard::models::ContainerSummary>,
-    pub volumes: Vec<bollard::models::Volume>,
-    pub networks: Vec<bollard::models::Network>,
-}
-
-impl Listed {
-    pub async fn with_label(engine: &Engine, label: &str) -> Result<Listed> {
-        let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
-        let docker = engine.docker();
-        let containers = bounded(
-            "list containers",
-            CALL_TIMEOUT,
-            docker.list_containers(Some(bollard::query_parameters::ListContainersOptions {
-                all: true,
-                filters: Some(filters.clone()),
-                ..Default::default()
-            })),
-        )
-        .await?;
-        let volumes = bounded(
-            "list volumes",
-            CALL_TIMEOUT,
-            docker.list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
-                filters: Some(filters.clone()),
-            })),
-        )
-        .await?
-        .volumes
-        .unwrap_or_default();
-        let networks = bounded(
-            "list networks",
-            CALL_TIMEOUT,
-            docker.list_networks(Some(bollard::query_parameters::ListNetworksOptions {
-                filters: Some(filters),
-            })),
-        )
-        .await?;
-        Ok(Listed {
-            containers,
-            volumes,
-            networks,
-        })
-    }
-}
-
-/// Volumes named like cordon's (`cordon-<kind>-<uuid>`) that carry no label at all and no option:
-/// what the engine makes on its own for a create that names a missing volume. A volume being
-/// created shows like that for a moment (the local driver lists it before the daemon has stored
-/// its labels: seen here once in 200 creates listed in a loop), so a sighting counts only if it
-/// still holds [`UNLABELLED_CONFIRM`] later.
-pub async fn unlabelled_cordon_volumes(engine: &Engine) -> Result<Vec<String>> {
-    let seen = unlabelled_now(engine).await?;
-    if seen.is_empty() {
-        return Ok(seen);
-    }
-    tokio::time::sleep(UNLABELLED_CONFIRM).await;
-    let again = unlabelled_now(engine).await?;
-    Ok(seen.into_iter().filter(|v| again.contains(v)).collect())
-}
-
-/// How long an unlabelled sighting must last to count.
-pub const UNLABELLED_CONFIRM: Duration = Duration::from_secs(2);
-
-async fn unlabelled_now(engine: &Engine) -> Result<Vec<String>> {
-    let filters = HashMap::from([("name".to_owned(), vec!["cordon-".to_owned()])]);
-    let volumes = bounded(
-        "list volumes",
-        CALL_TIMEOUT,
-        engine
-            .docker()
-            .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
-                filters: Some(filters),
-            })),
-    )
-    .await?
-    .volumes
-    .unwrap_or_default();
-    Ok(volumes
-        .into_iter()
-        .filter(|v| v.labels.is_empty() && v.options.is_empty() && cordon_name(&v.name).is_some())
-        .map(|v| v.name)
-        .collect())
-}
-
-/// The allocation id a cordon object name carries (`cordon-<kind>-<uuid>`).
-pub fn cordon_name(name: &str) -> Option<uuid::Uuid> {
-    let rest = name.strip_prefix("cordon-")?;
-    let (kind, id) = rest.split_once('-')?;
-    crate::labels::Kind::parse(kind)?;
-    uuid::Uuid::parse_str(id).ok()
 }
 
 /// Remove everything an owner left (tests and the gate use this as a last resort; recovery proper

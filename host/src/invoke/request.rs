@@ -1,0 +1,158 @@
+//! What a runner asks for, and its capture: every check that needs no engine, the schema read
+//! once, the attempt id taken for good.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use cordon_contract::{Phase, Vendor};
+
+use super::{check_vendor, claude, AnswerSchema};
+use crate::controller::Controller;
+use crate::error::{Error, Result};
+use crate::profile::SCHEMA_FILE;
+use crate::task::StorageHandle;
+
+/// The vendor credential. It reaches the container only through the environment allowlist and
+/// is never shown: not in `Debug`, labels, errors, logs or results.
+#[derive(Clone)]
+pub struct Credential(pub(super) String);
+
+impl Credential {
+    /// A credential; refused if it could not travel as one environment value.
+    pub fn new(token: String) -> Result<Credential> {
+        if token.is_empty() || token.contains(['\0', '\n', '\r']) || token.len() > 4096 {
+            return Err(Error::Invalid(
+                "the credential is empty, too long, or has a NUL or line break".into(),
+            ));
+        }
+        Ok(Credential(token))
+    }
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credential(withheld)")
+    }
+}
+
+/// What a runner asks for.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub phase: Phase,
+    pub vendor: Vendor,
+    /// At most 32 KiB of UTF-8, no NUL.
+    pub prompt: String,
+    /// `schema.json` for planning (required) or review (optional); read once, at capture.
+    pub schema: Option<PathBuf>,
+    /// The code the answer is about, echoed back in the result.
+    pub referenced_code_hash: String,
+    /// When the invocation must be over, cleanup excepted.
+    pub deadline: Instant,
+    /// Vendor hosts the agent may reach (egress is not built yet: a non-empty list is refused at
+    /// start rather than silently dropped).
+    pub network_allowlist: Vec<String>,
+    /// Captured once; the result echoes it.
+    pub attempt: String,
+    /// The task storage the agent works in.
+    pub storage: StorageHandle,
+}
+
+/// A frozen request. Only [`capture`] makes one.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub(super) request: Request,
+    pub(super) schema: Option<AnswerSchema>,
+}
+
+impl Capture {
+    pub fn request(&self) -> &Request {
+        &self.request
+    }
+    /// The exact schema text the agent will be given (and the input dir will hold).
+    pub fn schema_text(&self) -> Option<&str> {
+        self.schema.as_ref().map(AnswerSchema::text)
+    }
+    /// The compiled schema every structured answer is checked against.
+    pub fn schema(&self) -> Option<&AnswerSchema> {
+        self.schema.as_ref()
+    }
+}
+
+fn plain_token(what: &str, value: &str, max: usize) -> Result<()> {
+    let ok = !value.is_empty()
+        && value.len() <= max
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "{what} {value:?} is not a plain token of at most {max} bytes"
+        )))
+    }
+}
+
+fn check_host(host: &str) -> Result<()> {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if host.len() > 253 || !host.contains('.') || !host.split('.').all(label_ok) {
+        return Err(Error::Invalid(format!(
+            "allowlist entry {host:?} is not a lowercase host name"
+        )));
+    }
+    Ok(())
+}
+
+/// Freeze a request: every check that needs no engine, the schema read once, the attempt id
+/// taken for good.
+pub fn capture(ctl: &Controller, request: Request) -> Result<Capture> {
+    check_vendor(request.vendor, request.phase)?;
+    if request.prompt.is_empty()
+        || request.prompt.len() > claude::MAX_PROMPT_BYTES
+        || request.prompt.contains('\0')
+    {
+        return Err(Error::Invalid(format!(
+            "the prompt must be 1 to {} bytes without NUL ({} given)",
+            claude::MAX_PROMPT_BYTES,
+            request.prompt.len()
+        )));
+    }
+    plain_token("attempt id", &request.attempt, 128)?;
+    plain_token("referenced code hash", &request.referenced_code_hash, 128)?;
+    if request.network_allowlist.len() > 32 {
+        return Err(Error::Invalid("more than 32 allowlist entries".into()));
+    }
+    for host in &request.network_allowlist {
+        check_host(host)?;
+    }
+    if request.deadline <= Instant::now() {
+        return Err(Error::Deadline("the invocation's deadline".into()));
+    }
+    let (required, allowed) = claude::schema_rule(request.phase);
+    let schema = match (&request.schema, required, allowed) {
+        (None, true, _) => {
+            return Err(Error::Schema(format!(
+                "{} needs {SCHEMA_FILE}",
+                request.phase
+            )))
+        }
+        (Some(_), _, false) => {
+            return Err(Error::Schema(format!(
+                "{} answers in plain text and takes no schema",
+                request.phase
+            )))
+        }
+        // Compiled once, here: a schema that does not compile is refused before anything exists.
+        (Some(path), _, true) => Some(AnswerSchema::compile(claude::read_schema(path)?)?),
+        (None, false, _) => None,
+    };
+    ctl.capture_attempt(&request.attempt)?;
+    Ok(Capture { request, schema })
+}

@@ -1,0 +1,325 @@
+//! Start an invocation and supervise it in the background: setup (build, create, validate,
+//! start), run, stop on the first reason, clean up (retried through a window), settle.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::profile::{profile, PROVISIONAL_IMAGE};
+use super::{
+    assemble, check_vendor, Capture, Credential, Facts, Handle, ImageSource, InvocationResult,
+    Options, Step, StopReason, Timings,
+};
+use crate::controller::Controller;
+use crate::engine::objects::Listed;
+use crate::engine::pending::{Created, Leftover};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::labels::{Allocation, Kind, Owner, ATTEMPT};
+use crate::launch::{self, Prepared};
+use crate::profile::Profile;
+
+/// Objects of this attempt that an earlier invocation may have left (the storage's own kinds are
+/// not the invocation's).
+async fn attempt_objects(engine: &Engine, owner: &Owner, attempt: &str) -> Result<Vec<String>> {
+    let listed = Listed::with_label(engine, &format!("{ATTEMPT}={attempt}")).await?;
+    let ours = |labels: &std::collections::HashMap<String, String>| {
+        labels.get(crate::labels::OWNER).map(String::as_str) == Some(owner.as_str())
+            && labels
+                .get(crate::labels::KIND)
+                .and_then(|k| Kind::parse(k))
+                .is_some_and(|k| {
+                    matches!(
+                        k,
+                        Kind::Agent | Kind::Control | Kind::Input | Kind::Egress | Kind::Loader
+                    )
+                })
+    };
+    let mut found: Vec<String> = listed
+        .containers
+        .into_iter()
+        .filter(|c| c.labels.as_ref().is_some_and(ours))
+        .map(|c| format!("container {}", c.id.unwrap_or_default()))
+        .collect();
+    found.extend(
+        listed
+            .volumes
+            .into_iter()
+            .filter(|v| ours(&v.labels))
+            .map(|v| format!("volume {}", v.name)),
+    );
+    Ok(found)
+}
+
+/// Start an invocation. Fails only when it allocated nothing: invalid input, an expired
+/// deadline, an attempt id still owned, a refused vendor, a refused network allowlist.
+pub async fn start(
+    ctl: &Controller,
+    capture: Capture,
+    credential: Option<Credential>,
+    options: Options,
+) -> Result<Handle> {
+    let request = &capture.request;
+    check_vendor(request.vendor, request.phase)?;
+    if request.deadline <= Instant::now() {
+        return Err(Error::Deadline("the invocation's deadline".into()));
+    }
+    if !request.network_allowlist.is_empty() {
+        return Err(Error::Invalid(format!(
+            "a network allowlist ({} hosts) needs the egress proxy, which is not built yet: the \
+             container would have no network at all",
+            request.network_allowlist.len()
+        )));
+    }
+    let owner = Owner::new(&request.storage.owner)?;
+    // The invocation runs as its storage's uid: the work tree is that uid's.
+    let mut allocation = Allocation::new(&owner, &request.attempt, request.storage.uid)?;
+    allocation.id = uuid::Uuid::new_v4();
+    let image_id = match &options.image {
+        ImageSource::Id(id) => id.clone(),
+        ImageSource::Build(_) => PROVISIONAL_IMAGE.to_owned(),
+    };
+    // Checked now so that invalid input throws; rebuilt with the real image id after a build.
+    let checked = profile(
+        &capture,
+        &allocation,
+        &image_id,
+        credential.as_ref(),
+        &options,
+    )?;
+    // Claimed before the engine is asked, so two starts of one attempt cannot both pass.
+    let unsettled = ctl.claim_unsettled(&request.attempt)?;
+    let left = attempt_objects(ctl.engine(), &owner, &request.attempt).await?;
+    if !left.is_empty() {
+        return Err(Error::AttemptOwned(
+            request.attempt.clone(),
+            crate::error::bounded_list(&left, 400),
+        ));
+    }
+    let (stop_tx, stop_rx) = watch::channel(None);
+    let (step_tx, step_rx) = watch::channel(Step::Creating);
+    let (result_tx, result_rx) = watch::channel(None);
+    let handle = Handle {
+        attempt: request.attempt.clone(),
+        allocation: allocation.id,
+        stop: Arc::new(stop_tx),
+        step: step_rx,
+        result: result_rx,
+    };
+    let supervisor = Supervisor {
+        ctl: ctl.clone(),
+        capture,
+        credential,
+        options,
+        allocation,
+        profile: checked,
+        stop: stop_rx,
+        step: step_tx,
+    };
+    tokio::spawn(async move {
+        let result = supervisor.run().await;
+        drop(unsettled);
+        let _ = result_tx.send(Some(Arc::new(result)));
+    });
+    Ok(handle)
+}
+
+/// Everything one invocation's background task needs.
+struct Supervisor {
+    ctl: Controller,
+    capture: Capture,
+    credential: Option<Credential>,
+    options: Options,
+    allocation: Allocation,
+    profile: Profile,
+    stop: watch::Receiver<Option<StopReason>>,
+    step: watch::Sender<Step>,
+}
+
+/// What the run phase produced.
+struct Ran {
+    exit_code: Option<i64>,
+    output: Option<launch::Output>,
+    policy_digest: String,
+}
+
+impl Supervisor {
+    /// Resolves with the first stop reason: a caller's, or the deadline's.
+    async fn stopped(
+        mut stop: watch::Receiver<Option<StopReason>>,
+        deadline: tokio::time::Instant,
+    ) -> StopReason {
+        let asked = async {
+            // The guard the watch hands out is not Send: copy the reason out at once.
+            let reason = stop.wait_for(Option::is_some).await.map(|r| *r);
+            match reason {
+                Ok(reason) => reason.unwrap_or(StopReason::Cancelled),
+                // The handle is gone: nobody can stop it any more but the deadline.
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            reason = asked => reason,
+            _ = tokio::time::sleep_until(deadline) => StopReason::Timeout,
+        }
+    }
+
+    async fn run(mut self) -> InvocationResult {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::from_std(self.capture.request.deadline);
+        let mut created = Created::default();
+        let mut timings = Timings::default();
+        let mut stop_reason: Option<StopReason> = None;
+        let mut setup_error: Option<Error> = None;
+        let mut ran = Ran {
+            exit_code: None,
+            output: None,
+            policy_digest: String::new(),
+        };
+
+        // Setup: build (when asked), create, read back and validate, attach, start.
+        let setup = async {
+            let profile = match &self.options.image {
+                ImageSource::Id(_) => self.profile.clone(),
+                ImageSource::Build(workspace) => {
+                    let _ = self.step.send(Step::Building);
+                    let built =
+                        crate::image::build_test_image(self.ctl.engine(), workspace, false).await?;
+                    profile(
+                        &self.capture,
+                        &self.allocation,
+                        &built.id,
+                        self.credential.as_ref(),
+                        &self.options,
+                    )?
+                }
+            };
+            let _ = self.step.send(Step::Creating);
+            let mut prepared = Prepared::new(self.ctl.engine(), &profile)?;
+            prepared.max_output = self.options.max_output;
+            let mut launch =
+                launch::create_into(&self.ctl, &profile, prepared, &mut created).await?;
+            if !launch.refusals.is_empty() {
+                return Err(Error::Refused(std::mem::take(&mut launch.refusals)));
+            }
+            launch.start(self.ctl.engine()).await?;
+            Ok::<_, Error>((launch, profile))
+        };
+        let stopped = Self::stopped(self.stop.clone(), deadline);
+        let setup_result = tokio::select! {
+            result = setup => Some(result),
+            reason = stopped => {
+                stop_reason = Some(reason);
+                None
+            }
+        };
+        timings.setup_ms = started.elapsed().as_secs_f64() * 1000.0;
+
+        match setup_result {
+            Some(Ok((mut launch, profile))) => {
+                let _ = self.step.send(Step::Running);
+                ran.policy_digest = launch.policy_digest.clone();
+                let run_started = Instant::now();
+                let limit =
+                    profile.limits().deadline + profile.limits().grace + Duration::from_secs(30);
+                let engine = self.ctl.engine().clone();
+                let waited = {
+                    let wait = launch.wait(&engine, limit);
+                    let stopped = Self::stopped(self.stop.clone(), deadline);
+                    tokio::select! {
+                        code = wait => Some(code),
+                        reason = stopped => {
+                            stop_reason = Some(reason);
+                            None
+                        }
+                    }
+                };
+                let code = match waited {
+                    Some(code) => code,
+                    None => {
+                        // Ask the init to stop everything; it kills what ignores TERM after its
+                        // grace. Then make sure, and wait for the exit.
+                        let _ = self.step.send(Step::Stopping);
+                        let _ = launch.kill(&engine, "TERM").await;
+                        let grace = profile.limits().grace + Duration::from_secs(5);
+                        match launch.wait(&engine, grace).await {
+                            Ok(code) => Ok(code),
+                            Err(_) => launch.wait(&engine, Duration::from_secs(20)).await,
+                        }
+                    }
+                };
+                match code {
+                    Ok(code) => ran.exit_code = Some(code),
+                    Err(e) => setup_error = Some(e),
+                }
+                match launch.output(&engine).await {
+                    Ok(output) => ran.output = Some(output),
+                    Err(e) => {
+                        setup_error.get_or_insert(e);
+                    }
+                }
+                timings.run_ms = run_started.elapsed().as_secs_f64() * 1000.0;
+            }
+            Some(Err(e)) => setup_error = Some(e),
+            None => {}
+        }
+        let _ = self.step.send(Step::Cleaning);
+        let cleanup_started = Instant::now();
+        let unreleased = self.clean(&created).await;
+        timings.cleanup_ms = cleanup_started.elapsed().as_secs_f64() * 1000.0;
+        if !unreleased.is_empty() {
+            self.ctl.retire(&self.allocation.id);
+        }
+        let _ = self.step.send(Step::Settled);
+        timings.total_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let request = &self.capture.request;
+        assemble(Facts {
+            attempt: request.attempt.clone(),
+            referenced_code_hash: request.referenced_code_hash.clone(),
+            phase: request.phase,
+            vendor: request.vendor,
+            allocation: self.allocation.id,
+            exit_code: ran.exit_code,
+            output: ran.output,
+            policy_digest: ran.policy_digest,
+            schema: self.capture.schema.clone(),
+            stop_reason,
+            setup_error,
+            unreleased,
+            timings,
+        })
+    }
+
+    /// Remove what the invocation made (or may have made). A failed first attempt opens the retry
+    /// window: every second, each retry bounded by what is left of it. Returns what is left.
+    async fn clean(&mut self, created: &Created) -> Vec<Leftover> {
+        let first = tokio::time::timeout(
+            self.options.first_cleanup,
+            created.remove_once(self.ctl.engine()),
+        )
+        .await;
+        let mut left = match first {
+            Ok(left) => left,
+            Err(_) => created.clone(),
+        };
+        let window = Instant::now();
+        while !left.is_empty() {
+            let remaining = self.options.cleanup_window.saturating_sub(window.elapsed());
+            if remaining.is_zero() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1).min(remaining)).await;
+            let remaining = self.options.cleanup_window.saturating_sub(window.elapsed());
+            if remaining.is_zero() {
+                break;
+            }
+            if let Ok(next) =
+                tokio::time::timeout(remaining, left.remove_once(self.ctl.engine())).await
+            {
+                left = next;
+            }
+        }
+        left.leftovers()
+    }
+}

@@ -1,0 +1,195 @@
+//! One invocation's control, input and egress volumes, and the loader: a trusted helper that holds
+//! control and input mounted (a tmpfs volume lives only while some container mounts it) and into
+//! which the policy and the input files are written. All tmpfs: no host path or host disk figure
+//! shows inside.
+
+use std::collections::BTreeMap;
+
+use bollard::models::{ContainerCreateBody, Mount, VolumeCreateRequest};
+use bollard::query_parameters::UploadToContainerOptions;
+use cordon_contract::paths;
+
+use crate::archive::Archive;
+use crate::engine::pending::Shared;
+use crate::engine::{bounded, objects, Engine, CALL_TIMEOUT};
+use crate::error::Result;
+use crate::labels::{Allocation, Kind};
+use crate::profile::{hardened_body, Hardened, VolumeSpec};
+
+/// A helper's mount of `volume` (carrying how the volume was made, so a volume that vanished is
+/// never remade unlabelled).
+pub fn volume_mount(volume: &VolumeSpec, target: &str, read_only: bool) -> Mount {
+    crate::profile::volume_mount(volume, target, read_only, None)
+}
+
+impl VolumeSpec {
+    /// What a create request makes (the gate edits requests to make breach cases).
+    pub fn from_request(request: &VolumeCreateRequest) -> VolumeSpec {
+        VolumeSpec {
+            name: request.name.clone().unwrap_or_default(),
+            labels: request.labels.clone().unwrap_or_default(),
+            options: request.driver_opts.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// The create request of a trusted helper (keeper, loader, tool) of `allocation`: the agent's
+/// hardening, the allocation's uid, no capability at all, small limits.
+pub fn helper_body(
+    image_id: &str,
+    allocation: &Allocation,
+    kind: Kind,
+    entrypoint: Vec<String>,
+    mounts: Vec<Mount>,
+) -> ContainerCreateBody {
+    hardened_body(Hardened {
+        image_id,
+        labels: allocation.labels(kind),
+        user: format!("{0}:{0}", allocation.uid),
+        cap_add: Vec::new(),
+        entrypoint,
+        env: vec!["PATH=/usr/bin:/bin".to_owned()],
+        mounts,
+        pids: 16,
+        memory_bytes: 64 * 1024 * 1024,
+        // One CPU: helpers run only cordon's own bounded jobs, and a digest of 5,000 files at a
+        // tenth of a CPU took 0.8 s instead of 0.1 s.
+        nano_cpus: 1_000_000_000,
+        log_max_size: "64k",
+    })
+}
+
+/// One invocation's control, input and egress volumes, and the loader that holds control and
+/// input mounted.
+#[derive(Debug, Clone)]
+pub struct InvocationVolumes {
+    pub names: BTreeMap<Kind, String>,
+    pub loader: String,
+}
+
+/// Root-owned, read-only files.
+fn tar_of(files: &[(&str, &[u8])]) -> Result<Vec<u8>> {
+    let mut archive = Archive::in_memory(0, "loader files");
+    for (name, data) in files {
+        archive.file(name, 0o444, data)?;
+    }
+    archive.finish()
+}
+
+impl InvocationVolumes {
+    /// Create the volumes from `requests` (in order: each is recorded as it is made).
+    pub async fn create_volumes(
+        engine: &Engine,
+        requests: BTreeMap<Kind, VolumeCreateRequest>,
+        created: &Shared<'_>,
+    ) -> Result<(BTreeMap<Kind, String>, BTreeMap<Kind, VolumeSpec>)> {
+        let mut names = BTreeMap::new();
+        let mut specs = BTreeMap::new();
+        for (kind, request) in requests {
+            specs.insert(kind, VolumeSpec::from_request(&request));
+            names.insert(
+                kind,
+                objects::create_volume(engine, request, created).await?,
+            );
+        }
+        Ok((names, specs))
+    }
+
+    /// Create the loader that will hold control and input mounted (not started: see [`deliver`]).
+    pub async fn create_loader(
+        engine: &Engine,
+        allocation: &Allocation,
+        image_id: &str,
+        specs: &BTreeMap<Kind, VolumeSpec>,
+        created: &Shared<'_>,
+    ) -> Result<String> {
+        let spec = |kind: Kind| specs.get(&kind).cloned().unwrap_or_default();
+        let body = helper_body(
+            image_id,
+            allocation,
+            Kind::Loader,
+            vec![paths::INIT.to_owned(), "keeper".to_owned()],
+            vec![
+                volume_mount(&spec(Kind::Control), paths::CONTROL_DIR, false),
+                volume_mount(&spec(Kind::Input), paths::INPUT_DIR, false),
+            ],
+        );
+        objects::create_container(engine, &allocation.name(Kind::Loader), body, created).await
+    }
+
+    /// [`create_volumes`](Self::create_volumes)' loader, created and delivered: the control dir
+    /// is ready before this returns (the benchmark's bare arm).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn load(
+        engine: &Engine,
+        allocation: &Allocation,
+        image_id: &str,
+        names: BTreeMap<Kind, String>,
+        specs: &BTreeMap<Kind, VolumeSpec>,
+        policy_bytes: &[u8],
+        input_files: &[(&str, &[u8])],
+        created: &Shared<'_>,
+    ) -> Result<InvocationVolumes> {
+        let loader = Self::create_loader(engine, allocation, image_id, specs, created).await?;
+        deliver(engine, &loader, &Uploads::new(policy_bytes, input_files)?).await?;
+        Ok(InvocationVolumes { names, loader })
+    }
+}
+
+/// What goes into a loader: the policy, the input files (root-owned, 0444), then the ready
+/// marker the init waits for.
+#[derive(Debug, Clone)]
+pub struct Uploads {
+    control: Vec<u8>,
+    input: Option<Vec<u8>>,
+    ready: Vec<u8>,
+}
+
+impl Uploads {
+    pub fn new(policy_bytes: &[u8], input_files: &[(&str, &[u8])]) -> Result<Uploads> {
+        Ok(Uploads {
+            control: tar_of(&[("policy.json", policy_bytes)])?,
+            input: if input_files.is_empty() {
+                None
+            } else {
+                Some(tar_of(input_files)?)
+            },
+            ready: tar_of(&[("ready", b"")])?,
+        })
+    }
+}
+
+/// Start the loader (it holds control and input mounted: a tmpfs volume lives only while some
+/// container mounts it, and the agent container may start at the same time) and write into it,
+/// the ready marker last. The loader runs no agent code and stays until cleanup.
+pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
+    bounded(
+        "start loader",
+        CALL_TIMEOUT,
+        engine.docker().start_container(loader, None),
+    )
+    .await?;
+    let upload = |dir: &str, tar: Vec<u8>| {
+        let options = UploadToContainerOptions {
+            path: dir.to_owned(),
+            ..Default::default()
+        };
+        async move {
+            bounded(
+                "upload to loader",
+                CALL_TIMEOUT,
+                engine.docker().upload_to_container(
+                    loader,
+                    Some(options),
+                    bollard::body_full(tar.into()),
+                ),
+            )
+            .await
+        }
+    };
+    upload(paths::CONTROL_DIR, uploads.control.clone()).await?;
+    if let Some(input) = &uploads.input {
+        upload(paths::INPUT_DIR, input.clone()).await?;
+    }
+    upload(paths::CONTROL_DIR, uploads.ready.clone()).await
+}
