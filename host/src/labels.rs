@@ -197,6 +197,30 @@ impl ObjectName {
     }
 }
 
+/// A live cordon object carrying a uid label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub what: String,
+    pub kind: Option<Kind>,
+    pub allocation: Option<String>,
+}
+
+/// The storage kinds: the objects that own a uid (invocations borrow their storage's).
+pub fn owns_uid(kind: Kind) -> bool {
+    matches!(kind, Kind::Work | Kind::Metadata | Kind::Keeper)
+}
+
+/// Storage objects of another allocation that hold `uid`.
+pub fn others(holders: &[Holder], allocation: &uuid::Uuid) -> Vec<String> {
+    let mine = allocation.to_string();
+    holders
+        .iter()
+        .filter(|h| h.kind.is_none_or(owns_uid))
+        .filter(|h| h.allocation.as_deref() != Some(mine.as_str()))
+        .map(|h| h.what.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +280,33 @@ mod tests {
         ] {
             assert_eq!(ObjectName::parse(&bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn other_allocations_are_found_by_kind_and_allocation() {
+        let mine = uuid::Uuid::new_v4();
+        let holders = vec![
+            Holder {
+                what: "volume a".into(),
+                kind: Some(Kind::Work),
+                allocation: Some(mine.to_string()),
+            },
+            Holder {
+                what: "volume b".into(),
+                kind: Some(Kind::Control),
+                allocation: Some(uuid::Uuid::new_v4().to_string()),
+            },
+            Holder {
+                what: "volume c".into(),
+                kind: Some(Kind::Metadata),
+                allocation: Some(uuid::Uuid::new_v4().to_string()),
+            },
+            Holder {
+                what: "volume d".into(),
+                kind: None,
+                allocation: None,
+            },
+        ];
+        assert_eq!(others(&holders, &mine), ["volume c", "volume d"]);
     }
 }

@@ -248,7 +248,7 @@ impl TaskStorage {
                 }
             }
             // The uid was free when it was picked; the pick and this create are not atomic.
-            let sharing = crate::uids::others(
+            let sharing = crate::labels::others(
                 &objects::uid_holders(engine, allocation.uid).await?,
                 &allocation.id,
             );

@@ -12,7 +12,6 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::OpenOptionsExt;
 
 use crate::error::{Error, Result};
-use crate::labels::Kind;
 
 /// The lowest uid cordon ever uses: above every conventional account and nobody (65534).
 pub const MIN_UID: u32 = 65_536;
@@ -224,32 +223,8 @@ fn known_to_nss(id: u32) -> bool {
     }
 }
 
-/// A live cordon object carrying a uid label.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    pub what: String,
-    pub kind: Option<Kind>,
-    pub allocation: Option<String>,
-}
-
-/// The storage kinds: the objects that own a uid (invocations borrow their storage's).
-pub fn owns_uid(kind: Kind) -> bool {
-    matches!(kind, Kind::Work | Kind::Metadata | Kind::Keeper)
-}
-
-/// Storage objects of another allocation that hold `uid`.
-pub fn others(holders: &[Holder], allocation: &uuid::Uuid) -> Vec<String> {
-    let mine = allocation.to_string();
-    holders
-        .iter()
-        .filter(|h| h.kind.is_none_or(owns_uid))
-        .filter(|h| h.allocation.as_deref() != Some(mine.as_str()))
-        .map(|h| h.what.clone())
-        .collect()
-}
-
 /// A uid for a new storage allocation: in `range`, known to no host account, not in `used` (the
-/// uids live cordon objects carry). Checked again right after the first create ([`others`]).
+/// uids live cordon objects carry). Checked again right after the first create.
 pub fn pick(range: &UidRange, used: &BTreeSet<u32>) -> Result<Uid> {
     range.check()?;
     check_against_host(range)?;
@@ -328,33 +303,5 @@ mod tests {
             ]
         );
         assert!(!range.overlaps(100_000, 165_535));
-    }
-
-    #[test]
-    fn other_allocations_are_found_by_kind_and_allocation() {
-        let mine = uuid::Uuid::new_v4();
-        let holders = vec![
-            Holder {
-                what: "volume a".into(),
-                kind: Some(Kind::Work),
-                allocation: Some(mine.to_string()),
-            },
-            Holder {
-                what: "volume b".into(),
-                kind: Some(Kind::Control),
-                allocation: Some(uuid::Uuid::new_v4().to_string()),
-            },
-            Holder {
-                what: "volume c".into(),
-                kind: Some(Kind::Metadata),
-                allocation: Some(uuid::Uuid::new_v4().to_string()),
-            },
-            Holder {
-                what: "volume d".into(),
-                kind: None,
-                allocation: None,
-            },
-        ];
-        assert_eq!(others(&holders, &mine), ["volume c", "volume d"]);
     }
 }

@@ -24,7 +24,7 @@ pub struct Observed {
     /// Every volume the profile mounts, by name: its inspect, or why it could not be read.
     pub volumes: BTreeMap<String, Result<Volume, String>>,
     /// Every live object labelled with the profile's uid, or why they could not be listed.
-    pub uid_holders: Result<Vec<crate::uids::Holder>, String>,
+    pub uid_holders: Result<Vec<crate::labels::Holder>, String>,
 }
 
 struct Diff(Vec<Refusal>);
@@ -975,7 +975,7 @@ pub fn validate(profile: &Profile, observed: &Observed) -> Vec<Refusal> {
     let storage = profile.storage().storage.id;
     match &observed.uid_holders {
         Ok(holders) => {
-            let others = crate::uids::others(holders, &storage);
+            let others = crate::labels::others(holders, &storage);
             d.check(
                 others.is_empty(),
                 Id::UidPerAllocation,

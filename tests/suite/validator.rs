@@ -762,11 +762,14 @@ fn changes() -> Vec<(&'static str, Vec<Id>, Change)> {
             "another allocation holds the uid",
             vec![UidPerAllocation],
             Box::new(|o| {
-                o.uid_holders.as_mut().unwrap().push(cordon::uids::Holder {
-                    what: "volume someone-elses".into(),
-                    kind: Some(cordon::labels::Kind::Work),
-                    allocation: Some(uuid::Uuid::new_v4().to_string()),
-                })
+                o.uid_holders
+                    .as_mut()
+                    .unwrap()
+                    .push(cordon::labels::Holder {
+                        what: "volume someone-elses".into(),
+                        kind: Some(cordon::labels::Kind::Work),
+                        allocation: Some(uuid::Uuid::new_v4().to_string()),
+                    })
             }),
         ),
         c(

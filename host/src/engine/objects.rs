@@ -16,8 +16,9 @@ use bollard::query_parameters::{
 use super::pending::{ObjectKind, Shared};
 use super::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
+use crate::labels::Holder;
 use crate::labels::{Kind, ObjectName, Owner, ALLOCATION, KIND, NAME_PREFIX, OWNER, UID};
-use crate::uids::{Holder, Uid};
+use crate::uids::Uid;
 
 /// The engine answered 404.
 pub fn not_found(e: &Error) -> bool {

@@ -246,33 +246,9 @@ fn tmp_exec(m: &mut Mutable<'_>, _: &GateEnv) {
     })
 }
 
-/// Every case of the gate.
-pub fn all() -> Vec<Case> {
-    let mut cases: Vec<Case> = Phase::ALL
-        .iter()
-        .map(|p| full(*p, Vendor::Claude, false))
-        .collect();
-    cases.push(full(Phase::Execute, Vendor::Codex, false));
-    cases.push(full(Phase::Execute, Vendor::Claude, true));
-
-    let planning = |mut c: Case| {
-        c.phase = Phase::Planning;
-        c
-    };
-    let codex = |mut c: Case| {
-        c.vendor = Vendor::Codex;
-        c
-    };
-    let with_gitlink = |mut c: Case| {
-        c.gitlinks = true;
-        c
-    };
-    let storage = |mut c: Case, s: StorageVariant| {
-        c.storage = s;
-        c
-    };
-
-    cases.extend([
+/// The identity, capabilities and privilege the container starts with.
+fn privilege_cases() -> Vec<Case> {
+    vec![
         case("rootfs-readonly", Id::RootfsReadonly, |m, _| {
             m.host().readonly_rootfs = Some(false)
         }),
@@ -325,6 +301,12 @@ pub fn all() -> Vec<Case> {
             );
             m.host().readonly_paths = Some(vec![]);
         }),
+    ]
+}
+
+/// Namespaces, devices, limits, the engine's and the init's filters, masks.
+fn isolation_cases() -> Vec<Case> {
+    vec![
         case("ipc-none", Id::IpcNone, |m, _| {
             m.host().ipc_mode = Some("private".into())
         }),
@@ -384,6 +366,12 @@ pub fn all() -> Vec<Case> {
                     .collect(),
             )
         }),
+    ]
+}
+
+/// Mounts, volumes and their quotas, the per-allocation uid.
+fn storage_cases() -> Vec<Case> {
+    vec![
         // An invocation volume owned by another uid.
         case("uid-per-allocation/volume", Id::UidPerAllocation, |m, _| {
             if let Some(o) = m
@@ -480,6 +468,12 @@ pub fn all() -> Vec<Case> {
         case("egress-readonly", Id::EgressReadonly, |m, _| {
             m.make_writable(paths::EGRESS_DIR)
         }),
+    ]
+}
+
+/// What the workload inherits: fds, environment, entrypoint, masks over gitlinks, the profile itself.
+fn process_cases() -> Vec<Case> {
+    vec![
         case("fd-hygiene", Id::FdHygiene, |m, _| {
             m.create.entrypoint = Some(vec![
                 paths::PROBE.into(),
@@ -506,7 +500,50 @@ pub fn all() -> Vec<Case> {
         case("profile-drift", Id::ProfileDrift, |m, _| {
             m.create.working_dir = Some("/".into())
         }),
-    ]);
+    ]
+}
+
+/// A case in planning.
+fn planning(mut c: Case) -> Case {
+    c.phase = Phase::Planning;
+    c
+}
+
+/// A case with Codex's profile.
+fn codex(mut c: Case) -> Case {
+    c.vendor = Vendor::Codex;
+    c
+}
+
+/// A case over storage with a gitlink.
+fn with_gitlink(mut c: Case) -> Case {
+    c.gitlinks = true;
+    c
+}
+
+/// A case over other storage.
+fn storage(mut c: Case, s: StorageVariant) -> Case {
+    c.storage = s;
+    c
+}
+
+/// Every case of the gate.
+pub fn all() -> Vec<Case> {
+    let mut cases: Vec<Case> = Phase::ALL
+        .iter()
+        .map(|p| full(*p, Vendor::Claude, false))
+        .collect();
+    cases.push(full(Phase::Execute, Vendor::Codex, false));
+    cases.push(full(Phase::Execute, Vendor::Claude, true));
+
+    for group in [
+        privilege_cases(),
+        isolation_cases(),
+        storage_cases(),
+        process_cases(),
+    ] {
+        cases.extend(group);
+    }
 
     // The same removals in the other read-only phases (seeds: every read-only phase, and the
     // metadata in planning, review and execute).

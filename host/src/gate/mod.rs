@@ -496,6 +496,37 @@ async fn run_case(
     results
 }
 
+/// The production profile a case starts from: the fake vendor CLI's `--version` over the gate's
+/// storage, with the gate's gitlink when the case asks for one.
+fn case_profile(
+    owner: &Owner,
+    image_id: &str,
+    storage: &TaskStorage,
+    case: &Case,
+) -> Result<Profile> {
+    let allocation = Allocation::new(owner, "gate", storage.allocation.uid)?;
+    let cli = case.vendor.cli_path().to_owned();
+    Profile::new(ProfileSpec {
+        phase: case.phase,
+        vendor: case.vendor,
+        image_id: image_id.to_owned(),
+        storage: storage.mounts_for(&allocation),
+        allocation,
+        limits: gate_limits(),
+        command: vec![cli.clone(), "--version".to_owned()],
+        exec: vec![cli],
+        env: vec![],
+        gitlinks: if case.gitlinks {
+            vec![GATE_GITLINK.to_owned()]
+        } else {
+            vec![]
+        },
+        pins: vec![],
+        input_files: vec![],
+        landlock_abi: DEFAULT_LANDLOCK_ABI,
+    })
+}
+
 /// The validator and init layers of a case: one container, read back, then started.
 async fn run_validator_init(
     ctl: &Controller,
@@ -538,31 +569,7 @@ async fn run_validator_init(
         }
         out
     };
-    let allocation = match Allocation::new(owner, "gate", storage.allocation.uid) {
-        Ok(a) => a,
-        Err(e) => return failed_all(e.to_string()),
-    };
-    let cli = case.vendor.cli_path().to_owned();
-    let spec = ProfileSpec {
-        phase: case.phase,
-        vendor: case.vendor,
-        image_id: image_id.to_owned(),
-        storage: storage.mounts_for(&allocation),
-        allocation,
-        limits: gate_limits(),
-        command: vec![cli.clone(), "--version".to_owned()],
-        exec: vec![cli],
-        env: vec![],
-        gitlinks: if case.gitlinks {
-            vec![GATE_GITLINK.to_owned()]
-        } else {
-            vec![]
-        },
-        pins: vec![],
-        input_files: vec![],
-        landlock_abi: DEFAULT_LANDLOCK_ABI,
-    };
-    let profile = match Profile::new(spec) {
+    let profile = match case_profile(owner, image_id, storage, case) {
         Ok(p) => p,
         Err(e) => return failed_all(e.to_string()),
     };

@@ -178,87 +178,26 @@ impl Supervisor {
             policy_digest: String::new(),
         };
 
-        // Setup: build (when asked), create, read back and validate, attach, start.
-        let setup = async {
-            let profile = match &self.options.image {
-                ImageSource::Id(_) => self.profile.clone(),
-                ImageSource::Build(workspace) => {
-                    let _ = self.step.send(Step::Building);
-                    let built =
-                        crate::image::build_test_image(self.ctl.engine(), workspace, false).await?;
-                    profile(
-                        &self.capture,
-                        &self.allocation,
-                        &built.id,
-                        self.credential.as_ref(),
-                        &self.options,
-                    )?
+        let setup_result = {
+            let setup = self.setup(&mut created);
+            let stopped = Self::stopped(self.stop.clone(), deadline);
+            tokio::select! {
+                result = setup => Some(result),
+                reason = stopped => {
+                    stop_reason = Some(reason);
+                    None
                 }
-            };
-            let _ = self.step.send(Step::Creating);
-            let mut prepared = Prepared::new(self.ctl.engine(), &profile)?;
-            prepared.max_output = self.options.max_output;
-            let mut launch =
-                launch::create_into(&self.ctl, &profile, prepared, &mut created).await?;
-            if !launch.refusals.is_empty() {
-                return Err(Error::Refused(std::mem::take(&mut launch.refusals)));
-            }
-            launch.start(self.ctl.engine()).await?;
-            Ok::<_, Error>((launch, profile))
-        };
-        let stopped = Self::stopped(self.stop.clone(), deadline);
-        let setup_result = tokio::select! {
-            result = setup => Some(result),
-            reason = stopped => {
-                stop_reason = Some(reason);
-                None
             }
         };
         timings.setup_ms = started.elapsed().as_secs_f64() * 1000.0;
-
         match setup_result {
-            Some(Ok((mut launch, profile))) => {
-                let _ = self.step.send(Step::Running);
-                ran.policy_digest = launch.policy_digest.clone();
+            Some(Ok((launch, profile))) => {
                 let run_started = Instant::now();
-                let limit =
-                    profile.limits().deadline + profile.limits().grace + Duration::from_secs(30);
-                let engine = self.ctl.engine().clone();
-                let waited = {
-                    let wait = launch.wait(&engine, limit);
-                    let stopped = Self::stopped(self.stop.clone(), deadline);
-                    tokio::select! {
-                        code = wait => Some(code),
-                        reason = stopped => {
-                            stop_reason = Some(reason);
-                            None
-                        }
-                    }
-                };
-                let code = match waited {
-                    Some(code) => code,
-                    None => {
-                        // Ask the init to stop everything; it kills what ignores TERM after its
-                        // grace. Then make sure, and wait for the exit.
-                        let _ = self.step.send(Step::Stopping);
-                        let _ = launch.kill(&engine, "TERM").await;
-                        let grace = profile.limits().grace + Duration::from_secs(5);
-                        match launch.wait(&engine, grace).await {
-                            Ok(code) => Ok(code),
-                            Err(_) => launch.wait(&engine, Duration::from_secs(20)).await,
-                        }
-                    }
-                };
-                match code {
-                    Ok(code) => ran.exit_code = Some(code),
-                    Err(e) => setup_error = Some(e),
-                }
-                match launch.output(&engine).await {
-                    Ok(output) => ran.output = Some(output),
-                    Err(e) => {
-                        setup_error.get_or_insert(e);
-                    }
-                }
+                let (stopped, error) = self
+                    .run_container(launch, &profile, deadline, &mut ran)
+                    .await;
+                stop_reason = stop_reason.or(stopped);
+                setup_error = error;
                 timings.run_ms = run_started.elapsed().as_secs_f64() * 1000.0;
             }
             Some(Err(e)) => setup_error = Some(e),
@@ -289,6 +228,87 @@ impl Supervisor {
             unreleased,
             timings,
         })
+    }
+
+    /// Build (when asked), create, read back and validate, attach, start. What it makes is
+    /// recorded in `created` as it goes.
+    async fn setup(&self, created: &mut Created) -> Result<(launch::Launch, Profile)> {
+        let profile = match &self.options.image {
+            ImageSource::Id(_) => self.profile.clone(),
+            ImageSource::Build(workspace) => {
+                let _ = self.step.send(Step::Building);
+                let built =
+                    crate::image::build_test_image(self.ctl.engine(), workspace, false).await?;
+                profile(
+                    &self.capture,
+                    &self.allocation,
+                    &built.id,
+                    self.credential.as_ref(),
+                    &self.options,
+                )?
+            }
+        };
+        let _ = self.step.send(Step::Creating);
+        let mut prepared = Prepared::new(self.ctl.engine(), &profile)?;
+        prepared.max_output = self.options.max_output;
+        let mut launch = launch::create_into(&self.ctl, &profile, prepared, created).await?;
+        if !launch.refusals.is_empty() {
+            return Err(Error::Refused(std::mem::take(&mut launch.refusals)));
+        }
+        launch.start(self.ctl.engine()).await?;
+        Ok((launch, profile))
+    }
+
+    /// Wait for the container to end, or stop it on the first reason (the init stops everything
+    /// on TERM, and kills what ignores it after its grace); collect its output. Returns the stop
+    /// reason, if one came, and the first error.
+    async fn run_container(
+        &self,
+        mut launch: launch::Launch,
+        profile: &Profile,
+        deadline: tokio::time::Instant,
+        ran: &mut Ran,
+    ) -> (Option<StopReason>, Option<Error>) {
+        let _ = self.step.send(Step::Running);
+        ran.policy_digest = launch.policy_digest.clone();
+        let limit = profile.limits().deadline + profile.limits().grace + Duration::from_secs(30);
+        let engine = self.ctl.engine();
+        let mut stop_reason = None;
+        let mut error = None;
+        let waited = {
+            let wait = launch.wait(engine, limit);
+            let stopped = Self::stopped(self.stop.clone(), deadline);
+            tokio::select! {
+                code = wait => Some(code),
+                reason = stopped => {
+                    stop_reason = Some(reason);
+                    None
+                }
+            }
+        };
+        let code = match waited {
+            Some(code) => code,
+            None => {
+                let _ = self.step.send(Step::Stopping);
+                let _ = launch.kill(engine, "TERM").await;
+                let grace = profile.limits().grace + Duration::from_secs(5);
+                match launch.wait(engine, grace).await {
+                    Ok(code) => Ok(code),
+                    Err(_) => launch.wait(engine, Duration::from_secs(20)).await,
+                }
+            }
+        };
+        match code {
+            Ok(code) => ran.exit_code = Some(code),
+            Err(e) => error = Some(e),
+        }
+        match launch.output(engine).await {
+            Ok(output) => ran.output = Some(output),
+            Err(e) => {
+                error.get_or_insert(e);
+            }
+        }
+        (stop_reason, error)
     }
 
     /// Remove what the invocation made (or may have made). A failed first attempt opens the retry
