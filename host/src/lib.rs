@@ -1,12 +1,22 @@
-//! cordon: the host controller of an isolation boundary for AI coding agents.
+//! cordon: the host controller of an isolation boundary for AI coding agents. A runner creates one
+//! [`Controller`] and passes it to every call; the library keeps no process-wide state.
 //!
-//! - [`caller_file`]: reading a file a caller named (bounded, regular files only, never blocking).
-//! - [`engine`]: the Docker engine through bollard, pinned to the daemon's API version.
-//! - [`image`]: the static in-container binaries and the FROM scratch test image.
-//! - [`profile`]: the immutable agent container profile, its create request and the init's policy.
-//! - [`validate`]: the read-back validator.
-//! - [`storage`], [`launch`], [`cleanup`]: volumes, keeper, one container from create to removal.
-//! - [`gate`], [`doctor`], [`bench`]: the truth table, the environment check, the launch benchmark.
+//! The modules, bottom to top (each imports only from the layers below it):
+//!
+//! - [`error`], [`uids`], [`labels`], [`archive`], [`caller_file`]: the error type and its stable
+//!   ids; per-allocation uids; ownership labels and object names; the one tar writer; files a
+//!   caller names.
+//! - [`engine`]: the Docker connection pinned to the daemon's API; `engine::objects` alone
+//!   creates, inspects, lists and removes containers, volumes and networks; `engine::pending`
+//!   records what an operation made (or may have made) and removes it.
+//! - [`controller`]: the engine connection and this runner's registries.
+//! - [`profile`], [`validate`], [`image`]: the immutable agent profile and the init's policy; the
+//!   read-back validator; the static in-container binaries and the FROM scratch test image.
+//! - [`launch`]: one container from create to removal, and an invocation's own volumes.
+//! - [`storage`], [`task`]: task storage (volumes and keeper); staging, seeding, removal,
+//!   recovery.
+//! - [`invoke`]: capture, start, supervise, settle one invocation.
+//! - [`gate`], [`bench`], [`doctor`]: the truth table, the benchmarks, the environment check.
 
 pub mod archive;
 pub mod bench;

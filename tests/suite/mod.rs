@@ -5,5 +5,6 @@ mod image;
 mod init;
 mod invoke;
 mod launch;
+mod layout;
 mod task;
 mod validator;

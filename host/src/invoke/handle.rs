@@ -16,6 +16,23 @@ pub enum StopReason {
     Shutdown,
 }
 
+impl StopReason {
+    /// The reason as `--json` spells it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Timeout => "timeout",
+            StopReason::Cancelled => "cancelled",
+            StopReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Where an invocation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]

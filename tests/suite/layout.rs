@@ -1,0 +1,271 @@
+//! The host library's shape stays what docs/architecture.md says: no import circle between its
+//! modules, no mutable process-wide state, and a module list that names every module there is.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Every `.rs` file beneath `dir`, with its path relative to `dir`.
+fn sources(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        let entries = std::fs::read_dir(&at).unwrap_or_else(|e| panic!("{}: {e}", at.display()));
+        for entry in entries {
+            let path = entry
+                .unwrap_or_else(|e| panic!("{}: {e}", at.display()))
+                .path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let relative = path.strip_prefix(dir).unwrap_or(&path).to_path_buf();
+                out.push((relative, text));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The code of a file without its unit tests (a `#[cfg(test)]` module is cut where it starts)
+/// and without comments.
+fn production(text: &str) -> String {
+    let code = match text.find("#[cfg(test)]\nmod ") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    code.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The top-level module a file of `host/src` belongs to (`task/clone.rs` is `task`).
+fn top_module(relative: &Path) -> String {
+    let first = relative
+        .components()
+        .next()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    first.trim_end_matches(".rs").to_owned()
+}
+
+/// The top-level modules a piece of code names through `crate::` (in paths and in `use` trees).
+fn crate_references(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(tree) = rest.strip_prefix('{') {
+            // `crate::{a, b::c, d::{e, f}}`: the names at depth one.
+            let mut depth = 0;
+            let mut name = String::new();
+            for c in tree.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        out.insert(std::mem::take(&mut name));
+                        continue;
+                    }
+                    _ => {}
+                }
+                if depth == 0 && (c.is_ascii_alphanumeric() || c == '_') && !name.contains(':') {
+                    name.push(c);
+                } else if depth == 0 && c == ':' {
+                    name.push(':');
+                }
+            }
+            out.insert(name);
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            out.insert(name);
+        }
+    }
+    out.into_iter()
+        .map(|n| n.trim_end_matches(':').to_owned())
+        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .collect()
+}
+
+/// The `crate::` import graph of host/src between top-level modules.
+fn host_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (relative, text) in sources(&root().join("host/src")) {
+        let module = top_module(&relative);
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let refs = crate_references(&production(&text));
+        let edges = graph.entry(module.clone()).or_default();
+        edges.extend(refs.into_iter().filter(|r| *r != module));
+    }
+    graph
+}
+
+/// A cycle through `from`, if there is one (depth-first).
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        at: &str,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == at) {
+            let mut found = path[start..].to_vec();
+            found.push(at.to_owned());
+            return Some(found);
+        }
+        if done.contains(at) {
+            return None;
+        }
+        path.push(at.to_owned());
+        for next in graph.get(at).into_iter().flatten() {
+            if let Some(found) = visit(graph, next, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(at.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for module in graph.keys() {
+        if let Some(found) = visit(graph, module, &mut Vec::new(), &mut done) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+#[test]
+fn the_host_modules_import_each_other_without_a_circle() {
+    let graph = host_graph();
+    assert!(graph.len() > 10, "too few modules found: {graph:?}");
+    assert_eq!(cycle(&graph), None, "the import graph: {graph:#?}");
+    // The bottom of the house imports nothing above it.
+    for bottom in ["error", "uids", "archive"] {
+        let above: Vec<&String> = graph[bottom].iter().filter(|m| *m != "error").collect();
+        assert!(above.is_empty(), "{bottom} imports {above:?}");
+    }
+    // The finder itself finds a circle when there is one.
+    let mut circular = graph.clone();
+    circular
+        .entry("error".into())
+        .or_default()
+        .insert("task".into());
+    assert!(cycle(&circular).is_some());
+    assert_eq!(
+        crate_references("use crate::{a, b::{c, d}, e};\ncrate::f::g(); crate::H"),
+        BTreeSet::from(["a".into(), "b".into(), "e".into(), "f".into()])
+    );
+}
+
+#[test]
+fn no_static_holds_controller_state() {
+    let held = [
+        "Mutex", "RwLock", "OnceLock", "OnceCell", "LazyLock", "Atomic", "RefCell", "Cell<",
+    ];
+    for (relative, text) in sources(&root().join("host/src")) {
+        for line in production(&text).lines() {
+            let line = line.trim_start();
+            let is_static = line.starts_with("static ")
+                || line.starts_with("pub static ")
+                || line.starts_with("pub(crate) static ")
+                || line.contains("thread_local!");
+            assert!(
+                !(is_static && held.iter().any(|h| line.contains(h))),
+                "host/src/{}: {line}",
+                relative.display()
+            );
+        }
+    }
+}
+
+/// The modules `host/src/lib.rs` declares.
+fn declared_modules() -> BTreeSet<String> {
+    let lib = std::fs::read_to_string(root().join("host/src/lib.rs")).expect("host/src/lib.rs");
+    lib.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|m| m.trim_end_matches(';').to_owned())
+        .collect()
+}
+
+/// Every module file of the library, as `host/src/...` paths.
+fn module_files() -> BTreeSet<String> {
+    sources(&root().join("host/src"))
+        .into_iter()
+        .map(|(relative, _)| format!("host/src/{}", relative.display()))
+        .filter(|p| !p.ends_with("_tests.rs") && p != "host/src/main.rs")
+        .collect()
+}
+
+#[test]
+fn architecture_md_names_every_module_and_only_modules_that_exist() {
+    let doc =
+        std::fs::read_to_string(root().join("docs/architecture.md")).expect("docs/architecture.md");
+    for file in module_files() {
+        let short = file.trim_start_matches("host/src/");
+        assert!(
+            doc.contains(&format!("`{file}`")) || doc.contains(&format!("`{short}`")),
+            "docs/architecture.md does not name {file}"
+        );
+    }
+    // Every `host/src/...` path it names is a file.
+    for word in doc.split('`').skip(1).step_by(2) {
+        if word.starts_with("host/src/") && word.ends_with(".rs") {
+            assert!(
+                root().join(word).is_file(),
+                "docs/architecture.md names {word}, which does not exist"
+            );
+        }
+    }
+    // lib.rs lists every top-level module in its docs and declares each.
+    let lib = std::fs::read_to_string(root().join("host/src/lib.rs")).expect("host/src/lib.rs");
+    let declared = declared_modules();
+    let tops: BTreeSet<String> = module_files()
+        .iter()
+        .map(|f| top_module(Path::new(f.trim_start_matches("host/src/"))))
+        .filter(|m| m != "lib")
+        .collect();
+    assert_eq!(
+        declared, tops,
+        "host/src/lib.rs declares other modules than there are"
+    );
+    for module in &declared {
+        assert!(
+            lib.contains(&format!("[`{module}`]")),
+            "host/src/lib.rs does not list {module}"
+        );
+    }
+}
+
+#[test]
+fn no_document_refers_to_files_outside_the_repository() {
+    let mut docs = vec![root().join("README.md")];
+    for entry in std::fs::read_dir(root().join("docs"))
+        .expect("docs/")
+        .flatten()
+    {
+        docs.push(entry.path());
+    }
+    for path in docs {
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for outside in ["../shared", "../../", "](../", "](/"] {
+            assert!(
+                !text.contains(outside),
+                "{} refers to {outside}",
+                path.display()
+            );
+        }
+    }
+}
