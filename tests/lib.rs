@@ -1,15 +1,18 @@
 //! Shared set-up for the real-Docker suite (`tests/all.rs`).
 //!
 //! Nothing here skips: if the engine is unreachable, every test fails with the reason. Each test
-//! uses its own owner token and ends with [`assert_clean`], which fails if any container or volume
-//! with that owner's label survives.
+//! that makes anything in the engine first takes an [`Owned`] guard (its own owner token) and ends
+//! with [`Owned::finish`], which fails if any container or volume with that owner's label survives
+//! ([`assert_clean`]) or a staging directory of the owner does; a test that panics midway leaves
+//! nothing either, since the guard's `Drop` removes it all.
 
 #![allow(clippy::unwrap_used)] // test set-up: a panic names the failing call, which is the report
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cordon::engine::{objects, pending};
-use cordon::labels::{Allocation, Owner};
+use cordon::labels::{Allocation, ObjectName, Owner, ALLOCATION, OWNER};
 use cordon::launch::{self, Launch, Output, Prepared};
 use cordon::profile::{Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
 use cordon::storage::{self, TaskStorage};
@@ -105,54 +108,251 @@ pub async fn task_storage(engine: &Engine, owner: &Owner, image_id: &str) -> Tas
     .expect("task storage")
 }
 
-/// One test's controller (and its engine), image, owner and task storage.
+/// What every test that makes anything in the engine holds first: a controller (and its engine),
+/// the test image and one owner token. Its [`Owned::finish`] asserts that nothing of the owner is
+/// left; dropped without it (the test panicked midway), it removes everything with the owner's
+/// label, the unlabelled cordon volumes of the owner's allocations, and the owner's staging
+/// directories, and lets the panic go on as it was. A test with two owners holds one per owner
+/// ([`Owned::other`]).
 #[derive(Debug)]
-pub struct Fixture {
+pub struct Owned {
     pub ctl: Controller,
     pub engine: Engine,
     pub image: String,
     pub owner: Owner,
+    /// Held while the test makes unlabelled cordon volumes on purpose.
+    unlabelled: Option<RwLockWriteGuard<'static, ()>>,
+    finished: bool,
+}
+
+/// A guard with a fresh controller, the test image, and an owner token that starts with `prefix`.
+pub async fn owned(prefix: &str) -> Owned {
+    let ctl = controller().await;
+    let image = image(ctl.engine()).await;
+    Owned::new(ctl, image, Owner::random(prefix))
+}
+
+impl Owned {
+    /// A guard for `owner` over this controller.
+    pub fn new(ctl: Controller, image: String, owner: Owner) -> Owned {
+        Owned {
+            engine: ctl.engine().clone(),
+            ctl,
+            image,
+            owner,
+            unlabelled: None,
+            finished: false,
+        }
+    }
+
+    /// A guard for another owner (its token starts with `prefix`) over the same controller.
+    pub fn other(&self, prefix: &str) -> Owned {
+        Owned::new(self.ctl.clone(), self.image.clone(), Owner::random(prefix))
+    }
+
+    /// The test makes an unlabelled cordon volume (of one of the owner's allocations) on purpose:
+    /// no leftover check counts such volumes until [`Owned::made_unlabelled_volumes`], or until
+    /// this guard ends; if the test panics first, that is after the drop removed the volume, so
+    /// no other test's check sees it.
+    pub async fn making_unlabelled_volumes(&mut self) {
+        if self.unlabelled.is_none() {
+            self.unlabelled = Some(making_unlabelled_volumes().await);
+        }
+    }
+
+    /// The unlabelled volumes made on purpose are gone: leftover checks count them again.
+    pub fn made_unlabelled_volumes(&mut self) {
+        self.unlabelled = None;
+    }
+
+    /// Fail if anything of the owner is left, in the engine ([`assert_clean`]) or on the host
+    /// ([`assert_no_staging`]); the test goes on (a test that checks between its steps).
+    pub async fn assert_clean(&self) {
+        assert!(
+            self.unlabelled.is_none(),
+            "a leftover check while making unlabelled volumes would wait on itself"
+        );
+        assert_clean(&self.engine, &self.owner).await;
+        assert_no_staging(&self.owner);
+    }
+
+    /// The test's last step: [`Owned::assert_clean`], then the guard is done.
+    pub async fn finish(mut self) {
+        // Set first: if the check fails, the drop (now unwinding) still removes what is left.
+        self.finished = true;
+        self.made_unlabelled_volumes();
+        self.assert_clean().await;
+    }
+}
+
+impl Drop for Owned {
+    /// Unwinding (the test failed, or the check in `finish` did): remove what the owner left and
+    /// say what that was, never panicking again (the test's own panic is what it reports).
+    /// Dropped without `finish` and not unwinding, it removes the same and then fails the test:
+    /// its final check never ran. Unlabelled volumes made on purpose stay uncounted until the
+    /// sweep is over (the lock is a field, dropped after this).
+    fn drop(&mut self) {
+        let unwinding = std::thread::panicking();
+        if self.finished && !unwinding {
+            return;
+        }
+        let swept = sweep_blocking(self.owner.clone());
+        if unwinding {
+            if !swept.is_empty() {
+                eprintln!(
+                    "after the panic, removed what owner {} left: {}",
+                    self.owner.as_str(),
+                    swept.join("; ")
+                );
+            }
+            return;
+        }
+        panic!(
+            "the guard of owner {} was dropped without finish(); removed: {swept:?}",
+            self.owner.as_str()
+        );
+    }
+}
+
+/// [`sweep`] from a thread with its own runtime and its own engine connection: the test's runtime
+/// may be unwinding (and a current-thread runtime cannot be blocked on from inside), and its engine
+/// may have removal failures injected. Never panics; what it could not do is in what it returns.
+fn sweep_blocking(owner: Owner) -> Vec<String> {
+    let thread = std::thread::Builder::new()
+        .name(format!("sweep-{}", owner.as_str()))
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime.block_on(sweep(&owner)),
+                Err(e) => vec![format!("not swept: no runtime: {e}")],
+            }
+        });
+    match thread {
+        Ok(thread) => thread
+            .join()
+            .unwrap_or_else(|_| vec!["not swept: the sweep panicked".to_owned()]),
+        Err(e) => vec![format!("not swept: no thread: {e}")],
+    }
+}
+
+/// Remove everything `owner` may have left: containers, volumes and networks with its label (in
+/// two passes a second apart, for a create the test had in flight when it panicked), then the
+/// unlabelled cordon volumes named for one of the allocations those carried (what the engine makes
+/// for a create that names a missing volume), then its staging directories. Returns what it
+/// removed and what it could not.
+async fn sweep(owner: &Owner) -> Vec<String> {
+    let mut report = Vec::new();
+    let engine = match Engine::connect().await {
+        Ok(engine) => engine,
+        Err(e) => return vec![format!("not swept: no engine: {e}")],
+    };
+    let mut allocations = BTreeSet::new();
+    for pass in 0..2 {
+        if pass > 0 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let label = format!("{OWNER}={}", owner.as_str());
+        let listed = match objects::Listed::with_label(&engine, &label).await {
+            Ok(listed) => listed.labelled(),
+            Err(e) => {
+                report.push(format!("listing: {e}"));
+                continue;
+            }
+        };
+        for object in &listed {
+            let named = ObjectName::parse(&object.id).map(|n| n.allocation);
+            let labelled = object.labels.get(ALLOCATION).and_then(|a| a.parse().ok());
+            allocations.extend(named.into_iter().chain(labelled));
+        }
+        if listed.is_empty() {
+            continue;
+        }
+        report.extend(listed.iter().map(objects::Labelled::what));
+        if let Err(e) = pending::remove_owned(&engine, owner).await {
+            report.push(format!("removing: {e}"));
+        }
+        for network in listed
+            .iter()
+            .filter(|o| o.kind == pending::ObjectKind::Network)
+        {
+            if let Err(e) = objects::remove_network(&engine, &network.id).await {
+                report.push(format!("removing network {}: {e}", network.id));
+            }
+        }
+    }
+    if !allocations.is_empty() {
+        match objects::unlabelled_cordon_volumes(&engine).await {
+            Ok(volumes) => {
+                for volume in volumes.iter().filter(|v| {
+                    ObjectName::parse(v).is_some_and(|n| allocations.contains(&n.allocation))
+                }) {
+                    match objects::remove_volume(&engine, volume).await {
+                        Ok(()) => report.push(format!("unlabelled volume {volume}")),
+                        Err(e) => report.push(format!("removing unlabelled volume {volume}: {e}")),
+                    }
+                }
+            }
+            Err(e) => report.push(format!("listing unlabelled volumes: {e}")),
+        }
+    }
+    for dir in staging_dirs(owner) {
+        let removed = if dir.is_dir() {
+            std::fs::remove_dir_all(&dir)
+        } else {
+            std::fs::remove_file(&dir)
+        };
+        match removed {
+            Ok(()) => report.push(format!("staging {}", dir.display())),
+            Err(e) => report.push(format!("removing staging {}: {e}", dir.display())),
+        }
+    }
+    report
+}
+
+/// The staging directories of `owner` on the host.
+fn staging_dirs(owner: &Owner) -> Vec<std::path::PathBuf> {
+    let prefix = cordon::task::clone::staging_prefix(owner);
+    cordon::task::clone::staging_roots()
+        .iter()
+        .filter_map(|root| std::fs::read_dir(root).ok())
+        .flat_map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// One test's guard (its controller, engine, image and owner: reached through it, as `f.ctl`) and
+/// its task storage.
+#[derive(Debug)]
+pub struct Fixture {
+    pub owned: Owned,
     pub storage: TaskStorage,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = Owned;
+
+    fn deref(&self) -> &Owned {
+        &self.owned
+    }
+}
+
+impl std::ops::DerefMut for Fixture {
+    fn deref_mut(&mut self) -> &mut Owned {
+        &mut self.owned
+    }
 }
 
 /// Set up a fixture whose owner token starts with `prefix`.
 pub async fn fixture(prefix: &str) -> Fixture {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random(prefix);
-    let storage = task_storage(&engine, &owner, &image).await;
-    Fixture {
-        ctl,
-        engine,
-        image,
-        owner,
-        storage,
-    }
-}
-
-impl Drop for Fixture {
-    /// A test that panics before `finish` still leaves nothing: remove everything with its owner
-    /// label from a thread of its own (the test's runtime is unwinding).
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let owner = self.owner.clone();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(runtime) = runtime {
-                runtime.block_on(async {
-                    if let Ok(engine) = Engine::connect().await {
-                        let _ = pending::remove_owned(&engine, &owner).await;
-                    }
-                });
-            }
-        })
-        .join();
-    }
+    let owned = owned(prefix).await;
+    let storage = task_storage(&owned.engine, &owned.owner, &owned.image).await;
+    Fixture { owned, storage }
 }
 
 impl Fixture {
@@ -161,13 +361,13 @@ impl Fixture {
         profile(&self.owner, &self.image, &self.storage, run)
     }
 
-    /// Remove the storage and fail if anything with the owner's label is left.
+    /// Remove the storage and fail if anything of the owner is left ([`Owned::finish`]).
     pub async fn finish(self) {
         self.storage
             .remove(&self.engine)
             .await
             .expect("removing task storage");
-        assert_clean(&self.engine, &self.owner).await;
+        self.owned.finish().await;
     }
 }
 
@@ -432,16 +632,6 @@ pub fn prepare_request(owner: &Owner, repo: &Repo, head: &str) -> cordon::task::
 
 /// No staging directory of `owner` is left on the host.
 pub fn assert_no_staging(owner: &Owner) {
-    let prefix = cordon::task::clone::staging_prefix(owner);
-    let left: Vec<String> = cordon::task::clone::staging_roots()
-        .iter()
-        .filter_map(|root| std::fs::read_dir(root).ok())
-        .flat_map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&prefix))
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let left = staging_dirs(owner);
     assert!(left.is_empty(), "staging directories left: {left:?}");
 }

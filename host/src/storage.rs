@@ -289,7 +289,6 @@ impl TaskStorage {
             Ok::<_, Error>((work_volume, metadata_volume, keeper))
         }
         .await;
-        drop(record);
         match result {
             Ok((work_volume, metadata_volume, keeper)) => Ok(TaskStorage {
                 allocation: allocation.clone(),

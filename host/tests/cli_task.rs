@@ -90,7 +90,7 @@ fn leftovers(owner: &str) -> Vec<String> {
         .unwrap();
     let (containers, volumes) = runtime.block_on(async {
         let engine = cordon::Engine::connect().await.expect("the Docker engine");
-        cordon::cleanup::list_owned(&engine, &cordon::labels::Owner::new(owner).unwrap())
+        cordon::engine::objects::list_owned(&engine, &cordon::labels::Owner::new(owner).unwrap())
             .await
             .unwrap()
     });
@@ -268,7 +268,7 @@ fn a_killed_run_leaves_nothing_after_recover() {
     let agent_running = || {
         runtime.block_on(async {
             let engine = cordon::Engine::connect().await.expect("the Docker engine");
-            let listed = cordon::cleanup::Listed::with_label(
+            let listed = cordon::engine::objects::Listed::with_label(
                 &engine,
                 &format!("{}={owner}", cordon::labels::OWNER),
             )

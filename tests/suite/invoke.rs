@@ -1,7 +1,8 @@
 //! Invocations on the real engine, through the fake vendor CLI's modes: answers with attestation
 //! and identity, every way a run can fail to answer, deadlines and cancellation at each step,
 //! parallel owners, a cleanup that keeps failing, a container killed from outside, and a
-//! credential that never leaks. Every test ends with nothing of its owner left.
+//! credential that never leaks. Every test that makes anything holds an [`Owned`] guard and ends
+//! with nothing of its owner left (the guard removes it all if the test panics midway).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,17 +14,16 @@ use cordon::invoke::{
 };
 use cordon::labels::Owner;
 use cordon::task::{self, StorageHandle};
-use cordon::Engine;
 use cordon_contract::{Phase, Vendor};
-use cordon_tests::{assert_clean, controller, image, prepare_request, Repo};
+use cordon_tests::{controller, owned, prepare_request, Owned, Repo};
 
-/// A small committed repository and its storage.
-async fn storage(engine: &Engine, image: &str, owner: &Owner) -> StorageHandle {
+/// A small committed repository and its storage, of the guard's owner.
+async fn storage(s: &Owned) -> StorageHandle {
     let repo = Repo::new("invoke");
     repo.write("README.md", b"# invoke\n", 0o644);
     repo.write("src/lib.rs", b"pub fn f() {}\n", 0o644);
     let head = repo.commit();
-    task::prepare(ctl, image, &prepare_request(owner, &repo, &head))
+    task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head))
         .await
         .expect("task storage")
 }
@@ -50,12 +50,13 @@ fn options(image: &str) -> Options {
     Options::new(ImageSource::Id(image.to_owned()))
 }
 
-async fn run(engine: &Engine, image: &str, request: Request) -> Arc<InvocationResult> {
+/// Capture, start and settle `request` on the guard's controller.
+async fn run(s: &Owned, request: Request) -> Arc<InvocationResult> {
     let handle = start(
-        ctl,
-        capture(&ctl, request).expect("capture"),
+        &s.ctl,
+        capture(&s.ctl, request).expect("capture"),
         None,
-        options(image),
+        options(&s.image),
     )
     .await
     .expect("start");
@@ -66,9 +67,16 @@ fn failure(result: &InvocationResult) -> Option<&str> {
     result.failure.as_ref().map(|f| f.id.as_str())
 }
 
-async fn finish(engine: &Engine, owner: &Owner, storage: &StorageHandle) {
-    task::remove(ctl, storage).await.expect("remove storage");
-    assert_clean(engine, owner).await;
+/// Remove `storage` and fail if anything of the owner is left; the test goes on.
+async fn release(s: &Owned, storage: &StorageHandle) {
+    task::remove(&s.ctl, storage).await.expect("remove storage");
+    s.assert_clean().await;
+}
+
+/// Remove `storage`, then the test's last step ([`Owned::finish`]).
+async fn finish(s: Owned, storage: &StorageHandle) {
+    task::remove(&s.ctl, storage).await.expect("remove storage");
+    s.finish().await;
 }
 
 /// A storage handle that no engine call ever sees (capture needs none).
@@ -100,15 +108,19 @@ fn schema_file(name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
-/// Capture freezes a request once per attempt id and refuses what it cannot run.
-#[test]
-fn capture_refuses_bad_requests_and_a_second_capture() {
+/// Capture freezes a request once per attempt id (per controller: another controller is another
+/// runner, with its own) and refuses what it cannot run.
+#[tokio::test]
+async fn capture_refuses_bad_requests_and_a_second_capture() {
+    let ctl = controller().await;
     let storage = unused_storage();
     let base = || request(&storage, Phase::Questions, "hello");
     let first = base();
     let again = first.clone();
+    let elsewhere = first.clone();
     capture(&ctl, first).expect("first capture");
     assert_eq!(capture(&ctl, again).unwrap_err().id(), "attempt-captured");
+    capture(&controller().await, elsewhere).expect("another controller's first capture");
     let mut long = base();
     long.prompt = "x".repeat(32 * 1024 + 1);
     assert_eq!(capture(&ctl, long).unwrap_err().id(), "invalid-input");
@@ -196,14 +208,11 @@ fn the_profile_refuses_a_schema_that_differs_from_the_mounted_file() {
 /// attestation of the policy the host wrote and echo the attempt and code hash.
 #[tokio::test]
 async fn questions_and_planning_answer_with_attestation_and_identity() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-answer");
-    let storage = storage(&engine, &image, &owner).await;
+    let s = owned("t-answer").await;
+    let storage = storage(&s).await;
     let questions = request(&storage, Phase::Questions, "what is this?");
     let asked = questions.attempt.clone();
-    let result = run(&engine, &image, questions).await;
+    let result = run(&s, questions).await;
     assert_eq!(
         result.answer.as_deref(),
         Some("fake answer: 13 bytes of prompt; allowed tools: Read,Glob,Grep"),
@@ -225,13 +234,13 @@ async fn questions_and_planning_answer_with_attestation_and_identity() {
     let mut planning = request(&storage, Phase::Planning, "plan it");
     let schema = r#"{"type":"object","required":["steps","risk"],"properties":{"steps":{"type":"array","minItems":1,"items":{"type":"string"}},"risk":{"enum":["low","high"]}}}"#;
     planning.schema = Some(schema_file("plan", schema));
-    let result = run(&engine, &image, planning).await;
+    let result = run(&s, planning).await;
     assert_eq!(
         result.answer.as_deref(),
         Some(r#"{"risk":"low","steps":["fake"]}"#),
         "the fake answers from the exact schema text it was given: {result:#?}"
     );
-    finish(&engine, &owner, &storage).await;
+    finish(s, &storage).await;
 }
 
 /// A planning schema with required properties, and a property typed so that the fake's
@@ -243,17 +252,13 @@ const PLAN_SCHEMA: &str = r#"{"type":"object","required":["steps","risk"],"prope
 /// answer and bounded evidence; the same schema in `normal` mode still answers.
 #[tokio::test]
 async fn a_planning_answer_that_ignores_the_schema_is_no_answer() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-ignored");
-    let storage = storage(&engine, &image, &owner).await;
+    let s = owned("t-ignored").await;
+    let storage = storage(&s).await;
     let mut ignored = request(&storage, Phase::Planning, "cordon-fake:schema-ignored");
     ignored.schema = Some(schema_file("ignored", PLAN_SCHEMA));
     let mut normal = request(&storage, Phase::Planning, "plan it");
     normal.schema = Some(schema_file("normal", PLAN_SCHEMA));
-    let (ignored, normal) =
-        tokio::join!(run(&engine, &image, ignored), run(&engine, &image, normal));
+    let (ignored, normal) = tokio::join!(run(&s, ignored), run(&s, normal));
     assert_eq!(
         (ignored.exit_code, ignored.signal, ignored.stop_reason),
         (Some(0), None, None),
@@ -273,29 +278,23 @@ async fn a_planning_answer_that_ignores_the_schema_is_no_answer() {
         "{normal:#?}"
     );
     assert_eq!(failure(&normal), None);
-    finish(&engine, &owner, &storage).await;
+    finish(s, &storage).await;
 }
 
 /// Review with a schema answers with the validated structured output (and refuses one that
 /// ignores the schema); review without a schema still answers in plain text.
 #[tokio::test]
 async fn review_with_a_schema_answers_with_validated_structured_output() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-review");
-    let storage = storage(&engine, &image, &owner).await;
+    let s = owned("t-review").await;
+    let storage = storage(&s).await;
     let review_schema = r#"{"type":"object","required":["verdict","findings"],"additionalProperties":false,"properties":{"verdict":{"enum":["approve","reject"]},"findings":{"type":"array","items":{"type":"object","required":["file"],"properties":{"file":{"type":"string"}}}}}}"#;
     let mut structured = request(&storage, Phase::Review, "review it");
     structured.schema = Some(schema_file("review", review_schema));
     let mut ignored = request(&storage, Phase::Review, "cordon-fake:schema-ignored");
     ignored.schema = Some(schema_file("review-ignored", review_schema));
     let plain = request(&storage, Phase::Review, "review it");
-    let (structured, ignored, plain) = tokio::join!(
-        run(&engine, &image, structured),
-        run(&engine, &image, ignored),
-        run(&engine, &image, plain)
-    );
+    let (structured, ignored, plain) =
+        tokio::join!(run(&s, structured), run(&s, ignored), run(&s, plain));
     assert_eq!(
         structured.answer.as_deref(),
         Some(r#"{"findings":[],"verdict":"approve"}"#),
@@ -309,17 +308,14 @@ async fn review_with_a_schema_answers_with_validated_structured_output() {
         Some("fake answer: 9 bytes of prompt; allowed tools: Read,Glob,Grep"),
         "{plain:#?}"
     );
-    finish(&engine, &owner, &storage).await;
+    finish(s, &storage).await;
 }
 
 /// Every way a run ends without an answer settles with the right facts and failure id.
 #[tokio::test]
 async fn runs_that_do_not_answer_settle_with_the_reason() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-modes");
-    let storage = storage(&engine, &image, &owner).await;
+    let s = owned("t-modes").await;
+    let storage = storage(&s).await;
     let mut schema_check = request(&storage, Phase::Planning, "cordon-fake:schema-violation");
     schema_check.schema = Some(schema_file("violation", r#"{"type":"object"}"#));
     let cases: Vec<(Request, Option<i64>, Option<i32>, &str)> = vec![
@@ -349,24 +345,21 @@ async fn runs_that_do_not_answer_settle_with_the_reason() {
             "answer-invalid",
         ),
     ];
-    let runs = cases.into_iter().map(|(req, exit, signal, id)| {
-        let engine = engine.clone();
-        let image = image.clone();
-        async move {
-            let prompt = req.prompt.clone();
-            let result = run(&engine, &image, req).await;
-            assert_eq!(
-                (result.exit_code, result.signal, failure(&result)),
-                (exit, signal, Some(id)),
-                "{prompt}: {result:#?}"
-            );
-            assert_eq!(result.answer, None, "{prompt}");
-            assert!(
-                result.attestation.is_some(),
-                "{prompt}: attested all the same"
-            );
-            result
-        }
+    let guard = &s;
+    let runs = cases.into_iter().map(|(req, exit, signal, id)| async move {
+        let prompt = req.prompt.clone();
+        let result = run(guard, req).await;
+        assert_eq!(
+            (result.exit_code, result.signal, failure(&result)),
+            (exit, signal, Some(id)),
+            "{prompt}: {result:#?}"
+        );
+        assert_eq!(result.answer, None, "{prompt}");
+        assert!(
+            result.attestation.is_some(),
+            "{prompt}: attested all the same"
+        );
+        result
     });
     let results = futures_util::future::join_all(runs).await;
     let flood = &results[4];
@@ -377,55 +370,47 @@ async fn runs_that_do_not_answer_settle_with_the_reason() {
         "1 MiB kept of 10 MiB"
     );
     assert_eq!(results[3].stdout, None, "invalid UTF-8 is never handed out");
-    finish(&engine, &owner, &storage).await;
+    finish(s, &storage).await;
 }
 
 /// The fake tries to write everywhere outside its areas; every attempt is denied, in a read-only
 /// phase (where /work is outside too) and in execute.
 #[tokio::test]
 async fn writes_outside_the_agent_areas_are_denied() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-outside");
-    let storage = storage(&engine, &image, &owner).await;
+    let s = owned("t-outside").await;
+    let storage = storage(&s).await;
     for (phase, attempts) in [(Phase::Questions, 26), (Phase::Execute, 24)] {
-        let result = run(
-            &engine,
-            &image,
-            request(&storage, phase, "cordon-fake:write-outside"),
-        )
-        .await;
+        let result = run(&s, request(&storage, phase, "cordon-fake:write-outside")).await;
         assert_eq!(
             result.answer.as_deref(),
             Some(format!("write-outside: denied {attempts} of {attempts}").as_str()),
             "{phase}: {result:#?}"
         );
     }
-    finish(&engine, &owner, &storage).await;
+    finish(s, &storage).await;
 }
 
 /// Start fails only when it allocated nothing: an expired deadline, an attempt whose objects still
 /// exist, a network allowlist (no egress yet). Nothing new exists afterwards.
 #[tokio::test]
 async fn start_fails_only_before_allocating() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-start");
-    let storage = storage(&engine, &image, &owner).await;
+    let s = owned("t-start").await;
+    let storage = storage(&s).await;
     let mut late = request(&storage, Phase::Questions, "hello");
     late.deadline = Instant::now() + Duration::from_millis(200);
-    let captured = capture(&ctl, late).unwrap();
+    let captured = capture(&s.ctl, late).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let err = start(&ctl, captured, None, options(&image))
+    let err = start(&s.ctl, captured, None, options(&s.image))
         .await
         .unwrap_err();
     assert_eq!(err.id(), "deadline");
     // An earlier process's object of this attempt still exists.
     let owned = request(&storage, Phase::Questions, "hello");
     let labels = std::collections::HashMap::from([
-        (cordon::labels::OWNER.to_owned(), owner.as_str().to_owned()),
+        (
+            cordon::labels::OWNER.to_owned(),
+            s.owner.as_str().to_owned(),
+        ),
         (cordon::labels::ATTEMPT.to_owned(), owned.attempt.clone()),
         (
             cordon::labels::ALLOCATION.to_owned(),
@@ -433,7 +418,8 @@ async fn start_fails_only_before_allocating() {
         ),
         (cordon::labels::KIND.to_owned(), "control".to_owned()),
     ]);
-    let leftover = engine
+    let leftover = s
+        .engine
         .docker()
         .create_volume(bollard::models::VolumeCreateRequest {
             name: Some(format!("t-start-{}", uuid::Uuid::new_v4().simple())),
@@ -443,12 +429,17 @@ async fn start_fails_only_before_allocating() {
         .await
         .unwrap()
         .name;
-    let err = start(&ctl, capture(&ctl, owned).unwrap(), None, options(&image))
-        .await
-        .unwrap_err();
+    let err = start(
+        &s.ctl,
+        capture(&s.ctl, owned).unwrap(),
+        None,
+        options(&s.image),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.id(), "attempt-owned", "{err}");
     assert!(err.to_string().contains(&leftover), "{err}");
-    engine
+    s.engine
         .docker()
         .remove_volume(
             &leftover,
@@ -458,12 +449,17 @@ async fn start_fails_only_before_allocating() {
         .unwrap();
     let mut egress = request(&storage, Phase::Questions, "hello");
     egress.network_allowlist = vec!["api.anthropic.com".into()];
-    let err = start(&ctl, capture(&ctl, egress).unwrap(), None, options(&image))
-        .await
-        .unwrap_err();
+    let err = start(
+        &s.ctl,
+        capture(&s.ctl, egress).unwrap(),
+        None,
+        options(&s.image),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.id(), "invalid-input", "{err}");
     // Only the storage exists.
-    let (containers, volumes) = cordon::engine::objects::list_owned(&engine, &owner)
+    let (containers, volumes) = cordon::engine::objects::list_owned(&s.engine, &s.owner)
         .await
         .unwrap();
     assert_eq!(
@@ -471,27 +467,29 @@ async fn start_fails_only_before_allocating() {
         (1, 2),
         "{containers:?} {volumes:?}"
     );
-    finish(&engine, &owner, &storage).await;
+    finish(s, &storage).await;
 }
 
 /// The deadline bounds every launch: hit during setup and during the run, the result settles
 /// with `timeout` and nothing is left.
 #[tokio::test]
 async fn a_deadline_hit_in_setup_or_run_settles_as_timeout() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-deadline");
-    let storage = storage(&engine, &image, &owner).await;
+    let s = owned("t-deadline").await;
+    let storage = storage(&s).await;
     for (prompt, after, step) in [
         ("hello", Duration::from_millis(60), Step::Creating),
         ("cordon-fake:hang", Duration::from_secs(8), Step::Running),
     ] {
         let mut req = request(&storage, Phase::Questions, prompt);
         req.deadline = Instant::now() + after;
-        let handle = start(&ctl, capture(&ctl, req).unwrap(), None, options(&image))
-            .await
-            .unwrap();
+        let handle = start(
+            &s.ctl,
+            capture(&s.ctl, req).unwrap(),
+            None,
+            options(&s.image),
+        )
+        .await
+        .unwrap();
         let seen = handle.reached(step).await;
         let result = handle.settled().await;
         assert_eq!(
@@ -503,35 +501,32 @@ async fn a_deadline_hit_in_setup_or_run_settles_as_timeout() {
         assert!(result.unreleased.is_empty());
         assert_eq!(seen, step, "{prompt}: the deadline landed in {step:?}");
     }
-    finish(&engine, &owner, &storage).await;
+    finish(s, &storage).await;
 }
 
 /// Cancel during the image build, the create and the run: each settles as `cancelled` (the first
 /// reason wins over a later shutdown), after its container is gone.
 #[tokio::test]
 async fn cancel_during_build_create_and_run() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-cancel-inv");
-    let storage = storage(&engine, &image, &owner).await;
+    let s = owned("t-cancel-inv").await;
+    let storage = storage(&s).await;
     let cases = [
         (
             "hello",
             ImageSource::Build(cordon::image::default_workspace()),
             Step::Building,
         ),
-        ("hello", ImageSource::Id(image.clone()), Step::Creating),
+        ("hello", ImageSource::Id(s.image.clone()), Step::Creating),
         (
             "cordon-fake:hang",
-            ImageSource::Id(image.clone()),
+            ImageSource::Id(s.image.clone()),
             Step::Running,
         ),
     ];
     for (prompt, source, step) in cases {
         let handle: Handle = start(
-            &ctl,
-            capture(&ctl, request(&storage, Phase::Questions, prompt)).unwrap(),
+            &s.ctl,
+            capture(&s.ctl, request(&storage, Phase::Questions, prompt)).unwrap(),
             None,
             Options::new(source),
         )
@@ -548,7 +543,7 @@ async fn cancel_during_build_create_and_run() {
         );
         assert_eq!(failure(&result), Some("stopped"), "{step:?}");
         assert!(result.unreleased.is_empty(), "{step:?}");
-        let (containers, volumes) = cordon::engine::objects::list_owned(&engine, &owner)
+        let (containers, volumes) = cordon::engine::objects::list_owned(&s.engine, &s.owner)
             .await
             .unwrap();
         assert_eq!(
@@ -557,20 +552,18 @@ async fn cancel_during_build_create_and_run() {
             "{step:?}: only the storage is left: {containers:?} {volumes:?}"
         );
     }
-    finish(&engine, &owner, &storage).await;
+    finish(s, &storage).await;
 }
 
 /// Two invocations of different owners run at once and neither sees the other's objects.
 #[tokio::test]
 async fn two_owners_run_in_parallel() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let (a, b) = (Owner::random("t-par-a"), Owner::random("t-par-b"));
-    let (sa, sb) = tokio::join!(storage(&engine, &image, &a), storage(&engine, &image, &b));
+    let a = owned("t-par-a").await;
+    let b = a.other("t-par-b");
+    let (sa, sb) = tokio::join!(storage(&a), storage(&b));
     let (ra, rb) = tokio::join!(
-        run(&engine, &image, request(&sa, Phase::Questions, "from a")),
-        run(&engine, &image, request(&sb, Phase::Execute, "from b"))
+        run(&a, request(&sa, Phase::Questions, "from a")),
+        run(&b, request(&sb, Phase::Execute, "from b"))
     );
     assert!(
         ra.answer.as_deref().is_some_and(|x| x.contains("6 bytes")),
@@ -582,27 +575,25 @@ async fn two_owners_run_in_parallel() {
             .is_some_and(|x| x.contains("Edit,Write")),
         "{rb:#?}"
     );
-    finish(&engine, &a, &sa).await;
-    finish(&engine, &b, &sb).await;
+    finish(a, &sa).await;
+    finish(b, &sb).await;
 }
 
 /// Removal keeps failing (an engine error injected into every removal): the result settles after
-/// the window with `unreleased` (create-time ids and owner labels), and the profile is retired.
+/// the window with `unreleased` (create-time ids and owner labels), and the profile is retired (by
+/// that controller).
 #[tokio::test]
 async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-unreleased");
-    let storage = storage(&engine, &image, &owner).await;
-    let mut opts = options(&image);
+    let s = owned("t-unreleased").await;
+    let storage = storage(&s).await;
+    let mut opts = options(&s.image);
     opts.cleanup_window = Duration::from_secs(3);
     opts.first_cleanup = Duration::from_secs(5);
     // Only removals fail (setup removes nothing it needs), so the run itself answers.
-    engine.inject_removal_failures(usize::MAX);
+    s.engine.inject_removal_failures(usize::MAX);
     let handle = start(
-        &ctl,
-        capture(&ctl, request(&storage, Phase::Questions, "hello")).unwrap(),
+        &s.ctl,
+        capture(&s.ctl, request(&storage, Phase::Questions, "hello")).unwrap(),
         None,
         opts,
     )
@@ -611,7 +602,7 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
     handle.reached(Step::Cleaning).await;
     let cleaning = Instant::now();
     let result = handle.settled().await;
-    engine.inject_removal_failures(0);
+    s.engine.inject_removal_failures(0);
     let waited = cleaning.elapsed();
     assert!(
         waited >= Duration::from_secs(3),
@@ -626,7 +617,7 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
         assert!(left.id.is_some(), "create-time id known: {left:?}");
         assert_eq!(
             left.labels.get(cordon::labels::OWNER).map(String::as_str),
-            Some(owner.as_str())
+            Some(s.owner.as_str())
         );
         assert_eq!(
             left.labels.get(cordon::labels::ALLOCATION),
@@ -635,12 +626,12 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
     }
     // Retired: every launch path refuses a profile of that allocation.
     let mut allocation =
-        cordon::labels::Allocation::new(&owner, &result.attempt, storage.uid).unwrap();
+        cordon::labels::Allocation::new(&s.owner, &result.attempt, storage.uid).unwrap();
     allocation.id = result.allocation;
     let profile = cordon::profile::Profile::new(cordon::profile::ProfileSpec {
         phase: Phase::Questions,
         vendor: Vendor::Claude,
-        image_id: image.clone(),
+        image_id: s.image.clone(),
         allocation: allocation.clone(),
         limits: cordon_tests::test_limits(),
         storage: storage.storage().unwrap().mounts_for(&allocation),
@@ -656,10 +647,15 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
         input_files: vec![],
     })
     .unwrap();
-    match cordon::launch::run(&ctl, &profile).await {
+    match cordon::launch::run(&s.ctl, &profile).await {
         Err(Error::Retired(id)) => assert_eq!(id, result.allocation.to_string()),
         other => panic!("a retired profile was launched: {other:?}"),
     }
+    // Retired by this controller: another runner's controller has retired nothing.
+    controller()
+        .await
+        .check_not_retired(&result.allocation)
+        .expect("retirement is the controller's");
     // What was reported is exactly what is left; removing it by id leaves nothing.
     let reported: cordon::engine::pending::Created = cordon::engine::pending::Created {
         containers: result
@@ -677,36 +673,33 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
         ..Default::default()
     };
     reported
-        .remove_all(&engine, Duration::from_secs(10))
+        .remove_all(&s.engine, Duration::from_secs(10))
         .await
         .unwrap();
-    finish(&engine, &owner, &storage).await;
+    finish(s, &storage).await;
 }
 
 /// The container killed from outside during a run: the handle settles with the kill's exit code
 /// and signal, no stop reason, no answer, and nothing left.
 #[tokio::test]
 async fn a_container_killed_from_outside_settles() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-killed");
-    let storage = storage(&engine, &image, &owner).await;
+    let s = owned("t-killed").await;
+    let storage = storage(&s).await;
     let handle = start(
-        &ctl,
+        &s.ctl,
         capture(
-            &ctl,
+            &s.ctl,
             request(&storage, Phase::Questions, "cordon-fake:hang"),
         )
         .unwrap(),
         None,
-        options(&image),
+        options(&s.image),
     )
     .await
     .unwrap();
     handle.reached(Step::Running).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    engine
+    s.engine
         .docker()
         .kill_container(
             &format!("cordon-agent-{}", handle.allocation()),
@@ -724,18 +717,15 @@ async fn a_container_killed_from_outside_settles() {
     );
     assert_eq!(failure(&result), Some("signal"));
     assert!(result.unreleased.is_empty());
-    finish(&engine, &owner, &storage).await;
+    finish(s, &storage).await;
 }
 
 /// The credential reaches only its own container: another invocation running at the same time
 /// cannot find it, and it appears in no result, label or error.
 #[tokio::test]
 async fn the_credential_stays_in_its_own_container() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-cred");
-    let storage = storage(&engine, &image, &owner).await;
+    let s = owned("t-cred").await;
+    let storage = storage(&s).await;
     let tokens = [
         format!("cordon-test-token-{}", uuid::Uuid::new_v4().simple()),
         format!("cordon-test-token-{}", uuid::Uuid::new_v4().simple()),
@@ -743,14 +733,14 @@ async fn the_credential_stays_in_its_own_container() {
     let mut handles = Vec::new();
     for token in &tokens {
         let handle = start(
-            &ctl,
+            &s.ctl,
             capture(
-                &ctl,
+                &s.ctl,
                 request(&storage, Phase::Questions, "cordon-fake:steal-credential"),
             )
             .unwrap(),
             Some(Credential::new(token.clone()).unwrap()),
-            options(&image),
+            options(&s.image),
         )
         .await
         .unwrap();
@@ -761,8 +751,8 @@ async fn the_credential_stays_in_its_own_container() {
     }
     // While they run: no label of any object carries a token.
     let listed = cordon::engine::objects::Listed::with_label(
-        &engine,
-        &format!("{}={}", cordon::labels::OWNER, owner.as_str()),
+        &s.engine,
+        &format!("{}={}", cordon::labels::OWNER, s.owner.as_str()),
     )
     .await
     .unwrap();
@@ -782,7 +772,7 @@ async fn the_credential_stays_in_its_own_container() {
     }
     let debug = format!("{:?}", Credential::new(tokens[0].clone()).unwrap());
     assert!(!debug.contains(&tokens[0]));
-    finish(&engine, &owner, &storage).await;
+    release(&s, &storage).await;
 
     // The search can fail: a token the agent can reach (planted in the repository) is found.
     let repo = Repo::new("planted");
@@ -792,12 +782,11 @@ async fn the_credential_stays_in_its_own_container() {
         0o644,
     );
     let head = repo.commit();
-    let planted = task::prepare(&ctl, &image, &prepare_request(&owner, &repo, &head))
+    let planted = task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head))
         .await
         .unwrap();
     let result = run(
-        &engine,
-        &image,
+        &s,
         request(&planted, Phase::Questions, "cordon-fake:steal-credential"),
     )
     .await;
@@ -806,7 +795,7 @@ async fn the_credential_stays_in_its_own_container() {
         Some(r#"foreign tokens: ["cordon-test-token-planted1"]"#),
         "{result:#?}"
     );
-    finish(&engine, &owner, &planted).await;
+    finish(s, &planted).await;
 }
 
 /// A create whose answer never came (the request was cut) is resolved by name: removed when the
@@ -815,12 +804,13 @@ async fn the_credential_stays_in_its_own_container() {
 #[tokio::test]
 async fn pending_creates_are_resolved_by_name_and_labels() {
     use cordon::engine::pending::{Created, ObjectKind};
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let owner = Owner::random("t-pending");
+    let s = owned("t-pending").await;
     let labels = |attempt: &str| {
         std::collections::HashMap::from([
-            (cordon::labels::OWNER.to_owned(), owner.as_str().to_owned()),
+            (
+                cordon::labels::OWNER.to_owned(),
+                s.owner.as_str().to_owned(),
+            ),
             (cordon::labels::ATTEMPT.to_owned(), attempt.to_owned()),
             (
                 cordon::labels::ALLOCATION.to_owned(),
@@ -833,7 +823,7 @@ async fn pending_creates_are_resolved_by_name_and_labels() {
     let (ours, theirs, never) = (name("ours"), name("theirs"), name("never"));
     let our_labels = labels("mine");
     for (volume, made_with) in [(&ours, our_labels.clone()), (&theirs, labels("other"))] {
-        engine
+        s.engine
             .docker()
             .create_volume(bollard::models::VolumeCreateRequest {
                 name: Some(volume.clone()),
@@ -848,7 +838,7 @@ async fn pending_creates_are_resolved_by_name_and_labels() {
     created.begin(ObjectKind::Volume, &ours, &our_labels);
     created.begin(ObjectKind::Volume, &theirs, &our_labels);
     created.begin(ObjectKind::Volume, &never, &our_labels);
-    let left = created.remove_once(&engine).await;
+    let left = created.remove_once(&s.engine).await;
     // The one nothing has yet stays pending for the grace (the daemon may still be making it).
     assert_eq!(
         left.pending
@@ -859,20 +849,20 @@ async fn pending_creates_are_resolved_by_name_and_labels() {
         "{left:?}"
     );
     let waited = Instant::now();
-    left.remove_all(&engine, Duration::from_secs(10))
+    left.remove_all(&s.engine, Duration::from_secs(10))
         .await
         .expect("resolved once the grace is over");
     assert!(waited.elapsed() < Duration::from_secs(6));
     assert!(
-        engine.docker().inspect_volume(&ours).await.is_err(),
+        s.engine.docker().inspect_volume(&ours).await.is_err(),
         "ours removed"
     );
-    engine
+    s.engine
         .docker()
         .inspect_volume(&theirs)
         .await
         .expect("the other labels' volume is untouched");
-    engine
+    s.engine
         .docker()
         .remove_volume(
             &theirs,
@@ -880,7 +870,7 @@ async fn pending_creates_are_resolved_by_name_and_labels() {
         )
         .await
         .unwrap();
-    assert_clean(&engine, &owner).await;
+    s.finish().await;
 }
 
 /// The engine makes any missing named volume for a container create that names it. A create cut
@@ -893,11 +883,8 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
     use cordon::engine::pending::{Created, ObjectKind};
     use cordon::labels::Kind;
     use cordon::profile::{root_tmpfs_volume_options, volume_mount, VolumeSpec, CONTROL_AREA};
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-resurrect");
-    let allocation = cordon::storage::new_allocation(&engine, &owner, "r")
+    let mut s = owned("t-resurrect").await;
+    let allocation = cordon::storage::new_allocation(&s.engine, &s.owner, "r")
         .await
         .unwrap();
     let spec = VolumeSpec {
@@ -905,7 +892,8 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
         labels: allocation.labels(Kind::Control),
         options: root_tmpfs_volume_options(CONTROL_AREA),
     };
-    let volume = engine
+    let volume = s
+        .engine
         .docker()
         .create_volume(spec.request())
         .await
@@ -918,14 +906,14 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
     let loader_labels = allocation.labels(Kind::Loader);
     // A container create cut before the engine answered.
     created.begin(ObjectKind::Container, &loader, &loader_labels);
-    let left = created.remove_once(&engine).await;
+    let left = created.remove_once(&s.engine).await;
     assert!(
-        engine.docker().inspect_volume(&volume).await.is_ok(),
+        s.engine.docker().inspect_volume(&volume).await.is_ok(),
         "the volume waits while a container create may still land: {left:?}"
     );
     // The cut create lands now.
     let body = cordon::launch::volumes::helper_body(
-        &image,
+        &s.image,
         &allocation,
         Kind::Loader,
         vec![cordon_contract::paths::INIT.into(), "keeper".into()],
@@ -936,7 +924,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
             None,
         )],
     );
-    engine
+    s.engine
         .docker()
         .create_container(
             Some(bollard::query_parameters::CreateContainerOptions {
@@ -947,15 +935,15 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
         )
         .await
         .unwrap();
-    left.remove_all(&engine, Duration::from_secs(20))
+    left.remove_all(&s.engine, Duration::from_secs(20))
         .await
         .expect("the landed create is resolved, then the volume removed");
-    assert!(engine.docker().inspect_volume(&volume).await.is_err());
-    assert_clean(&engine, &owner).await;
+    assert!(s.engine.docker().inspect_volume(&volume).await.is_err());
+    s.assert_clean().await;
 
     // A volume the engine made for a mount without labels (what older mounts did).
-    let on_purpose = cordon_tests::making_unlabelled_volumes().await;
-    let other = cordon::storage::new_allocation(&engine, &owner, "r")
+    s.making_unlabelled_volumes().await;
+    let other = cordon::storage::new_allocation(&s.engine, &s.owner, "r")
         .await
         .unwrap();
     let orphan = other.name(Kind::Input);
@@ -964,7 +952,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
         ..Default::default()
     };
     let mut body = cordon::launch::volumes::helper_body(
-        &image,
+        &s.image,
         &other,
         Kind::Loader,
         vec![cordon_contract::paths::INIT.into(), "keeper".into()],
@@ -983,7 +971,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
     {
         mount.volume_options = None;
     }
-    engine
+    s.engine
         .docker()
         .create_container(
             Some(bollard::query_parameters::CreateContainerOptions {
@@ -994,9 +982,9 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
         )
         .await
         .unwrap();
-    let made = engine.docker().inspect_volume(&orphan).await.unwrap();
+    let made = s.engine.docker().inspect_volume(&orphan).await.unwrap();
     assert!(made.labels.is_empty(), "the engine made it unlabelled");
-    let report = cordon::task::recover::recover(&ctl, &owner, false)
+    let report = cordon::task::recover::recover(&s.ctl, &s.owner, false)
         .await
         .expect("recovery");
     assert!(
@@ -1006,17 +994,12 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
             .any(|r| r == &format!("volume {orphan}")),
         "{report:?}"
     );
-    drop(on_purpose);
-    assert_clean(&engine, &owner).await;
+    s.made_unlabelled_volumes();
+    s.finish().await;
 }
 
 /// A repository whose tree has gitlinks (submodules) at `paths`, and its storage.
-async fn storage_with_gitlinks(
-    engine: &Engine,
-    image: &str,
-    owner: &Owner,
-    paths: &[&str],
-) -> StorageHandle {
+async fn storage_with_gitlinks(s: &Owned, paths: &[&str]) -> StorageHandle {
     let repo = Repo::new("gitlinks");
     repo.write("README.md", b"# gitlinks\n", 0o644);
     repo.git(&["add", "-A"]);
@@ -1026,7 +1009,7 @@ async fn storage_with_gitlinks(
     }
     repo.git(&["commit", "--quiet", "-m", "gitlinks"]);
     let head = repo.git(&["rev-parse", "HEAD"]);
-    task::prepare(ctl, image, &prepare_request(owner, &repo, &head))
+    task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head))
         .await
         .expect("task storage")
 }
@@ -1037,11 +1020,8 @@ async fn storage_with_gitlinks(
 /// refused for execute and fix before anything is allocated; read-only phases need no mask.
 #[tokio::test]
 async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-gitlink");
-    let storage = storage_with_gitlinks(&engine, &image, &owner, &["sub", "vendored"]).await;
+    let s = owned("t-gitlink").await;
+    let storage = storage_with_gitlinks(&s, &["sub", "vendored"]).await;
     assert_eq!(
         storage.gitlinks.as_deref(),
         Some(&["sub".to_owned(), "vendored".to_owned()][..])
@@ -1049,7 +1029,7 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
     for phase in [Phase::Execute, Phase::Fix] {
         for gitlink in ["sub", "vendored"] {
             let prompt = format!("cordon-fake:write-gitlink {gitlink}");
-            let result = run(&engine, &image, request(&storage, phase, &prompt)).await;
+            let result = run(&s, request(&storage, phase, &prompt)).await;
             assert_eq!(
                 result.answer.as_deref(),
                 Some(
@@ -1065,38 +1045,33 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
     recovered.gitlinks = None;
     for phase in [Phase::Execute, Phase::Fix] {
         let err = start(
-            &ctl,
-            capture(&ctl, request(&recovered, phase, "hello")).unwrap(),
+            &s.ctl,
+            capture(&s.ctl, request(&recovered, phase, "hello")).unwrap(),
             None,
-            options(&image),
+            options(&s.image),
         )
         .await
         .unwrap_err();
         assert_eq!(err.id(), "gitlinks-unknown", "{err}");
     }
-    let read_only = run(
-        &engine,
-        &image,
-        request(&recovered, Phase::Questions, "hello"),
-    )
-    .await;
+    let read_only = run(&s, request(&recovered, Phase::Questions, "hello")).await;
     assert!(read_only.answer.is_some(), "{read_only:#?}");
-    finish(&engine, &owner, &storage).await;
+    release(&s, &storage).await;
 
-    let nested = storage_with_gitlinks(&engine, &image, &owner, &["top", "deep/er/module"]).await;
+    let nested = storage_with_gitlinks(&s, &["top", "deep/er/module"]).await;
     for phase in [Phase::Execute, Phase::Fix] {
         let err = start(
-            &ctl,
-            capture(&ctl, request(&nested, phase, "hello")).unwrap(),
+            &s.ctl,
+            capture(&s.ctl, request(&nested, phase, "hello")).unwrap(),
             None,
-            options(&image),
+            options(&s.image),
         )
         .await
         .unwrap_err();
         assert_eq!(err.id(), "gitlink-nested", "{err}");
         assert!(err.to_string().contains("deep/er/module"), "{err}");
     }
-    let (containers, volumes) = cordon::engine::objects::list_owned(&engine, &owner)
+    let (containers, volumes) = cordon::engine::objects::list_owned(&s.engine, &s.owner)
         .await
         .unwrap();
     assert_eq!(
@@ -1104,9 +1079,9 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
         (1, 2),
         "only the storage"
     );
-    let planning = run(&engine, &image, request(&nested, Phase::Questions, "hello")).await;
+    let planning = run(&s, request(&nested, Phase::Questions, "hello")).await;
     assert!(planning.answer.is_some(), "{planning:#?}");
-    finish(&engine, &owner, &nested).await;
+    finish(s, &nested).await;
 }
 
 /// Each storage allocation runs as a uid of its own, so the kernel's per-user counters are not
@@ -1114,14 +1089,8 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
 /// invocation (on other storage) still gets one.
 #[tokio::test]
 async fn one_invocation_exhausting_inotify_leaves_another_its_own() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-inotify");
-    let (hog_storage, other_storage) = tokio::join!(
-        storage(&engine, &image, &owner),
-        storage(&engine, &image, &owner)
-    );
+    let s = owned("t-inotify").await;
+    let (hog_storage, other_storage) = tokio::join!(storage(&s), storage(&s));
     assert_ne!(hog_storage.uid, other_storage.uid);
     let limit: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
         .unwrap()
@@ -1129,14 +1098,14 @@ async fn one_invocation_exhausting_inotify_leaves_another_its_own() {
         .parse()
         .unwrap();
     let hog = start(
-        &ctl,
+        &s.ctl,
         capture(
-            &ctl,
+            &s.ctl,
             request(&hog_storage, Phase::Questions, "cordon-fake:inotify-hog 12"),
         )
         .unwrap(),
         None,
-        options(&image),
+        options(&s.image),
     )
     .await
     .unwrap();
@@ -1144,8 +1113,7 @@ async fn one_invocation_exhausting_inotify_leaves_another_its_own() {
     // Time for the hog to take them all (it needs milliseconds).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let other = run(
-        &engine,
-        &image,
+        &s,
         request(&other_storage, Phase::Questions, "cordon-fake:inotify-one"),
     )
     .await;
@@ -1161,6 +1129,6 @@ async fn one_invocation_exhausting_inotify_leaves_another_its_own() {
         Some("inotify-one: ok"),
         "{other:#?}"
     );
-    task::remove(&ctl, &hog_storage).await.unwrap();
-    finish(&engine, &owner, &other_storage).await;
+    task::remove(&s.ctl, &hog_storage).await.unwrap();
+    finish(s, &other_storage).await;
 }

@@ -3,10 +3,9 @@
 //! see or touch each other.
 
 use cordon::error::Error;
-use cordon::labels::Owner;
 use cordon::task::{self, recover};
 use cordon_contract::InitLine;
-use cordon_tests::{assert_clean, assert_no_staging, controller, image, prepare_request, Repo};
+use cordon_tests::{assert_no_staging, controller, owned, prepare_request, Owned, Repo};
 
 /// The digest cordon-init computes over a host directory (the same code that runs in containers).
 fn host_digest(dir: &std::path::Path) -> String {
@@ -67,10 +66,7 @@ fn expected_tree(repo: &Repo) -> std::path::PathBuf {
 /// content, modes, links as links.
 #[tokio::test]
 async fn normal_repository_round_trips_byte_for_byte() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-seed");
+    let s = owned("t-seed").await;
     let repo = Repo::new("normal");
     repo.write("README.md", b"# hello\n", 0o644);
     repo.write("bin/run.sh", b"#!/bin/sh\necho run\n", 0o755);
@@ -101,7 +97,7 @@ async fn normal_repository_round_trips_byte_for_byte() {
     let head = repo.git(&["rev-parse", "HEAD"]);
     std::fs::create_dir_all(repo.dir.join("vendor/sub")).unwrap();
 
-    let handle = task::prepare(&ctl, &image, &prepare_request(&owner, &repo, "main"))
+    let handle = task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, "main"))
         .await
         .expect("prepare");
     assert_eq!(handle.head.as_deref(), Some(head.as_str()));
@@ -110,7 +106,7 @@ async fn normal_repository_round_trips_byte_for_byte() {
         .as_deref()
         .is_some_and(|d| d.starts_with("sha256:")));
     let storage = handle.storage().unwrap();
-    let seeded = task::volume_digest(&engine, &image, &storage, &handle.work_volume)
+    let seeded = task::volume_digest(&s.engine, &s.image, &storage, &handle.work_volume)
         .await
         .expect("digest");
     let expected_dir = expected_tree(&repo);
@@ -121,16 +117,15 @@ async fn normal_repository_round_trips_byte_for_byte() {
         "the seeded tree differs from the repository's"
     );
     // The baseline is what a later digest of the untouched metadata gives.
-    let again = task::metadata_digest(&engine, &image, &storage)
+    let again = task::metadata_digest(&s.engine, &s.image, &storage)
         .await
         .unwrap();
     assert_eq!(Some(again), handle.metadata_baseline);
-    task::remove(&ctl, &handle).await.expect("remove");
-    task::remove(&ctl, &handle)
+    task::remove(&s.ctl, &handle).await.expect("remove");
+    task::remove(&s.ctl, &handle)
         .await
         .expect("remove is idempotent");
-    assert_clean(&engine, &owner).await;
-    assert_no_staging(&owner);
+    s.finish().await;
 }
 
 /// [`refusal`] of the repository's own directory, failing the test at once when it is not
@@ -151,15 +146,12 @@ async fn refusal(
     head: &str,
     want: &str,
 ) -> Result<(), String> {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-unusable");
-    let mut request = prepare_request(&owner, repo, head);
+    let s = owned("t-unusable").await;
+    let mut request = prepare_request(&s.owner, repo, head);
     request.repo = path.to_path_buf();
     let outcome = tokio::time::timeout(
         std::time::Duration::from_secs(30),
-        task::prepare(&ctl, &image, &request),
+        task::prepare(&s.ctl, &s.image, &request),
     )
     .await;
     let result = match outcome {
@@ -168,7 +160,7 @@ async fn refusal(
             path.display()
         )),
         Ok(Ok(handle)) => {
-            task::remove(&ctl, &handle).await.unwrap();
+            task::remove(&s.ctl, &handle).await.unwrap();
             Err(format!(
                 "{} at {head}: prepared (head {:?}) where {want} was expected",
                 path.display(),
@@ -182,8 +174,7 @@ async fn refusal(
             err.id()
         )),
     };
-    assert_clean(&engine, &owner).await;
-    assert_no_staging(&owner);
+    s.finish().await;
     result
 }
 
@@ -547,10 +538,7 @@ async fn a_link_anywhere_in_the_git_metadata_is_refused() {
 /// followed. A bare repository (objects, refs and HEAD at its root) prepares too.
 #[tokio::test]
 async fn links_in_the_callers_path_are_followed_and_a_bare_repository_prepares() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-path");
+    let s = owned("t-path").await;
     let (repo, head) = small_repo("caller-path");
     let outside = Outside::new("caller-path");
     let alias = outside.0.join("alias");
@@ -564,16 +552,15 @@ async fn links_in_the_callers_path_are_followed_and_a_bare_repository_prepares()
         repo.dir.join(".git"),
         alias.join(".git"),
     ] {
-        let mut request = prepare_request(&owner, &repo, "main");
+        let mut request = prepare_request(&s.owner, &repo, "main");
         request.repo = path.clone();
-        let handle = task::prepare(&ctl, &image, &request)
+        let handle = task::prepare(&s.ctl, &s.image, &request)
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(handle.head.as_deref(), Some(head.as_str()));
-        task::remove(&ctl, &handle).await.unwrap();
+        task::remove(&s.ctl, &handle).await.unwrap();
     }
-    assert_clean(&engine, &owner).await;
-    assert_no_staging(&owner);
+    s.finish().await;
 }
 
 /// FIFOs (where the metadata has a file: HEAD, packed-refs, a loose ref, a loose object; and
@@ -654,9 +641,6 @@ async fn special_files_in_the_git_metadata_are_refused_without_blocking() {
 async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
     let repo = Repo::new("swap");
     for i in 0..5000u32 {
         repo.write(
@@ -670,7 +654,7 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
     assert!(objects.len() > 5000, "{} loose objects", objects.len());
     let last_object = format!(".git/{}", objects[objects.len() - 1]);
     for target in [".git/HEAD".to_owned(), last_object] {
-        let owner = Owner::random("t-swap");
+        let s = owned("t-swap").await;
         let target_path = repo.dir.join(&target);
         let original = std::fs::read(&target_path).unwrap();
         let fifo = repo.dir.join(".git/swap.fifo");
@@ -679,7 +663,7 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
         let swapper = {
             let (stop, prefix, target_path) = (
                 stop.clone(),
-                cordon::task::clone::staging_prefix(&owner),
+                cordon::task::clone::staging_prefix(&s.owner),
                 target_path.clone(),
             );
             std::thread::spawn(move || {
@@ -702,7 +686,7 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
         let started = std::time::Instant::now();
         let outcome = tokio::time::timeout(
             std::time::Duration::from_secs(30),
-            task::prepare(&ctl, &image, &prepare_request(&owner, &repo, &head)),
+            task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head)),
         )
         .await;
         let took = started.elapsed();
@@ -718,7 +702,7 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
                 panic!("{target} swapped for a FIFO: prepare still blocked after 30 s");
             }
             Ok(Ok(handle)) => {
-                task::remove(&ctl, &handle).await.unwrap();
+                task::remove(&s.ctl, &handle).await.unwrap();
                 panic!("{target} swapped for a FIFO (swapped: {swapped}): prepared");
             }
             Ok(Err(err)) => {
@@ -727,8 +711,7 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
                 eprintln!("{target} swapped for a FIFO: refused after {took:?}: {err}");
             }
         }
-        assert_clean(&engine, &owner).await;
-        assert_no_staging(&owner);
+        s.finish().await;
         std::fs::remove_file(&target_path).unwrap();
         std::fs::write(&target_path, original).unwrap();
     }
@@ -738,10 +721,7 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
 /// refused before anything exists.
 #[tokio::test]
 async fn one_byte_or_one_inode_over_fails_closed() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-limit");
+    let s = owned("t-limit").await;
     let area = cordon::profile::Area {
         bytes: 64 * 1024,
         inodes: 8,
@@ -757,11 +737,11 @@ async fn one_byte_or_one_inode_over_fails_closed() {
     // Bytes: one file of exactly the area, then one byte more.
     for (size, fits) in [(64 * 1024, true), (64 * 1024 + 1, false)] {
         let (repo, head) = try_repo(vec![("f".into(), size)]);
-        let mut request = prepare_request(&owner, &repo, &head);
+        let mut request = prepare_request(&s.owner, &repo, &head);
         request.work = area;
-        let result = task::prepare(&ctl, &image, &request).await;
+        let result = task::prepare(&s.ctl, &s.image, &request).await;
         match (result, fits) {
-            (Ok(handle), true) => task::remove(&ctl, &handle).await.unwrap(),
+            (Ok(handle), true) => task::remove(&s.ctl, &handle).await.unwrap(),
             (Err(e), false) => assert_eq!(e.id(), "repo-too-large", "{e}"),
             (other, _) => panic!("{size} bytes: {other:?}"),
         }
@@ -769,30 +749,26 @@ async fn one_byte_or_one_inode_over_fails_closed() {
     // Entries: the root and the .git mountpoint take two of the eight.
     for (count, fits) in [(6, true), (7, false)] {
         let (repo, head) = try_repo((0..count).map(|i| (format!("f{i}"), 1)).collect());
-        let mut request = prepare_request(&owner, &repo, &head);
+        let mut request = prepare_request(&s.owner, &repo, &head);
         request.work = cordon::profile::Area {
             bytes: 1024 * 1024,
             inodes: 8,
         };
-        let result = task::prepare(&ctl, &image, &request).await;
+        let result = task::prepare(&s.ctl, &s.image, &request).await;
         match (result, fits) {
-            (Ok(handle), true) => task::remove(&ctl, &handle).await.unwrap(),
+            (Ok(handle), true) => task::remove(&s.ctl, &handle).await.unwrap(),
             (Err(e), false) => assert_eq!(e.id(), "repo-too-large", "{e}"),
             (other, _) => panic!("{count} files: {other:?}"),
         }
     }
-    assert_clean(&engine, &owner).await;
-    assert_no_staging(&owner);
+    s.finish().await;
 }
 
 /// When the volume itself is smaller than the check assumed, the upload overflows midway: the
 /// error names it and everything the allocation made is removed.
 #[tokio::test]
 async fn an_overflowing_upload_removes_everything() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-overflow");
+    let s = owned("t-overflow").await;
     let repo = Repo::new("overflow");
     for i in 0..16 {
         repo.write(&format!("f{i}"), &vec![b'o'; 64 * 1024], 0o644);
@@ -804,39 +780,39 @@ async fn an_overflowing_upload_removes_everything() {
         }
     };
     let err = task::prepare_with(
-        &ctl,
-        &image,
-        &prepare_request(&owner, &repo, &head),
+        &s.ctl,
+        &s.image,
+        &prepare_request(&s.owner, &repo, &head),
         shrink,
         &|_| {},
     )
     .await
     .expect_err("overflow");
     assert!(matches!(err, Error::Overflow(_)), "{err}");
-    assert_clean(&engine, &owner).await;
-    assert_no_staging(&owner);
+    s.finish().await;
 }
 
-/// An allocation id is used once: a second prepare with it is refused in this process, and so is
-/// one in another process while the storage exists (its objects carry the id).
+/// An allocation id is used once: a second prepare with it is refused by the controller that holds
+/// it, and so is one by another controller (another runner) while the storage exists (its objects
+/// carry the id).
 #[tokio::test]
 async fn a_duplicate_allocation_is_refused() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-dup");
+    let s = owned("t-dup").await;
     let repo = Repo::new("dup");
     repo.write("README", b"r\n", 0o644);
     let head = repo.commit();
-    let mut request = prepare_request(&owner, &repo, &head);
+    let mut request = prepare_request(&s.owner, &repo, &head);
     request.allocation = Some(uuid::Uuid::new_v4());
-    let handle = task::prepare(&ctl, &image, &request).await.expect("first");
-    let err = task::prepare(&ctl, &image, &request)
+    let handle = task::prepare(&s.ctl, &s.image, &request)
+        .await
+        .expect("first");
+    let err = task::prepare(&s.ctl, &s.image, &request)
         .await
         .expect_err("second");
     assert_eq!(err.id(), "allocation-in-use", "{err}");
-    // Another process sees the id on the objects (the in-process registry is not there).
-    let taken = task::objects_with_allocation(&engine, &request.allocation.unwrap())
+    // Another controller sees the id on the objects (the holding controller's registry is not
+    // there).
+    let taken = task::objects_with_allocation(&s.engine, &request.allocation.unwrap())
         .await
         .unwrap();
     assert_eq!(
@@ -844,35 +820,43 @@ async fn a_duplicate_allocation_is_refused() {
         3,
         "keeper and both volumes carry the id: {taken:?}"
     );
-    task::remove(&ctl, &handle).await.unwrap();
+    let elsewhere = controller().await;
+    assert!(!elsewhere.holds_allocation(&handle.allocation));
+    let err = task::prepare(&elsewhere, &s.image, &request)
+        .await
+        .expect_err("another controller's prepare");
+    assert_eq!(err.id(), "allocation-in-use", "{err}");
+    task::remove(&s.ctl, &handle).await.unwrap();
     // Free again once removed.
-    let handle = task::prepare(&ctl, &image, &request)
+    let handle = task::prepare(&s.ctl, &s.image, &request)
         .await
         .expect("after removal");
-    task::remove(&ctl, &handle).await.unwrap();
-    assert_clean(&engine, &owner).await;
+    task::remove(&s.ctl, &handle).await.unwrap();
+    s.finish().await;
 }
 
 /// Two owners on one daemon: recovery of one neither sees nor touches the other's storage (it is
-/// only listed, when asked), and recovery refuses while this process holds the owner's storage.
+/// only listed, when asked), and recovery refuses while this controller holds the owner's
+/// storage (another controller holds none of it).
 #[tokio::test]
 async fn two_owners_do_not_touch_each_other() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let (a, b) = (Owner::random("t-owner-a"), Owner::random("t-owner-b"));
+    let a = owned("t-owner-a").await;
+    let b = a.other("t-owner-b");
+    let (ctl, engine, image) = (&a.ctl, &a.engine, &a.image);
     let repo = Repo::new("owners");
     repo.write("README", b"r\n", 0o644);
     let head = repo.commit();
-    let handle = task::prepare(&ctl, &image, &prepare_request(&a, &repo, &head))
+    let handle = task::prepare(ctl, image, &prepare_request(&a.owner, &repo, &head))
         .await
         .unwrap();
-    let report = recover::recover(&ctl, &b, false).await.expect("recover b");
+    let report = recover::recover(ctl, &b.owner, false)
+        .await
+        .expect("recover b");
     assert!(
         report.storage.is_empty() && report.removed.is_empty() && report.foreign.is_empty(),
         "{report:?}"
     );
-    let report = recover::recover(&ctl, &b, true)
+    let report = recover::recover(ctl, &b.owner, true)
         .await
         .expect("recover b, listing others");
     assert!(
@@ -880,19 +864,24 @@ async fn two_owners_do_not_touch_each_other() {
         "{report:?}"
     );
     assert!(report.removed.is_empty());
-    match recover::recover(&ctl, &a, false).await {
-        Err(Error::RecoveryBusy(owner)) => assert_eq!(owner, a.as_str()),
+    match recover::recover(ctl, &a.owner, false).await {
+        Err(Error::RecoveryBusy(owner)) => assert_eq!(owner, a.owner.as_str()),
         other => panic!("recovery while holding storage: {other:?}"),
     }
+    assert!(ctl.holds_storage_of(&a.owner));
+    assert!(
+        !controller().await.holds_storage_of(&a.owner),
+        "the storage is held by the controller that prepared it"
+    );
     // A's storage is intact.
     let storage = handle.storage().unwrap();
     assert_eq!(
-        task::metadata_digest(&engine, &image, &storage).await.ok(),
+        task::metadata_digest(engine, image, &storage).await.ok(),
         handle.metadata_baseline
     );
-    task::remove(&ctl, &handle).await.unwrap();
-    assert_clean(&engine, &a).await;
-    assert_clean(&engine, &b).await;
+    task::remove(ctl, &handle).await.unwrap();
+    a.finish().await;
+    b.finish().await;
 }
 
 /// The check right after the first create: an object with the same allocation id that appeared
@@ -900,15 +889,14 @@ async fn two_owners_do_not_touch_each_other() {
 /// pre-check) makes the controller remove what it made and refuse; the other object is untouched.
 #[tokio::test]
 async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let (ours, theirs) = (Owner::random("t-race-ours"), Owner::random("t-race-theirs"));
-    let allocation = cordon::storage::new_allocation(&engine, &ours, "race")
+    let ours = owned("t-race-ours").await;
+    let theirs = ours.other("t-race-theirs");
+    let (engine, image) = (&ours.engine, &ours.image);
+    let allocation = cordon::storage::new_allocation(engine, &ours.owner, "race")
         .await
         .unwrap();
     let intruder = cordon::labels::Allocation {
-        owner: theirs.clone(),
+        owner: theirs.owner.clone(),
         ..allocation.clone()
     };
     let (work, _) = cordon::storage::task_volume_requests(
@@ -931,9 +919,9 @@ async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
         cordon::storage::DEFAULT_METADATA,
     );
     let err = cordon::storage::TaskStorage::create_checked(
-        &engine,
+        engine,
         &allocation,
-        &image,
+        image,
         (work, cordon::storage::DEFAULT_WORK),
         (metadata, cordon::storage::DEFAULT_METADATA),
         cordon_contract::paths::METADATA,
@@ -942,9 +930,9 @@ async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
     .expect_err("a second holder of the id");
     assert_eq!(err.id(), "allocation-in-use", "{err}");
     assert!(err.to_string().contains(&intruder_volume), "{err}");
-    assert_clean(&engine, &ours).await;
+    ours.assert_clean().await;
     // The other owner's object is still there, untouched.
-    let (_, volumes) = cordon::engine::objects::list_owned(&engine, &theirs)
+    let (_, volumes) = cordon::engine::objects::list_owned(engine, &theirs.owner)
         .await
         .unwrap();
     assert_eq!(volumes, vec![intruder_volume.clone()]);
@@ -956,7 +944,8 @@ async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
         )
         .await
         .unwrap();
-    assert_clean(&engine, &theirs).await;
+    ours.finish().await;
+    theirs.finish().await;
 }
 
 /// Objects whose labels do not prove they are one allocation's storage are never touched: parts
@@ -967,9 +956,7 @@ async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
 async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
     use bollard::models::VolumeCreateRequest;
     use cordon::labels::{ALLOCATION, ATTEMPT, KIND, OWNER};
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let owner = Owner::random("t-labels");
+    let s = owned("t-labels").await;
     let allocation = uuid::Uuid::new_v4();
     let labels = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
         pairs
@@ -982,7 +969,7 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
         (
             format!("cordon-work-{allocation}"),
             labels(&[
-                (OWNER, owner.as_str()),
+                (OWNER, s.owner.as_str()),
                 (ATTEMPT, "one"),
                 (ALLOCATION, &alloc),
                 (KIND, "work"),
@@ -991,7 +978,7 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
         (
             format!("cordon-metadata-{allocation}"),
             labels(&[
-                (OWNER, owner.as_str()),
+                (OWNER, s.owner.as_str()),
                 (ATTEMPT, "two"),
                 (ALLOCATION, &alloc),
                 (KIND, "metadata"),
@@ -1000,7 +987,7 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
         (
             format!("cordon-bogus-{allocation}"),
             labels(&[
-                (OWNER, owner.as_str()),
+                (OWNER, s.owner.as_str()),
                 (ATTEMPT, "one"),
                 (ALLOCATION, &alloc),
                 (KIND, "bogus"),
@@ -1012,7 +999,7 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
         ),
     ];
     for (name, labels) in &made {
-        engine
+        s.engine
             .docker()
             .create_volume(VolumeCreateRequest {
                 name: Some(name.clone()),
@@ -1022,7 +1009,7 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
             .await
             .expect("volume");
     }
-    let report = recover::recover(&ctl, &owner, false)
+    let report = recover::recover(&s.ctl, &s.owner, false)
         .await
         .expect("recover");
     assert!(
@@ -1043,7 +1030,7 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
     // A handle that names the unowned volume as its work volume: found by name only, it lacks the
     // owner label, so removal reports it and leaves it.
     let handle = task::StorageHandle {
-        owner: owner.as_str().to_owned(),
+        owner: s.owner.as_str().to_owned(),
         attempt: "one".to_owned(),
         allocation,
         work_volume: made[3].0.clone(),
@@ -1056,7 +1043,7 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
         gitlinks: None,
         metadata_baseline: None,
     };
-    match task::remove(&ctl, &handle).await {
+    match task::remove(&s.ctl, &handle).await {
         Err(Error::Unreleased(left)) => {
             assert_eq!(left.len(), 2, "{left:?}");
             assert!(left.iter().any(|l| l.contains(&made[3].0)), "{left:?}");
@@ -1065,18 +1052,18 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
         other => panic!("removal of objects without the handle's labels: {other:?}"),
     }
     for (name, _) in &made {
-        engine
+        s.engine
             .docker()
             .inspect_volume(name)
             .await
             .unwrap_or_else(|e| panic!("{name} was touched: {e}"));
-        engine
+        s.engine
             .docker()
             .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
             .await
             .unwrap();
     }
-    assert_clean(&engine, &owner).await;
+    s.finish().await;
 }
 
 /// A prepare past its deadline fails with `deadline` and leaves nothing; a prepare whose future is
@@ -1084,48 +1071,122 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
 /// what it made and leaves nothing.
 #[tokio::test]
 async fn a_prepare_past_its_deadline_or_cancelled_leaves_nothing_after_recovery() {
-    let ctl = controller().await;
-    let engine = ctl.engine().clone();
-    let image = image(&engine).await;
-    let owner = Owner::random("t-cancel");
+    let s = owned("t-cancel").await;
     let repo = Repo::new("cancel");
     for i in 0..1500u32 {
         let content: Vec<u8> = (0..8192u32).map(|j| ((i * 7 + j) % 251) as u8).collect();
         repo.write(&format!("d{}/f{i}", i % 30), &content, 0o644);
     }
     let head = repo.commit();
-    let mut request = prepare_request(&owner, &repo, &head);
+    let mut request = prepare_request(&s.owner, &repo, &head);
     request.deadline = std::time::Duration::from_millis(1);
-    let err = task::prepare(&ctl, &image, &request)
+    let err = task::prepare(&s.ctl, &s.image, &request)
         .await
         .expect_err("past the deadline");
     assert_eq!(err.id(), "deadline", "{err}");
-    assert_clean(&engine, &owner).await;
-    assert_no_staging(&owner);
+    s.assert_clean().await;
 
-    let request = prepare_request(&owner, &repo, &head);
+    let request = prepare_request(&s.owner, &repo, &head);
     let mut finished = 0;
     for after_ms in [20u64, 300, 700, 1200, 2000, 3500] {
         let cancelled = tokio::time::timeout(
             std::time::Duration::from_millis(after_ms),
-            task::prepare(&ctl, &image, &request),
+            task::prepare(&s.ctl, &s.image, &request),
         )
         .await;
         if let Ok(done) = cancelled {
-            task::remove(&ctl, &done.expect("prepare")).await.unwrap();
+            task::remove(&s.ctl, &done.expect("prepare")).await.unwrap();
             finished += 1;
         }
     }
     assert!(finished < 6, "no prepare was cancelled midway");
     // A create the engine was already doing when its request was dropped may still land.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let report = recover::recover(&ctl, &owner, false)
+    let report = recover::recover(&s.ctl, &s.owner, false)
         .await
         .expect("recovery is not refused after a cancelled prepare");
     for handle in &report.storage {
-        task::remove(&ctl, handle).await.unwrap();
+        task::remove(&s.ctl, handle).await.unwrap();
     }
     assert!(report.untouched.is_empty(), "{report:?}");
-    assert_clean(&engine, &owner).await;
-    assert_no_staging(&owner);
+    s.finish().await;
+}
+
+/// The guard every engine test holds first: a test that panics midway (here a task that prepared
+/// storage, made an unlabelled cordon volume of that allocation and a staging directory as a
+/// killed copy leaves one, then panicked) leaves nothing of its owner in the engine or on the
+/// host, and the panic it reports is its own.
+#[tokio::test]
+async fn a_test_that_panics_midway_leaves_nothing_of_its_owner() {
+    use cordon::labels::{object_name, Kind};
+    // This test's own guard (for the same owner), in case a check below fails.
+    let safety = owned("t-guard").await;
+    let (ctl, image, owner) = (
+        safety.ctl.clone(),
+        safety.image.clone(),
+        safety.owner.clone(),
+    );
+    let unlabelled = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let made = unlabelled.clone();
+    let panicked = tokio::spawn(async move {
+        let mut s = Owned::new(ctl, image, owner);
+        let (repo, head) = small_repo("guard");
+        let handle = task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head))
+            .await
+            .expect("prepare");
+        s.making_unlabelled_volumes().await;
+        let volume = object_name(Kind::Input, &handle.allocation);
+        s.engine
+            .docker()
+            .create_volume(bollard::models::VolumeCreateRequest {
+                name: Some(volume.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("an unlabelled volume");
+        *made.lock().unwrap() = volume;
+        let staging = cordon::task::clone::staging_roots()[0].join(format!(
+            "{}{}",
+            cordon::task::clone::staging_prefix(&s.owner),
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(staging.join("objects/ab")).unwrap();
+        std::fs::write(staging.join("objects/ab/cdef"), b"x").unwrap();
+        let (containers, volumes) = cordon::engine::objects::list_owned(&s.engine, &s.owner)
+            .await
+            .unwrap();
+        assert_eq!(
+            (containers.len(), volumes.len()),
+            (1, 2),
+            "the storage exists"
+        );
+        panic!("midway, on purpose");
+    })
+    .await;
+    let payload = panicked.expect_err("the task panicked").into_panic();
+    assert_eq!(
+        payload.downcast_ref::<&str>(),
+        Some(&"midway, on purpose"),
+        "the panic is the test's own"
+    );
+    let (containers, volumes) = cordon::engine::objects::list_owned(&safety.engine, &safety.owner)
+        .await
+        .unwrap();
+    assert!(
+        containers.is_empty() && volumes.is_empty(),
+        "left: {containers:?} {volumes:?}"
+    );
+    let volume = unlabelled.lock().unwrap().clone();
+    assert!(!volume.is_empty(), "the unlabelled volume was made");
+    assert!(
+        safety
+            .engine
+            .docker()
+            .inspect_volume(&volume)
+            .await
+            .is_err(),
+        "the unlabelled volume {volume} is left"
+    );
+    assert_no_staging(&safety.owner);
+    safety.finish().await;
 }

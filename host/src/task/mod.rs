@@ -351,7 +351,6 @@ pub async fn volume_digest(
         }
     }
     .await;
-    drop(record);
     created.remove_all(engine, Duration::from_secs(30)).await?;
     result
 }

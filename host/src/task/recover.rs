@@ -192,13 +192,11 @@ pub fn classify(listing: &Listing, owner: &Owner, foreign: bool) -> Plan {
                 plan.report.unowned.push(object.what())
             }
             None => {}
-            Some(o) if o != owner.as_str() => {
-                if foreign {
-                    plan.report
-                        .foreign
-                        .push(format!("{} (owner {o})", object.what()));
-                }
-            }
+            Some(o) if o != owner.as_str() && foreign => plan
+                .report
+                .foreign
+                .push(format!("{} (owner {o})", object.what())),
+            Some(o) if o != owner.as_str() => {}
             Some(_) if object.kind == ObjectKind::Network => {
                 plan.remove.networks.push(object.id.clone())
             }
