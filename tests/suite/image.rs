@@ -7,10 +7,10 @@ use cordon_tests::engine;
 #[tokio::test]
 async fn image_builds_from_static_binaries_and_is_reused() {
     let engine = engine().await;
-    let first = image::build_test_image(&engine, &image::default_workspace(), false)
+    let first = image::build_test_image(&engine, &image::default_workspace())
         .await
         .expect("build");
-    let second = image::build_test_image(&engine, &image::default_workspace(), false)
+    let second = image::build_test_image(&engine, &image::default_workspace())
         .await
         .expect("rebuild");
     assert!(
