@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Args;
 use cordon::gate::{self, GateOptions};
 
-use crate::{image, print, verdict, Ctx};
+use crate::{image, print, progress, verdict, Ctx};
 
 #[derive(Debug, Args)]
 pub struct GateArgs {
@@ -24,9 +24,12 @@ pub async fn run(ctx: &Ctx, args: GateArgs) -> anyhow::Result<ExitCode> {
         parallel: args.parallel,
         filter: args.filter,
     };
-    let report = gate::run(&ctx.engine, &built.id, &options)
-        .await
-        .context("running the gate")?;
+    // Cases done of total and the case being waited on: the gate takes a while.
+    let bar = progress::GateBar::new(ctx.json);
+    let report =
+        gate::run_with_progress(&ctx.engine, &built.id, &options, &|at| bar.update(at)).await;
+    bar.finish();
+    let report = report.context("running the gate")?;
     print(ctx.json, &report, || report.table())?;
     Ok(verdict(report.ok()))
 }
