@@ -113,18 +113,22 @@ impl GateReport {
                 if c.pass { "pass" } else { "FAIL" }
             ));
             if !c.pass && c.layer == Layer::Probe {
-                let missing: Vec<&String> = c
-                    .expected
-                    .iter()
-                    .filter(|e| !c.observed.contains(e))
-                    .collect();
-                let extra: Vec<&String> = c
-                    .observed
-                    .iter()
-                    .filter(|o| !c.expected.contains(o))
-                    .collect();
+                let not_in = |v: &[String], other: &[String]| {
+                    let left: Vec<&str> = v
+                        .iter()
+                        .filter(|e| !other.contains(e))
+                        .map(String::as_str)
+                        .collect();
+                    if left.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        left.join(", ")
+                    }
+                };
                 out.push_str(&format!(
-                    "    missing {missing:?}\n    unexpected {extra:?}\n"
+                    "    missing {}\n    unexpected {}\n",
+                    not_in(&c.expected, &c.observed),
+                    not_in(&c.observed, &c.expected)
                 ));
             }
         }

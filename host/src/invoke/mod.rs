@@ -60,6 +60,16 @@ pub enum StopReason {
     Shutdown,
 }
 
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::Timeout => "deadline",
+            StopReason::Cancelled => "cancelled",
+            StopReason::Shutdown => "shutdown",
+        })
+    }
+}
+
 /// The vendor credential. It reaches the container only through the environment allowlist and
 /// is never shown: not in `Debug`, labels, errors, logs or results.
 #[derive(Clone)]

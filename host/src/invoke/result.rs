@@ -236,7 +236,7 @@ pub fn assemble(facts: Facts) -> InvocationResult {
     if let Some(reason) = facts.stop_reason {
         failures.push(Failure::new(
             "stopped",
-            format!("stopped before it finished ({reason:?})"),
+            format!("stopped before it finished ({reason})"),
         ));
     }
     match (result.exit_code, result.signal) {
