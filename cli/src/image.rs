@@ -14,13 +14,30 @@ pub enum ImageAction {
     Build,
 }
 
-/// Where this run's in-container binaries come from.
+/// The in-container binaries, built by `build.rs` when this binary was and carried in it, so an
+/// installed `cordon` needs no source tree.
+const EMBEDDED: &[(&str, &[u8])] = &[
+    (
+        "cordon-init",
+        include_bytes!(concat!(env!("OUT_DIR"), "/cordon-init")),
+    ),
+    (
+        "cordon-probe",
+        include_bytes!(concat!(env!("OUT_DIR"), "/cordon-probe")),
+    ),
+    (
+        "claude",
+        include_bytes!(concat!(env!("OUT_DIR"), "/claude")),
+    ),
+];
+
+/// Where this run's in-container binaries come from: the ones carried here, or a build from
+/// `--workspace`.
 fn source(ctx: &Ctx) -> BinarySource {
-    let workspace = ctx
-        .workspace
-        .clone()
-        .unwrap_or_else(image::default_workspace);
-    BinarySource::Workspace(workspace)
+    match &ctx.workspace {
+        Some(workspace) => BinarySource::Workspace(workspace.clone()),
+        None => BinarySource::Embedded(EMBEDDED),
+    }
 }
 
 /// Build (or reuse) the test image, a spinner on stderr meanwhile unless `--json`.
@@ -49,6 +66,22 @@ pub async fn run(ctx: &Ctx, action: ImageAction) -> anyhow::Result<ExitCode> {
                 )
             })?;
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What build.rs embeds is every binary the library asks for, each static-pie.
+    #[test]
+    fn the_embedded_binaries_are_the_ones_the_image_needs() {
+        let names: Vec<&str> = EMBEDDED.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, image::BINARY_NAMES);
+        for (name, data) in EMBEDDED {
+            image::check_static_pie(std::path::Path::new(name), data)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }
 }

@@ -28,7 +28,8 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// The cordon workspace the in-container binaries are built from.
+    /// Build the in-container binaries from this cordon workspace instead of using the ones
+    /// carried in this binary.
     #[arg(long, global = true)]
     workspace: Option<PathBuf>,
     #[command(subcommand)]
@@ -37,7 +38,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Build (or reuse) the FROM scratch test image from this workspace.
+    /// Build (or reuse) the FROM scratch test image from the in-container binaries.
     Image {
         #[command(subcommand)]
         action: image::ImageAction,
