@@ -54,7 +54,7 @@ pub async fn engine() -> Engine {
 pub async fn image(engine: &Engine) -> String {
     IMAGE
         .get_or_init(|| async {
-            let built = image::build_test_image(engine, &image::default_workspace(), false)
+            let built = image::build_test_image(engine, &image::default_workspace())
                 .await
                 .unwrap_or_else(|e| panic!("building the test image: {e}"));
             built.id

@@ -70,6 +70,22 @@ fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<Profi
     })
 }
 
+/// What the init said, in words for an error message.
+fn verdict_text(verdict: &InitVerdict) -> String {
+    match verdict {
+        InitVerdict::Attested { digest_matches, .. } => {
+            format!("attested (policy digest matches: {digest_matches})")
+        }
+        InitVerdict::Refused {
+            check,
+            expected,
+            observed,
+        } => format!("refused {check}: expected {expected}, observed {observed}"),
+        InitVerdict::Failed { reason } => format!("the init failed: {reason}"),
+        InitVerdict::Missing { first_line } => format!("no init line first: {first_line}"),
+    }
+}
+
 /// One cordon launch: returns (timed ms, validate ms, prepare ms, preflight us).
 async fn cordon_once(
     ctl: &Controller,
@@ -95,7 +111,8 @@ async fn cordon_once(
                 ..
             } if code == 0 => Ok(preflight_us),
             other => Err(Error::Internal(format!(
-                "bench launch did not attest and exit 0: exit {code}, {other:?}"
+                "bench launch did not attest and exit 0: exit {code}, {}",
+                verdict_text(&other)
             ))),
         }
     }
@@ -596,9 +613,16 @@ pub async fn invoke(
             )
             .await?;
             if report.result.answer.is_none() || report.storage_left.is_some() {
+                let failure = report
+                    .result
+                    .failure
+                    .as_ref()
+                    .map_or("no failure".to_owned(), |f| {
+                        format!("{}: {}", f.id, f.message)
+                    });
+                let left = report.storage_left.as_deref().unwrap_or("none");
                 return Err(Error::Internal(format!(
-                    "a benchmark run did not answer cleanly: {:?} {:?}",
-                    report.result.failure, report.storage_left
+                    "a benchmark run did not answer cleanly: {failure}; storage left: {left}"
                 )));
             }
             let t = report.timings;

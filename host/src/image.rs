@@ -1,6 +1,7 @@
-//! The test image: the static in-container binaries built from this workspace, assembled into a
-//! build context here, and built FROM scratch by the engine's classic builder. The tag is the
-//! digest of the context, so an unchanged workspace reuses the image.
+//! The test image: the static in-container binaries (built from a cordon workspace, or carried by
+//! the caller), assembled into a build context here, and built FROM scratch by the engine's
+//! classic builder. The tag is the digest of the context, so unchanged binaries reuse the image.
+//! Nothing here draws: progress goes to the caller's callback.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -10,6 +11,7 @@ use cordon_contract::paths;
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
+use crate::archive::Archive;
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 
@@ -31,7 +33,8 @@ pub struct BuiltImage {
     pub build_ms: u128,
 }
 
-/// Where the workspace is (the binaries are built from it).
+/// The source tree this library was compiled from (the tests build the binaries from it; an
+/// installed `cordon` carries its own, see [`BinarySource::Embedded`]).
 pub fn default_workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -41,6 +44,32 @@ pub fn default_workspace() -> PathBuf {
 
 /// The largest in-container binary read back from the build (each is about 2 MiB).
 pub const MAX_BINARY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The in-container binaries by the name cargo gives them: what every [`BinarySource`] provides.
+pub const BINARY_NAMES: [&str; 3] = ["cordon-init", "cordon-probe", "claude"];
+
+/// Where the in-container binaries come from.
+#[derive(Clone)]
+pub enum BinarySource {
+    /// Built with cargo from this cordon source tree (into its `target/static`).
+    Workspace(PathBuf),
+    /// Carried by the caller, by name ([`BINARY_NAMES`]): an installed `cordon` embeds them, so
+    /// it needs no source tree.
+    Embedded(&'static [(&'static str, &'static [u8])]),
+}
+
+// By hand: the derived form would print every embedded byte.
+impl std::fmt::Debug for BinarySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BinarySource::Workspace(dir) => f.debug_tuple("Workspace").field(dir).finish(),
+            BinarySource::Embedded(list) => f
+                .debug_tuple("Embedded")
+                .field(&list.iter().map(|(n, d)| (n, d.len())).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
 
 /// Which binaries go where.
 const BINARIES: &[(&str, &str)] = &[
@@ -119,46 +148,15 @@ pub fn check_static_pie(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn append_dir(builder: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32) -> Result<()> {
-    let mut header = tar::Header::new_gnu();
-    header.set_entry_type(tar::EntryType::Directory);
-    header.set_mode(mode);
-    header.set_uid(0);
-    header.set_gid(0);
-    header.set_mtime(0);
-    header.set_size(0);
-    builder
-        .append_data(&mut header, path, std::io::empty())
-        .map_err(|e| Error::io(format!("context dir {path}"), e))
-}
-
-fn append_file(
-    builder: &mut tar::Builder<Vec<u8>>,
-    path: &str,
-    mode: u32,
-    data: &[u8],
-) -> Result<()> {
-    let mut header = tar::Header::new_gnu();
-    header.set_entry_type(tar::EntryType::Regular);
-    header.set_mode(mode);
-    header.set_uid(0);
-    header.set_gid(0);
-    header.set_mtime(0);
-    header.set_size(data.len() as u64);
-    builder
-        .append_data(&mut header, path, data)
-        .map_err(|e| Error::io(format!("context file {path}"), e))
-}
-
 /// The build context: a Dockerfile and the image's root tree, deterministic (sorted, mtime 0,
 /// root-owned), so equal inputs give an equal digest.
 pub fn context(binaries: &[(&str, Vec<u8>)]) -> Result<Vec<u8>> {
-    let mut builder = tar::Builder::new(Vec::new());
+    let mut context = Archive::in_memory(0, "the image build context");
     let dockerfile = format!(
         "FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [\"{}\"]\n",
         paths::INIT
     );
-    append_file(&mut builder, "Dockerfile", 0o644, dockerfile.as_bytes())?;
+    context.file("Dockerfile", 0o644, dockerfile.as_bytes())?;
     let dirs: &[(&str, u32)] = &[
         ("rootfs/", 0o755),
         ("rootfs/home/", 0o755),
@@ -176,7 +174,7 @@ pub fn context(binaries: &[(&str, Vec<u8>)]) -> Result<Vec<u8>> {
         ("rootfs/work/", 0o755),
     ];
     for (dir, mode) in dirs {
-        append_dir(&mut builder, dir, *mode)?;
+        context.dir(dir, *mode)?;
     }
     let mut files: Vec<(String, &[u8])> = BINARIES
         .iter()
@@ -189,9 +187,9 @@ pub fn context(binaries: &[(&str, Vec<u8>)]) -> Result<Vec<u8>> {
         .collect();
     files.sort();
     for (path, data) in files {
-        append_file(&mut builder, &path, 0o755, data)?;
+        context.file(&path, 0o755, data)?;
     }
-    builder.into_inner().map_err(|e| Error::io("context", e))
+    context.finish()
 }
 
 /// The tag for a context.
@@ -202,33 +200,64 @@ pub fn tag_for(context: &[u8]) -> String {
     )
 }
 
-/// Build the static binaries and the test image (or reuse it), and report its size.
-pub async fn build_test_image(
+/// The in-container binaries from `source`, each checked to be static-pie.
+async fn binaries(
+    source: &BinarySource,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<Vec<(&'static str, Vec<u8>)>> {
+    let mut binaries = Vec::new();
+    match source {
+        BinarySource::Workspace(workspace) => {
+            progress("building the static in-container binaries");
+            let dir = build_static_binaries(workspace, true).await?;
+            for name in BINARY_NAMES {
+                let path = dir.join(name);
+                // The workspace is the caller's: its build products are read with the same rules.
+                let from = path.clone();
+                let data = tokio::task::spawn_blocking(move || {
+                    crate::caller_file::read("built binary", &from, MAX_BINARY_BYTES)
+                })
+                .await
+                .map_err(|e| Error::Build(format!("reading {}: {e}", path.display())))??;
+                check_static_pie(&path, &data)?;
+                binaries.push((name, data));
+            }
+        }
+        BinarySource::Embedded(list) => {
+            for name in BINARY_NAMES {
+                let Some((_, data)) = list.iter().find(|(n, _)| *n == name) else {
+                    return Err(Error::Build(format!(
+                        "the embedded in-container binaries lack {name} (they hold: {})",
+                        list.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                    )));
+                };
+                check_static_pie(Path::new(&format!("embedded {name}")), data)?;
+                binaries.push((name, data.to_vec()));
+            }
+        }
+    }
+    Ok(binaries)
+}
+
+/// Build the test image from this workspace's static binaries (or reuse it), and report its size.
+pub async fn build_test_image(engine: &Engine, workspace: &Path) -> Result<BuiltImage> {
+    build_image(
+        engine,
+        &BinarySource::Workspace(workspace.to_path_buf()),
+        &|_| {},
+    )
+    .await
+}
+
+/// Build the test image from `source`'s binaries (or reuse it), and report its size. `progress`
+/// hears each step and each line the engine's builder prints.
+pub async fn build_image(
     engine: &Engine,
-    workspace: &Path,
-    progress: bool,
+    source: &BinarySource,
+    progress: &(dyn Fn(&str) + Sync),
 ) -> Result<BuiltImage> {
     let started = Instant::now();
-    let bar = progress.then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.enable_steady_tick(std::time::Duration::from_millis(120));
-        bar.set_message("building the static in-container binaries");
-        bar
-    });
-    let dir = build_static_binaries(workspace, !progress).await?;
-    let mut binaries = Vec::new();
-    for name in ["cordon-init", "cordon-probe", "claude"] {
-        let path = dir.join(name);
-        // The workspace is the caller's: its build products are read with the same rules.
-        let from = path.clone();
-        let data = tokio::task::spawn_blocking(move || {
-            crate::caller_file::read("built binary", &from, MAX_BINARY_BYTES)
-        })
-        .await
-        .map_err(|e| Error::Build(format!("reading {}: {e}", path.display())))??;
-        check_static_pie(&path, &data)?;
-        binaries.push((name, data));
-    }
+    let binaries = binaries(source, progress).await?;
     let ctx = context(&binaries)?;
     let tag = tag_for(&ctx);
     let sizes = binaries
@@ -238,9 +267,7 @@ pub async fn build_test_image(
     let existing = engine.docker().inspect_image(&tag).await.ok();
     let reused = existing.is_some();
     if !reused {
-        if let Some(bar) = &bar {
-            bar.set_message(format!("building {tag} (classic builder, FROM scratch)"));
-        }
+        progress(&format!("building {tag} (classic builder, FROM scratch)"));
         let options = BuildImageOptions {
             dockerfile: "Dockerfile".to_owned(),
             t: Some(tag.clone()),
@@ -270,10 +297,10 @@ pub async fn build_test_image(
             if let Some(detail) = info.error_detail.and_then(|d| d.message) {
                 return Err(Error::Build(detail));
             }
-            if let (Some(bar), Some(line)) = (&bar, info.stream.as_deref()) {
+            if let Some(line) = info.stream.as_deref() {
                 let line = line.trim();
                 if !line.is_empty() {
-                    bar.set_message(line.to_owned());
+                    progress(line);
                 }
             }
         }
@@ -284,9 +311,6 @@ pub async fn build_test_image(
         engine.docker().inspect_image(&tag),
     )
     .await?;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
     Ok(BuiltImage {
         tag,
         id: inspect.id.unwrap_or_default(),
@@ -318,6 +342,24 @@ mod tests {
             ("claude", vec![3u8; 10]),
         ];
         assert_ne!(tag_for(&a), tag_for(&context(&other).unwrap()));
+    }
+
+    #[tokio::test]
+    async fn embedded_binaries_are_checked_and_a_missing_one_is_named() {
+        let none = binaries(&BinarySource::Embedded(&[]), &|_| {}).await;
+        let Err(Error::Build(why)) = none else {
+            panic!("{none:?}")
+        };
+        assert!(why.contains("lack cordon-init"), "{why}");
+        let script = binaries(
+            &BinarySource::Embedded(&[("cordon-init", b"#!/bin/sh\n")]),
+            &|_| {},
+        )
+        .await;
+        let Err(Error::Build(why)) = script else {
+            panic!("{script:?}")
+        };
+        assert!(why.contains("embedded cordon-init"), "{why}");
     }
 
     #[test]

@@ -21,7 +21,7 @@ fn gate_md_names_every_protection() {
 /// Where the tests the doc names live, by the prefix it writes them with: the directory whose
 /// sources (searched recursively, so a module's tests may live in a sibling `*_tests.rs`) hold them.
 const TEST_FILES: &[(&str, &str)] = &[
-    ("cli::", "../host/tests"),
+    ("cli::", "../cli/tests"),
     ("judge::tests::", "../init/src"),
     ("procfs::tests::", "../contract/src"),
     ("seccomp::tests::", "../init/src"),
@@ -43,12 +43,12 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("source::tests::", "../host/src/task"),
     ("clone::tests::", "../host/src/task"),
     ("caller_file::tests::", "../host/src"),
-    ("human::tests::", "../host/src"),
+    ("human::tests::", "../cli/src"),
     ("invoke::claude::tests::", "../host/src/invoke"),
     ("invoke::result::tests::", "../host/src/invoke"),
     ("invoke::schema::tests::", "../host/src/invoke"),
     ("invoke::tests::", "../host/src/invoke"),
-    ("cli_task::", "../host/tests"),
+    ("cli_task::", "../cli/tests"),
 ];
 
 /// Every test the doc names (`suite::module::test`, or a unit test by the prefixes above) exists.

@@ -8,10 +8,10 @@ use cordon_tests::controller;
 async fn image_builds_from_static_binaries_and_is_reused() {
     let ctl = controller().await;
     let engine = ctl.engine().clone();
-    let first = image::build_test_image(&engine, &image::default_workspace(), false)
+    let first = image::build_test_image(&engine, &image::default_workspace())
         .await
         .expect("build");
-    let second = image::build_test_image(&engine, &image::default_workspace(), false)
+    let second = image::build_test_image(&engine, &image::default_workspace())
         .await
         .expect("rebuild");
     assert!(

@@ -10,6 +10,7 @@ pub mod cases;
 pub mod probe;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,18 +113,22 @@ impl GateReport {
                 if c.pass { "pass" } else { "FAIL" }
             ));
             if !c.pass && c.layer == Layer::Probe {
-                let missing: Vec<&String> = c
-                    .expected
-                    .iter()
-                    .filter(|e| !c.observed.contains(e))
-                    .collect();
-                let extra: Vec<&String> = c
-                    .observed
-                    .iter()
-                    .filter(|o| !c.expected.contains(o))
-                    .collect();
+                let not_in = |v: &[String], other: &[String]| {
+                    let left: Vec<&str> = v
+                        .iter()
+                        .filter(|e| !other.contains(e))
+                        .map(String::as_str)
+                        .collect();
+                    if left.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        left.join(", ")
+                    }
+                };
                 out.push_str(&format!(
-                    "    missing {missing:?}\n    unexpected {extra:?}\n"
+                    "    missing {}\n    unexpected {}\n",
+                    not_in(&c.expected, &c.observed),
+                    not_in(&c.observed, &c.expected)
                 ));
             }
         }
@@ -652,8 +657,30 @@ async fn run_validator_init(
     results
 }
 
+/// Where a gate run is: sent as each case starts and as it finishes (cases run in parallel).
+#[derive(Debug, Clone, Copy)]
+pub struct GateProgress<'a> {
+    /// Cases finished so far.
+    pub done: usize,
+    /// Cases selected.
+    pub total: usize,
+    /// The case that just started, or just finished.
+    pub case: &'a str,
+    pub finished: bool,
+}
+
 /// Run the gate against `image_id` (the test image).
 pub async fn run(ctl: &Controller, image_id: &str, options: &GateOptions) -> Result<GateReport> {
+    run_with_progress(ctl, image_id, options, &|_| {}).await
+}
+
+/// [`run`], telling `progress` as each case starts and finishes.
+pub async fn run_with_progress(
+    ctl: &Controller,
+    image_id: &str,
+    options: &GateOptions,
+    progress: &(dyn Fn(GateProgress<'_>) + Sync),
+) -> Result<GateReport> {
     let engine = ctl.engine();
     let owner = Owner::random("gate");
     let host_dir = std::env::temp_dir().join(format!("cordon-gate-{}", owner.as_str()));
@@ -666,7 +693,7 @@ pub async fn run(ctl: &Controller, image_id: &str, options: &GateOptions) -> Res
         fixture_repo: fixture_repo.clone(),
     };
     let result = match probe::fixture_repository(&fixture_repo) {
-        Ok(()) => run_owned(ctl, image_id, options, &owner, &env).await,
+        Ok(()) => run_owned(ctl, image_id, options, &owner, &env, progress).await,
         Err(e) => Err(e),
     };
     let _ = std::fs::remove_dir(&host_dir);
@@ -693,6 +720,7 @@ async fn run_owned(
     options: &GateOptions,
     owner: &Owner,
     env: &GateEnv,
+    progress: &(dyn Fn(GateProgress<'_>) + Sync),
 ) -> Result<GateReport> {
     let engine = ctl.engine();
     let selected: Vec<Case> = cases::all()
@@ -719,15 +747,25 @@ async fn run_owned(
         }
     }
     let storages = Arc::new(storages);
+    let (total, done) = (selected.len(), &AtomicUsize::new(0));
     let results: Vec<Vec<CaseResult>> = if failure.is_none() {
         futures_util::stream::iter(selected.iter())
             .map(|case| {
                 let storages = storages.clone();
                 async move {
-                    match storages.get(&case.storage) {
+                    let at = |done, finished| GateProgress {
+                        done,
+                        total,
+                        case: &case.name,
+                        finished,
+                    };
+                    progress(at(done.load(Ordering::Relaxed), false));
+                    let rows = match storages.get(&case.storage) {
                         Some(s) => run_case(ctl, owner, image_id, s, env, case).await,
                         None => vec![],
-                    }
+                    };
+                    progress(at(done.fetch_add(1, Ordering::Relaxed) + 1, true));
+                    rows
                 }
             })
             .buffered(options.parallel.max(1))

@@ -237,8 +237,7 @@ impl Supervisor {
             ImageSource::Id(_) => self.profile.clone(),
             ImageSource::Build(workspace) => {
                 let _ = self.step.send(Step::Building);
-                let built =
-                    crate::image::build_test_image(self.ctl.engine(), workspace, false).await?;
+                let built = crate::image::build_test_image(self.ctl.engine(), workspace).await?;
                 profile(
                     &self.capture,
                     &self.allocation,

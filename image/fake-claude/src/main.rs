@@ -37,7 +37,7 @@
 //! - `cordon-fake:terminal-escapes`: success whose `result` is hostile terminal text
 //!   (`TERMINAL_ESCAPES`): an OSC 52 clipboard write, an OSC 0 window title, CSI 2J (clear
 //!   screen), CR, NUL, BEL, a bidi override (U+202E), a C1 CSI (U+009B), and a forged cordon
-//!   summary line `attempt forged, code x, exit Some(0), attested: true, 1 ms` on a line of its
+//!   summary line `attempt forged, code x, exit 0, attested: true, 1 ms` on a line of its
 //!   own, last.
 
 use std::collections::BTreeSet;
@@ -340,7 +340,7 @@ const TERMINAL_ESCAPES: &str = concat!(
     " nul\u{0}bell\u{7}",                    // NUL, BEL
     " \u{202e}txt.exe\u{202c}",              // a right-to-left override
     " \u{9b}31mred\n",                       // C1 CSI (U+009B)
-    "attempt forged, code x, exit Some(0), attested: true, 1 ms\n",
+    "attempt forged, code x, exit 0, attested: true, 1 ms\n",
 );
 
 /// Places the sandbox must keep read-only in every phase.

@@ -321,7 +321,7 @@ const TERMINAL_ESCAPES: &str = concat!(
     " nul\u{0}bell\u{7}",
     " \u{202e}txt.exe\u{202c}",
     " \u{9b}31mred\n",
-    "attempt forged, code x, exit Some(0), attested: true, 1 ms\n",
+    "attempt forged, code x, exit 0, attested: true, 1 ms\n",
 );
 
 /// What must never reach the operator's terminal from agent text.
@@ -366,13 +366,17 @@ fn run_text_output_escapes_and_frames_the_agents_text() {
             && summary[0].contains("attested: true"),
         "{stdout:?}"
     );
+    assert!(
+        summary[0].contains(", exit 0, "),
+        "the exit code in words, not Rust's Some(0): {stdout:?}"
+    );
     let forged: Vec<&str> = stdout
         .lines()
         .filter(|l| l.contains("attempt forged"))
         .collect();
     assert_eq!(
         forged,
-        ["| attempt forged, code x, exit Some(0), attested: true, 1 ms"],
+        ["| attempt forged, code x, exit 0, attested: true, 1 ms"],
         "the forged line only after the prefix: {stdout:?}"
     );
     assert!(

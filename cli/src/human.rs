@@ -97,11 +97,15 @@ pub fn run_report(report: &OneShotReport) -> String {
     if let Some(left) = &report.storage_left {
         text.push_str(&format!("storage not removed: {}\n", line(left)));
     }
+    let exit = match result.exit_code {
+        Some(code) => code.to_string(),
+        // The workload never reported one (it did not start, or was stopped).
+        None => "unknown".to_owned(),
+    };
     text.push_str(&format!(
-        "attempt {}, code {}, exit {:?}, attested: {}, {:.0} ms\n",
+        "attempt {}, code {}, exit {exit}, attested: {}, {:.0} ms\n",
         line(&result.attempt),
         line(&result.referenced_code_hash),
-        result.exit_code,
         result.attestation.is_some(),
         report.timings.total_ms
     ));
@@ -281,7 +285,7 @@ mod tests {
 
     #[test]
     fn run_report_frames_the_answer_and_keeps_failures_on_one_line() {
-        let forged = "attempt forged, code x, exit Some(0), attested: true, 1 ms";
+        let forged = "attempt forged, code x, exit 0, attested: true, 1 ms";
         let hostile_text = format!("hi\u{1b}]0;title\u{7}\n{forged}\n");
         for r in [
             report(Some(&hostile_text), None),
@@ -293,7 +297,7 @@ mod tests {
             let summary: Vec<&str> = out.lines().filter(|l| l.starts_with("attempt ")).collect();
             assert_eq!(
                 summary,
-                ["attempt a-1, code c0ffee, exit Some(0), attested: true, 0 ms"],
+                ["attempt a-1, code c0ffee, exit 0, attested: true, 0 ms"],
                 "{out:?}"
             );
             assert_eq!(out.lines().last(), Some(summary[0]), "{out:?}");
@@ -307,9 +311,93 @@ mod tests {
         assert!(out.contains(&format!("{PREFIX}{forged}\n")), "{out:?}");
     }
 
+    /// What Rust's `{:?}` looks like in text for people: `Some(0)`, `None`, a quoted list, a unit
+    /// enum variant alone in parentheses (`(Timeout)`).
+    fn assert_plain_words(out: &str) {
+        for debug in ["Some(", "None", "Ok(", "Err(", "[\"", "\"]", " { "] {
+            assert!(!out.contains(debug), "{debug} in {out:?}");
+        }
+        for (at, _) in out.match_indices('(') {
+            let inner = out[at + 1..].split(')').next().unwrap_or("");
+            let variant = inner.starts_with(|c: char| c.is_ascii_uppercase())
+                && inner.chars().all(|c| c.is_ascii_alphanumeric());
+            assert!(!variant, "({inner}) in {out:?}");
+        }
+    }
+
+    /// The summary, a stopped run's reason, and the gate table's differences are plain words.
+    #[test]
+    fn human_output_never_shows_debug_formatting() {
+        use cordon::gate::{CaseResult, GateReport, Layer};
+        use cordon::invoke::{Facts, StopReason};
+        let out = run_report(&report(Some("an answer"), None));
+        assert!(out.contains(", exit 0, "), "{out:?}");
+        assert_plain_words(&out);
+        for (reason, word) in [
+            (StopReason::Timeout, "deadline"),
+            (StopReason::Cancelled, "cancelled"),
+            (StopReason::Shutdown, "shutdown"),
+        ] {
+            // Settled by the library as a stopped run is: no exit code, no output.
+            let result = cordon::invoke::assemble(Facts {
+                attempt: "a-1".into(),
+                referenced_code_hash: "c0ffee".into(),
+                phase: cordon_contract::Phase::Questions,
+                vendor: cordon_contract::Vendor::Claude,
+                allocation: uuid::Uuid::nil(),
+                exit_code: None,
+                output: None,
+                policy_digest: String::new(),
+                schema: None,
+                stop_reason: Some(reason),
+                setup_error: None,
+                unreleased: vec![],
+                timings: Default::default(),
+            });
+            let mut stopped = report(None, None);
+            stopped.result = result;
+            let out = run_report(&stopped);
+            assert!(out.contains(", exit unknown, "), "{out:?}");
+            let why = format!("no answer: stopped (stopped before it finished ({word}))\n");
+            assert!(out.starts_with(&why), "{out:?}");
+            assert_plain_words(&out);
+        }
+        let row = |layer, pass, expected: &[&str], observed: &[&str]| CaseResult {
+            case: "caps-dropped".into(),
+            layer,
+            removed: None,
+            expected: expected.iter().map(|s| (*s).to_owned()).collect(),
+            observed: observed.iter().map(|s| (*s).to_owned()).collect(),
+            pass,
+            detail: String::new(),
+            ms: 1,
+        };
+        let table = GateReport {
+            cases: vec![
+                row(Layer::Validator, true, &["caps-dropped"], &["caps-dropped"]),
+                row(
+                    Layer::Probe,
+                    false,
+                    &["caps-dropped/lockdown/a", "caps-dropped/lockdown/b"],
+                    &["caps-dropped/lockdown/a", "cap-added/lockdown/c"],
+                ),
+            ],
+            passed: 1,
+            failed: 1,
+            leftovers: vec![],
+        }
+        .table();
+        assert!(
+            table.contains("    missing caps-dropped/lockdown/b\n")
+                && table.contains("    unexpected cap-added/lockdown/c\n"),
+            "{table}"
+        );
+        assert_plain_words(&table);
+    }
+
     #[test]
     fn a_forged_summary_line_only_appears_after_the_prefix() {
-        let forged = "attempt forged, code x, exit Some(0), attested: true, 1 ms";
+        let forged = "attempt forged, code x, exit 0, attested: true, 1 ms";
         for text in [
             format!("answer\n{forged}\n"),
             format!("answer\r{forged}"),

@@ -1,0 +1,80 @@
+//! `cordon bench`: launch, gate, invoke and seed benchmarks.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use cordon::bench;
+
+use crate::{image, print, verdict, Ctx};
+
+#[derive(Debug, Subcommand)]
+pub enum BenchAction {
+    /// Cold launch through cordon against a bare create+start of the same container.
+    Launch {
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+    },
+    /// Wall time of the full gate and the time of each case.
+    Gate {
+        #[arg(long, default_value_t = 6)]
+        parallel: usize,
+    },
+    /// Questions-phase invocations end to end on a generated repository, and the launch ratio.
+    Invoke {
+        #[arg(long, default_value_t = 5_000)]
+        files: usize,
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        #[arg(long, default_value_t = 10)]
+        launch_runs: usize,
+    },
+    /// Seeding a generated repository against a plain upload of the same tree.
+    Seed {
+        #[arg(long, default_value_t = 20_000)]
+        files: usize,
+        #[arg(long, default_value_t = 200)]
+        mib: u64,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+}
+
+pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
+    let built = image::build(ctx).await?;
+    let engine = &ctx.ctl;
+    match action {
+        BenchAction::Seed { files, mib, runs } => {
+            let report = bench::seed(engine, &built.id, files, mib * 1024 * 1024, runs)
+                .await
+                .context("benchmarking seeding")?;
+            print(ctx.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchAction::Invoke {
+            files,
+            runs,
+            launch_runs,
+        } => {
+            let report = bench::invoke(engine, &built.id, files, runs, launch_runs)
+                .await
+                .context("benchmarking invocations")?;
+            print(ctx.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchAction::Gate { parallel } => {
+            let report = bench::gate(engine, &built.id, parallel)
+                .await
+                .context("benchmarking the gate")?;
+            print(ctx.json, &report, || report.text())?;
+            Ok(verdict(report.failed == 0))
+        }
+        BenchAction::Launch { runs } => {
+            let report = bench::launch(engine, &built.id, runs)
+                .await
+                .context("benchmarking launch")?;
+            print(ctx.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The `cordon` CLI: one subcommand per library entry point, `--json` for runners in other
+//! languages. This file parses, dispatches and turns the outcome into an exit code: 0 done (and
+//! good), 1 done but not good (a failed case, no answer), 2 could not do it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use cordon::Controller;
+
+mod bench;
+mod doctor;
+mod gate;
+mod human;
+mod image;
+mod progress;
+mod run;
+mod task;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cordon",
+    version,
+    about = "An isolation boundary for AI coding agents"
+)]
+struct Cli {
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Build the in-container binaries from this cordon workspace instead of using the ones
+    /// carried in this binary.
+    #[arg(long, global = true)]
+    workspace: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Build (or reuse) the FROM scratch test image from the in-container binaries.
+    Image {
+        #[command(subcommand)]
+        action: image::ImageAction,
+    },
+    /// Build the images, run the whole gate, print the truth table (exit 0 only if every case passes).
+    Gate(gate::GateArgs),
+    /// Check the engine and what it gives a hardened container (exit non-zero when not good enough).
+    Doctor,
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        action: bench::BenchAction,
+    },
+    /// Task storage: prepare (stage, check, allocate, seed) and remove.
+    Task {
+        #[command(subcommand)]
+        action: task::TaskAction,
+    },
+    /// Run one agent invocation on a repository: prepare its storage, run, settle, remove the
+    /// storage, print the result (exit 0 with an answer, 1 without).
+    Run(run::RunArgs),
+    /// Remove what an owner left (containers, networks, interrupted storage) and hand back its
+    /// intact task storage.
+    Recover(task::RecoverArgs),
+}
+
+/// What every subcommand gets: the controller (the engine connection and this process's
+/// registries) and the global options.
+#[derive(Debug)]
+pub struct Ctx {
+    pub ctl: Controller,
+    pub json: bool,
+    pub workspace: Option<PathBuf>,
+}
+
+/// `value` as JSON, or `text()` for a person.
+pub fn print<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    text: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        print!("{}", text());
+    }
+    Ok(())
+}
+
+/// Exit 0 when `good`, else 1 (the command ran; what it found is not good).
+pub fn verdict(good: bool) -> ExitCode {
+    if good {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let ctx = Ctx {
+        ctl: Controller::connect()
+            .await
+            .context("connecting to the Docker engine")?,
+        json: cli.json,
+        workspace: cli.workspace,
+    };
+    match cli.command {
+        Command::Image { action } => image::run(&ctx, action).await,
+        Command::Gate(args) => gate::run(&ctx, args).await,
+        Command::Doctor => doctor::run(&ctx).await,
+        Command::Bench { action } => bench::run(&ctx, action).await,
+        Command::Task { action } => task::run(&ctx, action).await,
+        Command::Run(args) => run::run(&ctx, args).await,
+        Command::Recover(args) => task::recover(&ctx, args).await,
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let json = cli.json;
+    match dispatch(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            // The message can quote the repository, git or the engine: escaped, on one line.
+            eprintln!("cordon: {}", human::line(&format!("{e:#}")));
+            if json {
+                // Runners in other languages get the stable id and the refusals, if any.
+                let library = e.chain().find_map(|c| c.downcast_ref::<cordon::Error>());
+                let report = serde_json::json!({
+                    "error": library.map_or("failed", cordon::Error::id),
+                    "message": format!("{e:#}"),
+                    "refusals": match library {
+                        Some(cordon::Error::Refused(r)) => serde_json::to_value(r).unwrap_or_default(),
+                        _ => serde_json::Value::Null,
+                    },
+                });
+                println!("{report}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}

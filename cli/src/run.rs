@@ -1,0 +1,138 @@
+//! `cordon run`: one agent invocation on a repository, from storage to settled result.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::{human, image, print, progress, verdict, Ctx};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[arg(long)]
+    phase: cordon_contract::Phase,
+    #[arg(long)]
+    repo: PathBuf,
+    #[arg(long, default_value = "HEAD")]
+    head: String,
+    #[arg(
+        long,
+        conflicts_with = "prompt_file",
+        required_unless_present = "prompt_file"
+    )]
+    prompt: Option<String>,
+    #[arg(long)]
+    prompt_file: Option<PathBuf>,
+    /// The planning answer's JSON schema (`schema.json`).
+    #[arg(long)]
+    schema: Option<PathBuf>,
+    /// `test` runs the fake vendor CLI of the test image (no credential); `claude` needs
+    /// `--image` with the real CLI and CLAUDE_CODE_OAUTH_TOKEN in the environment.
+    #[arg(long, default_value = "test")]
+    vendor: String,
+    /// The image for `--vendor claude`.
+    #[arg(long)]
+    image: Option<String>,
+    /// Owner token for every object made (generated when absent).
+    #[arg(long)]
+    owner: Option<String>,
+    /// Attempt id (generated when absent).
+    #[arg(long)]
+    attempt: Option<String>,
+    /// Echoed in the result (defaults to the commit the storage was seeded from).
+    #[arg(long)]
+    code_hash: Option<String>,
+    #[arg(long, default_value_t = 600)]
+    deadline_secs: u64,
+    /// The uids storage allocations may run as (`FIRST-LAST`): no host account may use one.
+    #[arg(long, default_value = "1100000-1999999")]
+    uid_range: cordon::uids::UidRange,
+}
+
+pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let prompt = match (args.prompt, &args.prompt_file) {
+        (Some(p), _) => p,
+        (None, Some(f)) => cordon::caller_file::read_utf8(
+            "prompt file",
+            f,
+            cordon::invoke::claude::MAX_PROMPT_BYTES,
+        )?,
+        (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
+    };
+    // A schema cordon will not read is refused before anything is prepared (the capture reads
+    // it again, and that read is the one used).
+    if let Some(schema) = &args.schema {
+        cordon::invoke::claude::read_schema(schema)?;
+    }
+    let (vendor, image_id, credential) = match args.vendor.as_str() {
+        "test" => (
+            cordon_contract::Vendor::Claude,
+            image::build(ctx).await?.id,
+            None,
+        ),
+        "claude" => {
+            let Some(image) = args.image else {
+                anyhow::bail!("--vendor claude needs --image (an image with the real Claude CLI)");
+            };
+            let token = std::env::var("CLAUDE_CODE_OAUTH_TOKEN")
+                .context("--vendor claude needs CLAUDE_CODE_OAUTH_TOKEN in the environment")?;
+            (
+                cordon_contract::Vendor::Claude,
+                image,
+                Some(cordon::invoke::Credential::new(token)?),
+            )
+        }
+        other => (
+            other
+                .parse::<cordon_contract::Vendor>()
+                .map_err(anyhow::Error::msg)?,
+            String::new(),
+            None,
+        ),
+    };
+    let token = || uuid::Uuid::new_v4().simple().to_string();
+    let owner = match &args.owner {
+        Some(o) => cordon::labels::Owner::new(o)?,
+        None => cordon::labels::Owner::random("run"),
+    };
+    let run = cordon::invoke::oneshot::OneShot {
+        phase: args.phase,
+        vendor,
+        repo: args.repo,
+        head: args.head,
+        prompt,
+        schema: args.schema,
+        owner,
+        attempt: args
+            .attempt
+            .unwrap_or_else(|| format!("run-{}", &token()[..12])),
+        referenced_code_hash: args.code_hash,
+        deadline: std::time::Duration::from_secs(args.deadline_secs),
+        credential,
+        work: cordon::storage::DEFAULT_WORK,
+        uids: args.uid_range,
+    };
+    // A refused vendor is refused before anything is prepared.
+    if cordon::invoke::allowed_phases(vendor).is_empty() {
+        return Err(cordon::Error::VendorRefused(format!(
+            "{vendor} is refused in every phase: use claude (or --vendor test)"
+        ))
+        .into());
+    }
+    let bar = progress::spinner(ctx.json);
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let report = cordon::invoke::oneshot::oneshot(&ctx.ctl, &image_id, &run, shutdown, &|step| {
+        bar.set_message(step.to_owned())
+    })
+    .await;
+    bar.finish_and_clear();
+    let report = report?;
+    // Text output shows the agent's text escaped and framed (see `human`); JSON is exact.
+    print(ctx.json, &report, || human::run_report(&report))?;
+    Ok(verdict(
+        report.result.answer.is_some() && report.storage_left.is_none(),
+    ))
+}

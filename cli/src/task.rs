@@ -1,0 +1,155 @@
+//! `cordon task prepare`, `cordon task remove` and `cordon recover`: task storage by hand.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use cordon::labels::Owner;
+
+use crate::{image, print, progress, Ctx};
+
+/// The most a `cordon task remove @FILE` handle file may hold.
+const MAX_HANDLE_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Subcommand)]
+pub enum TaskAction {
+    /// Give a repository's head its own bounded storage; prints the storage handle.
+    Prepare {
+        #[arg(long)]
+        repo: PathBuf,
+        #[arg(long)]
+        head: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long)]
+        attempt: String,
+        /// A lowercase UUID v4 you recorded first (generated when absent).
+        #[arg(long)]
+        allocation: Option<String>,
+        #[arg(long, default_value_t = cordon::storage::DEFAULT_WORK.bytes)]
+        work_bytes: u64,
+        #[arg(long, default_value_t = cordon::storage::DEFAULT_WORK.inodes)]
+        work_inodes: u64,
+        #[arg(long, default_value_t = 600)]
+        deadline_secs: u64,
+        /// The uids storage allocations may run as (`FIRST-LAST`): no host account may use one.
+        #[arg(long, default_value = "1100000-1999999")]
+        uid_range: cordon::uids::UidRange,
+    },
+    /// Remove task storage: by its handle (JSON, or @FILE), or by --allocation (and --owner).
+    Remove {
+        handle: Option<String>,
+        #[arg(long)]
+        allocation: Option<String>,
+        #[arg(long)]
+        owner: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    #[arg(long)]
+    owner: String,
+    /// Also list other owners' objects (never touched).
+    #[arg(long)]
+    foreign: bool,
+}
+
+pub async fn run(ctx: &Ctx, action: TaskAction) -> anyhow::Result<ExitCode> {
+    let ctl = &ctx.ctl;
+    match action {
+        TaskAction::Prepare {
+            repo,
+            head,
+            owner,
+            attempt,
+            allocation,
+            work_bytes,
+            work_inodes,
+            deadline_secs,
+            uid_range,
+        } => {
+            let request = cordon::task::PrepareRequest {
+                repo,
+                head,
+                owner: Owner::new(&owner)?,
+                attempt,
+                allocation: allocation
+                    .as_deref()
+                    .map(cordon::task::parse_allocation)
+                    .transpose()?,
+                work: cordon::profile::Area {
+                    bytes: work_bytes,
+                    inodes: work_inodes,
+                },
+                deadline: std::time::Duration::from_secs(deadline_secs),
+                uids: uid_range,
+            };
+            let built = image::build(ctx).await?;
+            // The steps go to stderr with --json too: stdout carries only the handle.
+            let bar = progress::spinner(false);
+            let handle = cordon::task::prepare_with(ctl, &built.id, &request, |_| {}, &|step| {
+                bar.set_message(step.to_owned())
+            })
+            .await;
+            bar.finish_and_clear();
+            let handle = handle?;
+            print(ctx.json, &handle, || {
+                format!("{}\n", serde_json::to_string(&handle).unwrap_or_default())
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        TaskAction::Remove {
+            handle,
+            allocation,
+            owner,
+        } => {
+            let handle: cordon::task::StorageHandle = match (handle, allocation, owner) {
+                (Some(text), None, None) => {
+                    let text = match text.strip_prefix('@') {
+                        Some(path) => cordon::caller_file::read_utf8(
+                            "handle file",
+                            std::path::Path::new(path),
+                            MAX_HANDLE_BYTES,
+                        )?,
+                        None => text,
+                    };
+                    serde_json::from_str(&text).context("the handle is not a storage handle")?
+                }
+                (None, Some(allocation), owner) => {
+                    let allocation = cordon::task::parse_allocation(&allocation)?;
+                    // The owner, when not given, is the one every object of the id names.
+                    let owner = match owner {
+                        Some(owner) => Owner::new(&owner)?,
+                        None => {
+                            cordon::task::owner_of_allocation(ctl.engine(), &allocation).await?
+                        }
+                    };
+                    cordon::task::find(ctl, &owner, &allocation).await?
+                }
+                _ => anyhow::bail!("give a handle or --allocation (with --owner to require it)"),
+            };
+            cordon::task::remove(ctl, &handle).await?;
+            print(
+                ctx.json,
+                &serde_json::json!({"removed": handle.allocation}),
+                || format!("removed {}\n", handle.allocation),
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+pub async fn recover(ctx: &Ctx, args: RecoverArgs) -> anyhow::Result<ExitCode> {
+    let owner = Owner::new(&args.owner)?;
+    let bar = progress::spinner(ctx.json);
+    bar.set_message("recovering");
+    let report = cordon::task::recover::recover(&ctx.ctl, &owner, args.foreign).await;
+    bar.finish_and_clear();
+    let report = report?;
+    print(ctx.json, &report, || {
+        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
