@@ -39,12 +39,12 @@ impl Diff {
         observed: O,
     ) {
         if !ok {
-            self.0.push(Refusal {
+            self.0.push(Refusal::of_field(
                 id,
-                field: field.to_owned(),
-                expected: format!("{expected:?}"),
-                observed: format!("{observed:?}"),
-            });
+                field,
+                format!("{expected:?}"),
+                format!("{observed:?}"),
+            ));
         }
     }
 }

@@ -11,27 +11,15 @@ use cordon_contract::policy::{
     ENGINE_READONLY_PATHS,
 };
 use cordon_contract::procfs::Status;
-use cordon_contract::{seccomp, Id};
+use cordon_contract::{seccomp, Id, Refusal};
 
 use crate::observe::{Observations, PathFacts};
 use cordon_contract::procfs::MountEntry;
 
 use cordon_contract::paths::ENGINE_DEFAULT_CAPS as DOCKER_DEFAULT_CAPS;
 
-/// A failed check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub check: Id,
-    pub expected: String,
-    pub observed: String,
-}
-
 fn refuse(check: Id, expected: impl Into<String>, observed: impl Into<String>) -> Refusal {
-    Refusal {
-        check,
-        expected: expected.into(),
-        observed: observed.into(),
-    }
+    Refusal::new(check, expected, observed)
 }
 
 /// Unwrap an observation or refuse with `check` and the read error.
@@ -81,7 +69,7 @@ pub fn preflight(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal
                     }
                 }
             }
-            Err(refusal) if policy.skip.contains(&refusal.check) => {}
+            Err(refusal) if policy.skip.contains(&refusal.id) => {}
             Err(refusal) => return Err(refusal),
         }
     }
@@ -927,9 +915,7 @@ pub(crate) mod tests {
     fn refused(change: impl Fn(&mut Observations)) -> Id {
         let mut o = good_observations();
         change(&mut o);
-        preflight(&good_policy(), &o)
-            .expect_err("must refuse")
-            .check
+        preflight(&good_policy(), &o).expect_err("must refuse").id
     }
 
     #[test]
@@ -1351,7 +1337,7 @@ pub(crate) mod tests {
             "",
         ));
         assert_eq!(
-            preflight(&good_policy(), &o).unwrap_err().check,
+            preflight(&good_policy(), &o).unwrap_err().id,
             Id::MetadataReadonly
         );
     }
@@ -1381,7 +1367,7 @@ pub(crate) mod tests {
         assert!(preflight(&good_policy(), &o).is_ok());
         o.cgroup_limits.swap = Ok("max".into());
         assert_eq!(
-            preflight(&good_policy(), &o).unwrap_err().check,
+            preflight(&good_policy(), &o).unwrap_err().id,
             Id::MemoryLimit
         );
     }
@@ -1391,11 +1377,11 @@ pub(crate) mod tests {
         let mut p = good_policy();
         p.sockets.families.push(libc::AF_VSOCK as u32);
         let refusal = preflight(&p, &good_observations()).unwrap_err();
-        assert_eq!(refusal.check, Id::SocketFamilies);
+        assert_eq!(refusal.id, Id::SocketFamilies);
         let mut p = good_policy();
         p.sockets.netlink_protocols.push(libc::NETLINK_AUDIT as u32);
         assert_eq!(
-            preflight(&p, &good_observations()).unwrap_err().check,
+            preflight(&p, &good_observations()).unwrap_err().id,
             Id::SocketFamilies
         );
     }
@@ -1408,7 +1394,7 @@ pub(crate) mod tests {
         if let Ok(s) = &mut o.status {
             s.uid = vec![0; 4];
         }
-        assert_eq!(preflight(&p, &o).unwrap_err().check, Id::NonRootUser);
+        assert_eq!(preflight(&p, &o).unwrap_err().id, Id::NonRootUser);
     }
 
     /// A skipped protection (the gate's probe layer) is neither refused nor counted, and the
@@ -1423,7 +1409,7 @@ pub(crate) mod tests {
         assert!(!passed.contains(&Id::WritableNosuidNodevNoexec));
         assert!(passed.contains(&Id::ExecAllowlist));
         o.env.push("SECRET=x".into());
-        assert_eq!(preflight(&p, &o).unwrap_err().check, Id::EnvAllowlist);
+        assert_eq!(preflight(&p, &o).unwrap_err().id, Id::EnvAllowlist);
         let mut p = good_policy();
         p.skip = vec![Id::NonRootUser];
         let mut o = good_observations();
