@@ -11,10 +11,11 @@ use bollard::models::{
     MountTmpfsOptions, MountType, MountVolumeOptions, RestartPolicy, RestartPolicyNameEnum,
     VolumeCreateRequest,
 };
+use cordon_contract::capabilities::{start_capability_numbers, START_CAPABILITIES};
 use cordon_contract::paths;
 use cordon_contract::policy::{
     self, Access, Bounded, CgroupLimits, LandlockPolicy, MountRule, Policy, SocketPolicy,
-    CORDON_MASKED_PATHS, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS, START_CAPABILITIES,
+    CORDON_MASKED_PATHS, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS,
 };
 use cordon_contract::{Id, Phase, Vendor};
 
@@ -686,7 +687,7 @@ impl Profile {
             vendor: self.spec.vendor,
             uid: self.spec.allocation.uid.get(),
             gid: self.spec.allocation.uid.get(),
-            start_capabilities: START_CAPABILITIES.iter().map(|(_, n)| *n).collect(),
+            start_capabilities: start_capability_numbers(),
             hostname: paths::HOSTNAME.to_owned(),
             env,
             cwd: paths::WORK.to_owned(),

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use bollard::models::{
     ContainerInspectResponse, HostConfigCgroupnsModeEnum, Mount, MountType, Volume,
 };
+use cordon_contract::engine_socket::names_engine_socket;
 use cordon_contract::policy::{CORDON_MASKED_PATHS, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS};
 use cordon_contract::Id;
 
@@ -145,10 +146,6 @@ fn check_area_options(
     );
 }
 
-fn socket_like(s: &str) -> bool {
-    s.ends_with("docker.sock") || s.ends_with("containerd.sock") || s.ends_with("podman.sock")
-}
-
 fn mount_key(m: &Mount) -> String {
     m.target.clone().unwrap_or_default()
 }
@@ -161,7 +158,8 @@ fn check_mounts(diff: &mut Diff, expected: &[(Mount, Id)], observed: &[Mount]) {
         let target = mount_key(m);
         let field = format!("HostConfig.Mounts[{target}]");
         let Some((want, id)) = by_target.get(&target).copied() else {
-            let socket = socket_like(&target) || m.source.as_deref().is_some_and(socket_like);
+            let socket = names_engine_socket(&target)
+                || m.source.as_deref().is_some_and(names_engine_socket);
             let id = if socket {
                 Id::NoDockerSocket
             } else {
@@ -762,7 +760,7 @@ pub fn validate(profile: &Profile, observed: &Observed) -> Vec<Refusal> {
         .binds
         .iter()
         .flatten()
-        .any(|b| socket_like(b.split(':').next().unwrap_or("")))
+        .any(|b| names_engine_socket(b.split(':').next().unwrap_or("")))
     {
         d.check(
             false,
@@ -881,7 +879,8 @@ pub fn validate(profile: &Profile, observed: &Observed) -> Vec<Refusal> {
                 }
             }
             None => {
-                let socket = socket_like(&dest) || point.source.as_deref().is_some_and(socket_like);
+                let socket = names_engine_socket(&dest)
+                    || point.source.as_deref().is_some_and(names_engine_socket);
                 d.check(
                     false,
                     if socket {

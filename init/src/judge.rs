@@ -6,17 +6,14 @@
 //! most specific cause to the most general (privileged before capabilities, the Docker socket
 //! before unknown mounts, a TTY before stdin).
 
+use cordon_contract::capabilities::{all_capabilities, capability_mask, holds_engine_defaults};
 use cordon_contract::policy::{
-    capability_mask, Access, MountFlags, MountRule, Policy, ENGINE_MASKED_PATHS,
-    ENGINE_READONLY_PATHS,
+    Access, MountFlags, MountRule, Policy, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS,
 };
-use cordon_contract::procfs::Status;
-use cordon_contract::{seccomp, Id, Refusal};
+use cordon_contract::procfs::{MountEntry, Status};
+use cordon_contract::{engine_socket, seccomp, Id, Refusal};
 
 use crate::observe::{Observations, PathFacts};
-use cordon_contract::procfs::MountEntry;
-
-use cordon_contract::paths::ENGINE_DEFAULT_CAPS as DOCKER_DEFAULT_CAPS;
 
 fn refuse(check: Id, expected: impl Into<String>, observed: impl Into<String>) -> Refusal {
     Refusal::new(check, expected, observed)
@@ -137,11 +134,7 @@ fn namespaces(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
 fn not_privileged(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     let start = seen(Id::NotPrivileged, "/proc/self/status at start", &obs.start)?;
     let last = *seen(Id::NotPrivileged, "cap_last_cap", &obs.cap_last_cap)?;
-    let full = if last >= 63 {
-        u64::MAX
-    } else {
-        (1u64 << (last + 1)) - 1
-    };
+    let full = all_capabilities(last);
     let mounts = seen(Id::NoHostMounts, "/proc/self/mountinfo", &obs.mounts)?;
     let sys_rw = mounts
         .iter()
@@ -167,7 +160,7 @@ fn start_privileges(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refu
     let want = capability_mask(&policy.start_capabilities);
     let sets = |s: &Status| format!("uid {:?} {}", s.uid, s.describe_capabilities());
     let expected = format!("uid 0 with exactly CapBnd=CapPrm=CapEff {want:x}");
-    if start.cap_bnd & DOCKER_DEFAULT_CAPS == DOCKER_DEFAULT_CAPS {
+    if holds_engine_defaults(start.cap_bnd) {
         return Err(refuse(Id::CapsDropped, expected, sets(start)));
     }
     if start.cap_bnd & !want != 0 {
@@ -458,7 +451,7 @@ fn judge_mounts(
 
     let socket_mount = mounts
         .iter()
-        .find(|m| m.mount_point.ends_with(".sock"))
+        .find(|m| engine_socket::is_socket_mountpoint(&m.mount_point))
         .map(|m| m.mount_point.clone());
     if !obs.daemon_sockets.is_empty() || socket_mount.is_some() {
         let mut found = obs.daemon_sockets.clone();
@@ -696,6 +689,7 @@ pub(crate) mod tests {
 
     use std::collections::BTreeMap;
 
+    use cordon_contract::capabilities::{self, ENGINE_DEFAULT_CAPS};
     use cordon_contract::policy::{self, Bounded, CgroupLimits, LandlockPolicy};
     use cordon_contract::{Phase, Vendor};
 
@@ -773,7 +767,7 @@ pub(crate) mod tests {
             vendor: Vendor::Claude,
             uid: 10001,
             gid: 10001,
-            start_capabilities: policy::START_CAPABILITIES.iter().map(|(_, n)| *n).collect(),
+            start_capabilities: capabilities::start_capability_numbers(),
             hostname: "cordon".into(),
             env: vec!["PATH=/usr/bin".into(), "HOSTNAME=cordon".into()],
             cwd: "/work".into(),
@@ -801,7 +795,7 @@ pub(crate) mod tests {
     }
 
     fn start_caps() -> u64 {
-        policy::capability_mask(&good_policy().start_capabilities)
+        capabilities::capability_mask(&good_policy().start_capabilities)
     }
 
     fn with_start(change: impl Fn(&mut Status)) -> impl Fn(&mut Observations) {
@@ -1064,9 +1058,9 @@ pub(crate) mod tests {
             (
                 Id::CapsDropped,
                 Box::new(with_start(|s| {
-                    s.cap_bnd |= DOCKER_DEFAULT_CAPS;
-                    s.cap_eff |= DOCKER_DEFAULT_CAPS;
-                    s.cap_prm |= DOCKER_DEFAULT_CAPS;
+                    s.cap_bnd |= ENGINE_DEFAULT_CAPS;
+                    s.cap_eff |= ENGINE_DEFAULT_CAPS;
+                    s.cap_prm |= ENGINE_DEFAULT_CAPS;
                 })),
             ),
             (
