@@ -58,23 +58,13 @@ pub const CLAUDE_CLI: &str = "/usr/bin/claude";
 /// The Codex CLI path (never run: Codex is refused).
 pub const CODEX_CLI: &str = "/usr/bin/codex";
 
-/// Paths where a container-engine socket would be if one were mounted.
-pub const DAEMON_SOCKETS: &[&str] = &[
-    "/var/run/docker.sock",
-    "/run/docker.sock",
-    "/var/run/containerd/containerd.sock",
-    "/run/containerd/containerd.sock",
-    "/var/run/podman/podman.sock",
-    "/run/podman/podman.sock",
-];
-
 /// What /dev holds in a hardened runc container (no TTY, IpcMode none).
 pub const STANDARD_DEV: &[&str] = &[
     "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "mqueue", "fd", "stdin",
     "stdout", "stderr", "core",
 ];
 
-/// Docker's default bounding set (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID,
-/// SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD, AUDIT_WRITE, SETFCAP). A bounding set
-/// holding all of it means `CapDrop: ALL` is missing; anything else non-empty means a `CapAdd`.
-pub const ENGINE_DEFAULT_CAPS: u64 = 0xa804_25fb;
+/// How many links the kernel follows resolving one path (MAXSYMLINKS): a path that needs more
+/// never resolves (ELOOP), so it reaches nothing. The host's tree rules and the hostile-repo probe
+/// resolve links each in their own way, both with this bound.
+pub const MAX_LINK_HOPS: usize = 40;

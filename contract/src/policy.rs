@@ -82,22 +82,6 @@ impl SocketPolicy {
     }
 }
 
-/// The capabilities the init starts with (CAP_SETGID, CAP_SETUID, CAP_SETPCAP, CAP_SYS_ADMIN),
-/// in Docker's names for `CapAdd` and as numbers.
-pub const START_CAPABILITIES: &[(&str, u32)] = &[
-    ("SETGID", 6),
-    ("SETPCAP", 8),
-    ("SETUID", 7),
-    ("SYS_ADMIN", 21),
-];
-
-/// A capability set as the kernel shows it (a bit per capability number).
-pub fn capability_mask(caps: &[u32]) -> u64 {
-    caps.iter()
-        .filter(|c| **c < 64)
-        .fold(0, |mask, c| mask | (1u64 << c))
-}
-
 /// How a mountpoint may look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -666,7 +650,7 @@ mod consistency_tests {
             vendor: Vendor::Claude,
             uid: 10001,
             gid: 10001,
-            start_capabilities: START_CAPABILITIES.iter().map(|(_, n)| *n).collect(),
+            start_capabilities: crate::capabilities::start_capability_numbers(),
             hostname: "cordon".into(),
             env: vec!["PATH=/usr/bin".into()],
             cwd: "/work".into(),

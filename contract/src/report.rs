@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::catalogue::Id;
+use crate::refusal::Refusal;
 
 /// Preflight refused: the first stderr line is a [`InitLine::Refusal`].
 pub const EXIT_REFUSED: i32 = 120;
@@ -22,12 +23,9 @@ pub const RESERVED_EXIT_CODES: [i32; 3] = [EXIT_REFUSED, EXIT_DEADLINE, EXIT_INI
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cordon", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum InitLine {
-    /// Preflight failed at `check`; nothing was started.
-    Refusal {
-        check: Id,
-        expected: String,
-        observed: String,
-    },
+    /// Preflight failed: the protection (`id`), what it expected and observed; nothing was
+    /// started.
+    Refusal(Refusal),
     /// Preflight passed; the workload starts after this line.
     Attestation {
         policy_digest: String,
@@ -81,11 +79,7 @@ mod tests {
     #[test]
     fn lines_round_trip() {
         let lines = [
-            InitLine::Refusal {
-                check: Id::RootfsReadonly,
-                expected: "ro".into(),
-                observed: "rw".into(),
-            },
+            InitLine::Refusal(Refusal::new(Id::RootfsReadonly, "ro", "rw")),
             InitLine::Attestation {
                 policy_digest: "sha256:00".into(),
                 checks: vec![Id::Landlock],
@@ -105,6 +99,17 @@ mod tests {
             assert_eq!(InitLine::parse(&text), Some(line));
         }
         assert_eq!(InitLine::parse("{\"cordon\":\"refusal\"}"), None);
+        // The refusal's shape is the contract's one: `id`, no unknown key.
+        assert_eq!(
+            InitLine::parse(r#"{"cordon":"refusal","id":"policy","expected":"a","observed":"b"}"#),
+            Some(InitLine::Refusal(Refusal::new(Id::Policy, "a", "b")))
+        );
+        assert_eq!(
+            InitLine::parse(
+                r#"{"cordon":"refusal","id":"policy","expected":"a","observed":"b","extra":1}"#
+            ),
+            None
+        );
         assert_eq!(InitLine::parse("hello"), None);
     }
 }

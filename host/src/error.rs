@@ -9,28 +9,9 @@ use std::time::Duration;
 
 use cordon_contract::Id;
 
+pub use cordon_contract::refusal::Refusal;
 pub use input::InputFault;
 pub use repo::Unusable;
-
-/// A difference between a created object and its profile: the protection it breaches, the field,
-/// what the profile says and what the engine reports.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Refusal {
-    pub id: Id,
-    pub field: String,
-    pub expected: String,
-    pub observed: String,
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: {} expected {} observed {}",
-            self.id, self.field, self.expected, self.observed
-        )
-    }
-}
 
 /// Everything that can go wrong in the cordon library.
 #[derive(Debug, thiserror::Error)]

@@ -367,14 +367,10 @@ pub fn verdict(output: &Output, policy_digest: &str, tty: bool) -> InitVerdict {
             landlock_abi,
             preflight_us,
         },
-        Some(InitLine::Refusal {
-            check,
-            expected,
-            observed,
-        }) => InitVerdict::Refused {
-            check,
-            expected,
-            observed,
+        Some(InitLine::Refusal(refusal)) => InitVerdict::Refused {
+            check: refusal.id,
+            expected: refusal.expected,
+            observed: refusal.observed,
         },
         Some(InitLine::Failure { reason }) => InitVerdict::Failed { reason },
         _ => InitVerdict::Missing {

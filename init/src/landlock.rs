@@ -6,25 +6,11 @@ use landlock::{
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
-/// The kernel's Landlock ABI, from `landlock_create_ruleset(NULL, 0, VERSION)`.
+/// The kernel's Landlock ABI (the contract's query), as a policy ABI.
 pub fn kernel_abi() -> Result<u8, String> {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1;
-    // SAFETY: the VERSION query takes no attribute pointer and returns an integer.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if rc < 0 {
-        return Err(format!(
-            "landlock_create_ruleset(VERSION): {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    u8::try_from(rc).map_err(|_| format!("landlock ABI {rc} out of range"))
+    let abi = cordon_contract::landlock::kernel_abi()
+        .map_err(|e| format!("landlock_create_ruleset(VERSION): {e}"))?;
+    u8::try_from(abi).map_err(|_| format!("landlock ABI {abi} out of range"))
 }
 
 fn abi_of(version: u8) -> ABI {

@@ -23,7 +23,7 @@ use std::io::{Read, Write};
 use std::time::Instant;
 
 use cordon_contract::report::{EXIT_DEADLINE, EXIT_INIT_FAILURE, EXIT_REFUSED};
-use cordon_contract::{paths, policy, Id, InitLine, Policy};
+use cordon_contract::{paths, policy, Id, InitLine, Policy, Refusal};
 
 /// Write one line to stderr in a single write.
 pub fn emit(line: &InitLine) {
@@ -33,11 +33,11 @@ pub fn emit(line: &InitLine) {
 }
 
 fn refuse(check: Id, expected: impl Into<String>, observed: impl Into<String>) -> ! {
-    emit(&InitLine::Refusal {
-        check,
-        expected: expected.into(),
-        observed: observed.into(),
-    });
+    refuse_with(Refusal::new(check, expected, observed))
+}
+
+fn refuse_with(refusal: Refusal) -> ! {
+    emit(&InitLine::Refusal(refusal));
     std::process::exit(EXIT_REFUSED);
 }
 
@@ -140,7 +140,7 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     );
     let mut checks = match judge::preflight(&policy, &observations) {
         Ok(passed) => passed,
-        Err(r) => refuse(r.check, r.expected, r.observed),
+        Err(refusal) => refuse_with(refusal),
     };
     drop(kernel);
     close_inherited_fds();

@@ -9,8 +9,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
-use cordon_contract::paths;
 use cordon_contract::policy::{Access, Policy, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS};
+use cordon_contract::{engine_socket, paths};
 use nix::sys::statvfs::{statvfs, FsFlags};
 use nix::unistd::{faccessat, AccessFlags};
 
@@ -416,7 +416,7 @@ fn daemon_sockets() -> Vec<String> {
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     ) {
-        Ok(root) => existing_beneath(root.as_fd(), paths::DAEMON_SOCKETS),
+        Ok(root) => existing_beneath(root.as_fd(), engine_socket::PATHS),
         // The judge also refuses any socket mount it sees in mountinfo.
         Err(_) => Vec::new(),
     }

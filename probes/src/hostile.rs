@@ -12,7 +12,6 @@ use cordon_contract::probe::{fixture, ops};
 
 use crate::report::Probe;
 
-const MAX_HOPS: usize = 40;
 const MAX_ENTRIES: usize = 100_000;
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -72,7 +71,7 @@ pub fn escapes(checkout: Checkout<'_>, dir: &Path, target: &Path) -> Option<Path
                 current.push(name);
                 if let Ok(link) = std::fs::read_link(&current) {
                     hops += 1;
-                    if hops > MAX_HOPS {
+                    if hops > paths::MAX_LINK_HOPS {
                         return None;
                     }
                     current.pop();

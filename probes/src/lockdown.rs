@@ -5,7 +5,7 @@
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::fs::MetadataExt;
 
-use cordon_contract::paths::ENGINE_DEFAULT_CAPS;
+use cordon_contract::capabilities::holds_engine_defaults;
 use cordon_contract::probe::ops;
 use cordon_contract::procfs;
 use cordon_contract::{seccomp, Id};
@@ -168,7 +168,7 @@ pub fn run(p: &mut Probe<'_>) {
     let all_empty = status.capability_sets().iter().all(|s| *s == 0);
     let class = if p.ctx.privileged {
         Id::NotPrivileged
-    } else if status.cap_bnd & ENGINE_DEFAULT_CAPS == ENGINE_DEFAULT_CAPS || status.cap_bnd == 0 {
+    } else if holds_engine_defaults(status.cap_bnd) || status.cap_bnd == 0 {
         Id::CapsDropped
     } else {
         Id::CapAdded

@@ -82,11 +82,7 @@ fn privileged() -> bool {
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(63);
-    let full = if last >= 63 {
-        u64::MAX
-    } else {
-        (1u64 << (last + 1)) - 1
-    };
+    let full = cordon_contract::capabilities::all_capabilities(last);
     let all_caps = cordon_contract::procfs::parse_status(&status).is_ok_and(|s| s.cap_bnd == full);
     let sys_writable = nix::sys::statvfs::statvfs("/sys")
         .is_ok_and(|v| !v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
@@ -156,20 +152,9 @@ fn status_field(status: &str, name: &str) -> Option<String> {
 }
 
 fn env_report() -> i32 {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1;
-    // SAFETY: the VERSION query takes no attribute pointer and returns an integer.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    let landlock = if rc >= 0 {
-        serde_json::json!(rc)
-    } else {
-        serde_json::json!(std::io::Error::last_os_error().to_string())
+    let landlock = match cordon_contract::landlock::kernel_abi() {
+        Ok(abi) => serde_json::json!(abi),
+        Err(e) => serde_json::json!(e.to_string()),
     };
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| status_field(&status, name).unwrap_or_default();

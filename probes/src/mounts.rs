@@ -3,16 +3,12 @@
 //! rule names (the image's root alone may hold executables), the profile's own mounts show no host
 //! path and no host disk, no engine socket and no extra device is present.
 
-use cordon_contract::paths;
 use cordon_contract::policy::Access;
 use cordon_contract::probe::ops;
 use cordon_contract::procfs::{self, MountEntry};
+use cordon_contract::{engine_socket, paths};
 
 use crate::report::Probe;
-
-fn socket_like(point: &str) -> bool {
-    point.ends_with(".sock") || paths::DAEMON_SOCKETS.contains(&point)
-}
 
 pub fn run(p: &mut Probe<'_>) {
     let text = match std::fs::read_to_string("/proc/self/mountinfo") {
@@ -27,13 +23,14 @@ pub fn run(p: &mut Probe<'_>) {
     let rules = policy.mounts.clone();
     let tty = p.ctx.tty;
 
-    for socket in paths::DAEMON_SOCKETS {
+    for socket in engine_socket::PATHS {
         p.deny(&ops::DAEMON_SOCKET, &format!("{socket} exists"), || {
             std::fs::symlink_metadata(socket)
         });
     }
     for m in mounts.iter().filter(|m| {
-        socket_like(&m.mount_point) && !paths::DAEMON_SOCKETS.contains(&m.mount_point.as_str())
+        engine_socket::is_socket_mountpoint(&m.mount_point)
+            && !engine_socket::PATHS.contains(&m.mount_point.as_str())
     }) {
         p.found(
             &ops::DAEMON_SOCKET,
@@ -63,7 +60,9 @@ pub fn run(p: &mut Probe<'_>) {
     // /dev/shm and sockets have their own operations; every other mountpoint must be listed.
     let unknown: Vec<&str> = mounts
         .iter()
-        .filter(|m| m.mount_point != "/dev/shm" && !socket_like(&m.mount_point))
+        .filter(|m| {
+            m.mount_point != "/dev/shm" && !engine_socket::is_socket_mountpoint(&m.mount_point)
+        })
         .filter(|m| !(tty && m.mount_point == "/dev/console"))
         .filter(|m| policy.rule_for(&m.mount_point).is_none())
         .map(|m| m.mount_point.as_str())

@@ -66,7 +66,10 @@ async fn validator_refusal_stops_before_start_and_cleans_up() {
         Error::Refused(refusals) => {
             assert_eq!(refusals.len(), 1, "{refusals:?}");
             assert_eq!(refusals[0].id, Id::RootfsReadonly);
-            assert_eq!(refusals[0].field, "HostConfig.ReadonlyRootfs");
+            assert_eq!(
+                refusals[0].field.as_deref(),
+                Some("HostConfig.ReadonlyRootfs")
+            );
         }
         other => panic!("{other}"),
     }
@@ -120,8 +123,8 @@ async fn subpath_profile_is_refused_on_api_1_41() {
         .find(|r| r.id == Id::PinnedDirs)
         .unwrap_or_else(|| panic!("the dropped Subpath was not caught: {:?}", launch.refusals));
     assert_eq!(
-        dropped.field,
-        "HostConfig.Mounts[/work/src].VolumeOptions.Subpath"
+        dropped.field.as_deref(),
+        Some("HostConfig.Mounts[/work/src].VolumeOptions.Subpath")
     );
     launch.finish(&f.engine).await.unwrap();
     f.finish().await;

@@ -347,8 +347,7 @@ mod tests {
             assert_eq!(r.answer, None, "{stderr}");
             assert_eq!(r.failure.map(|f| f.id), Some("attestation-invalid".into()));
         }
-        let refused =
-            r#"{"cordon":"refusal","check":"caps-dropped","expected":"0","observed":"1"}"#;
+        let refused = r#"{"cordon":"refusal","id":"caps-dropped","expected":"0","observed":"1"}"#;
         let r = assemble(facts(
             Some(120),
             Some(output(b"", format!("{refused}\n").as_bytes(), None)),

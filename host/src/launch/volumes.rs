@@ -22,17 +22,6 @@ pub fn volume_mount(volume: &VolumeSpec, target: &str, read_only: bool) -> Mount
     crate::profile::volume_mount(volume, target, read_only, None)
 }
 
-impl VolumeSpec {
-    /// What a create request makes (the gate edits requests to make breach cases).
-    pub fn from_request(request: &VolumeCreateRequest) -> VolumeSpec {
-        VolumeSpec {
-            name: request.name.clone().unwrap_or_default(),
-            labels: request.labels.clone().unwrap_or_default(),
-            options: request.driver_opts.clone().unwrap_or_default(),
-        }
-    }
-}
-
 /// The create request of a trusted helper (keeper, loader, tool) of `allocation`: the agent's
 /// hardening, the allocation's uid, no capability at all, small limits.
 pub fn helper_body(

@@ -162,7 +162,7 @@ pub fn check_link(
                 if let Some(next) = links.get(&current.join(&b'/')) {
                     current.pop();
                     hops += 1;
-                    if hops > 40 {
+                    if hops > cordon_contract::paths::MAX_LINK_HOPS {
                         return Ok(());
                     }
                     if next.first() == Some(&b'/') {

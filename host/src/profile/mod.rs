@@ -1,0 +1,243 @@
+//! The agent container profile: an immutable value built from (phase, vendor, limits, storage),
+//! and the one place that turns it into a create request, volume specifications and the init's
+//! policy. The validator compares the engine's read-back with what this module produces, so the
+//! create request and the expectation cannot drift apart.
+//!
+//! - `spec.rs`: what a profile is built from, and the checks that freeze it;
+//! - `body.rs`: the hardened create request every cordon container shares, and the agent's;
+//! - `volumes.rs`: the volumes and mounts, and their tmpfs options;
+//! - `policy.rs`: the policy the init enforces.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::models::ContainerCreateBody;
+use cordon_contract::{paths, Id, Phase, Policy, Vendor};
+
+use crate::engine::{ApiVersion, SUBPATH_API};
+use crate::error::{Error, Result};
+use crate::labels::{Allocation, Kind};
+
+mod body;
+mod policy;
+mod spec;
+mod volumes;
+
+pub use body::{hardened_body, masked_paths, start_capability_names, Hardened};
+pub use spec::{
+    mountable, ProfileSpec, ENV_ALLOWED_EXTRA, MAX_INPUT_BYTES, MAX_INPUT_FILES, SCHEMA_FILE,
+};
+pub use volumes::{
+    invocation_volume_requests, root_tmpfs_volume_options, tmpfs_volume_options, volume_mount,
+    VolumeSpec, CONTROL_AREA, EGRESS_AREA, INPUT_AREA,
+};
+
+/// A bounded area: exact byte and inode totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Area {
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+impl Area {
+    fn check(self, name: &str) -> Result<()> {
+        // tmpfs rounds sizes up to whole pages; exact statfs totals need page-aligned sizes.
+        if self.bytes == 0 || self.bytes % 4096 != 0 || self.inodes < 2 {
+            return Err(Error::Invalid(format!(
+                "{name}: {} bytes / {} inodes (bytes must be a positive multiple of 4096, inodes at least 2)",
+                self.bytes, self.inodes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Resource limits of one agent container.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Limits {
+    pub pids: u32,
+    pub memory_bytes: u64,
+    /// CPU limit in units of 1e-9 CPUs (Docker's NanoCpus).
+    pub nano_cpus: u64,
+    pub tmp: Area,
+    pub home: Area,
+    pub output: Area,
+    pub codex_home: Area,
+    pub deadline: Duration,
+    pub grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        const MIB: u64 = 1024 * 1024;
+        Limits {
+            pids: 512,
+            memory_bytes: 2048 * MIB,
+            nano_cpus: 1_000_000_000,
+            tmp: Area {
+                bytes: 256 * MIB,
+                inodes: 16_384,
+            },
+            home: Area {
+                bytes: 256 * MIB,
+                inodes: 16_384,
+            },
+            output: Area {
+                bytes: 16 * MIB,
+                inodes: 1_024,
+            },
+            codex_home: Area {
+                bytes: 64 * MIB,
+                inodes: 4_096,
+            },
+            deadline: Duration::from_secs(30 * 60),
+            grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The volumes one agent container mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageRef {
+    /// The task storage's allocation: its labels are on the work and metadata volumes, and its uid
+    /// is the one every container over this storage runs as.
+    pub storage: Allocation,
+    pub work_volume: String,
+    pub work: Area,
+    pub metadata_volume: String,
+    pub metadata: Area,
+    pub control_volume: String,
+    pub input_volume: String,
+    pub egress_volume: String,
+}
+
+/// The CFS period Docker uses for NanoCpus.
+pub const CFS_PERIOD_US: u64 = 100_000;
+/// The Landlock ABI profiles require unless told otherwise (6: adds signal and abstract-socket
+/// scoping; Linux 6.12).
+pub const DEFAULT_LANDLOCK_ABI: u8 = 6;
+/// Size and mode of a gitlink mask.
+pub const GITLINK_MASK_BYTES: i64 = 4096;
+pub const GITLINK_MASK_MODE: i64 = 0o555;
+/// At most this many gitlink masks and pins (seeds: 256 each).
+pub const MAX_GITLINKS: usize = 256;
+/// Container logs are bounded by the engine too.
+pub const LOG_MAX_SIZE: &str = "1m";
+
+/// An immutable, checked profile.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    spec: ProfileSpec,
+}
+
+/// What one launch sends to the engine and writes into the control dir.
+#[derive(Debug, Clone)]
+pub struct LaunchPlan {
+    pub name: String,
+    pub create: ContainerCreateBody,
+    pub policy: Policy,
+}
+
+impl Profile {
+    pub fn phase(&self) -> Phase {
+        self.spec.phase
+    }
+    pub fn vendor(&self) -> Vendor {
+        self.spec.vendor
+    }
+    pub fn image_id(&self) -> &str {
+        &self.spec.image_id
+    }
+    pub fn allocation(&self) -> &Allocation {
+        &self.spec.allocation
+    }
+    pub fn limits(&self) -> &Limits {
+        &self.spec.limits
+    }
+    pub fn storage(&self) -> &StorageRef {
+        &self.spec.storage
+    }
+    pub fn spec(&self) -> &ProfileSpec {
+        &self.spec
+    }
+    pub fn input_files(&self) -> &[(String, Vec<u8>)] {
+        &self.spec.input_files
+    }
+
+    /// The container's environment (without the HOSTNAME the engine adds).
+    pub fn env(&self) -> Vec<String> {
+        let mut env = vec![
+            "PATH=/usr/bin:/bin".to_owned(),
+            format!("HOME={}", paths::HOME),
+            format!("TMPDIR={}", paths::TMP),
+            "LANG=C.UTF-8".to_owned(),
+        ];
+        if self.spec.vendor == Vendor::Codex {
+            env.push(format!("CODEX_HOME={}", paths::CODEX_HOME));
+        }
+        env.extend(self.spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+        env
+    }
+
+    /// The scratch tmpfs areas: (path, area, bytes id, inodes id, mode).
+    pub fn scratch_areas(&self) -> Vec<(&'static str, Area, Id, Id, u32)> {
+        let l = &self.spec.limits;
+        let mut areas = vec![
+            (paths::TMP, l.tmp, Id::TmpBytes, Id::TmpInodes, 0o1777),
+            (paths::HOME, l.home, Id::HomeBytes, Id::HomeInodes, 0o700),
+            (
+                paths::OUTPUT_DIR,
+                l.output,
+                Id::OutputBytes,
+                Id::OutputInodes,
+                0o700,
+            ),
+        ];
+        if self.spec.vendor == Vendor::Codex {
+            areas.push((
+                paths::CODEX_HOME,
+                l.codex_home,
+                Id::CodexHomeBytes,
+                Id::CodexHomeInodes,
+                0o700,
+            ));
+        }
+        areas
+    }
+
+    /// `HostConfig.Tmpfs` option string of a scratch area, owned by the allocation's uid.
+    pub fn tmpfs_options(&self, area: Area, mode: u32) -> String {
+        let uid = self.spec.allocation.uid;
+        format!(
+            "rw,nosuid,nodev,noexec,size={},nr_inodes={},mode={mode:o},uid={uid},gid={uid}",
+            area.bytes, area.inodes,
+        )
+    }
+
+    /// The container's labels.
+    pub fn labels(&self) -> HashMap<String, String> {
+        self.spec.allocation.labels(Kind::Agent)
+    }
+
+    /// The create request, the container name and the init's policy. Refuses a profile that
+    /// needs a field this engine's API would silently drop.
+    pub fn plan(&self, api: ApiVersion) -> Result<LaunchPlan> {
+        if !self.spec.pins.is_empty() && api < SUBPATH_API {
+            return Err(Error::Profile {
+                id: Id::PinnedDirs,
+                reason: format!(
+                    "pinning {} directories needs VolumeOptions.Subpath (API {SUBPATH_API}); the engine speaks {api} and would silently mount the whole volume",
+                    self.spec.pins.len()
+                ),
+            });
+        }
+        Ok(LaunchPlan {
+            name: self.spec.allocation.name(Kind::Agent),
+            create: self.create_body(),
+            policy: self.policy(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,221 @@
+//! What a profile is built from, and the checks [`Profile::new`] makes before it freezes one.
+
+use cordon_contract::{policy, Phase, Vendor};
+
+use super::{Limits, Profile, StorageRef, MAX_GITLINKS};
+use crate::error::{Error, Result};
+use crate::labels::Allocation;
+
+/// Environment variables a profile may add (values come from the caller, as data).
+pub const ENV_ALLOWED_EXTRA: &[&str] = &[
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "NO_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "no_proxy",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+];
+
+/// Everything a profile is built from. Its `Debug` names environment variables but never shows
+/// their values (a credential travels there).
+#[derive(Clone)]
+pub struct ProfileSpec {
+    pub phase: Phase,
+    pub vendor: Vendor,
+    /// The image id (`sha256:...`) the container must run.
+    pub image_id: String,
+    pub allocation: Allocation,
+    pub limits: Limits,
+    pub storage: StorageRef,
+    /// The workload argv; argv[0] must be in `exec`.
+    pub command: Vec<String>,
+    /// Files the workload may execute (Landlock EXECUTE).
+    pub exec: Vec<String>,
+    /// Extra environment, names from [`ENV_ALLOWED_EXTRA`].
+    pub env: Vec<(String, String)>,
+    /// Gitlink paths under /work (execute and fix), masked by empty read-only tmpfs.
+    pub gitlinks: Vec<String>,
+    /// Directories under /work pinned by a subpath mount of the work volume (needs API 1.45).
+    pub pins: Vec<String>,
+    pub landlock_abi: u8,
+    /// Files written into the read-only input dir (name, content), such as `schema.json`.
+    pub input_files: Vec<(String, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for ProfileSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        let inputs: Vec<(&str, usize)> = self
+            .input_files
+            .iter()
+            .map(|(n, c)| (n.as_str(), c.len()))
+            .collect();
+        f.debug_struct("ProfileSpec")
+            .field("phase", &self.phase)
+            .field("vendor", &self.vendor)
+            .field("image_id", &self.image_id)
+            .field("allocation", &self.allocation)
+            .field("limits", &self.limits)
+            .field("storage", &self.storage)
+            .field("uid", &self.allocation.uid)
+            .field("command", &self.command)
+            .field("exec", &self.exec)
+            .field("env (values withheld)", &env)
+            .field("gitlinks", &self.gitlinks)
+            .field("pins", &self.pins)
+            .field("landlock_abi", &self.landlock_abi)
+            .field("input_files (bytes)", &inputs)
+            .finish()
+    }
+}
+
+/// The input file a `--json-schema` argument must equal, byte for byte.
+pub const SCHEMA_FILE: &str = "schema.json";
+/// At most this many input files, this many bytes in all.
+pub const MAX_INPUT_FILES: usize = 16;
+pub const MAX_INPUT_BYTES: usize = 1024 * 1024;
+
+/// The command's `--json-schema` text must be exactly the mounted `schema.json`: what the agent is
+/// told to answer and what a reader of the input dir sees cannot differ.
+fn check_schema_argument(command: &[String], input_files: &[(String, Vec<u8>)]) -> Result<()> {
+    if command.iter().any(|a| a.starts_with("--json-schema=")) {
+        return Err(Error::SchemaMismatch(
+            "the schema must be passed as a separate argument".into(),
+        ));
+    }
+    let at: Vec<usize> = command
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| *a == "--json-schema")
+        .map(|(i, _)| i)
+        .collect();
+    let mounted = input_files
+        .iter()
+        .find(|(name, _)| name == SCHEMA_FILE)
+        .map(|(_, content)| content.as_slice());
+    match (at.as_slice(), mounted) {
+        ([], _) => Ok(()),
+        ([i], Some(mounted)) if command.get(i + 1).map(String::as_bytes) == Some(mounted) => Ok(()),
+        ([_], Some(_)) => Err(Error::SchemaMismatch(format!(
+            "the --json-schema text differs from the mounted {SCHEMA_FILE}"
+        ))),
+        ([_], None) => Err(Error::SchemaMismatch(format!(
+            "--json-schema without a mounted {SCHEMA_FILE}"
+        ))),
+        _ => Err(Error::SchemaMismatch(
+            "--json-schema given more than once".into(),
+        )),
+    }
+}
+
+fn relative_clean(path: &str) -> bool {
+    !path.is_empty() && policy::is_clean_absolute(&format!("/{path}")) && !path.contains('"')
+}
+
+/// Whether `path` (relative to /work) can be a mount target: clean, no `"` or `,`, not in `.git`.
+pub fn mountable(path: &str) -> bool {
+    relative_clean(path) && path != ".git" && !path.starts_with(".git/")
+}
+
+impl Profile {
+    /// Check a spec and freeze it.
+    pub fn new(spec: ProfileSpec) -> Result<Profile> {
+        let l = &spec.limits;
+        l.tmp.check("tmp")?;
+        l.home.check("home")?;
+        l.output.check("output")?;
+        l.codex_home.check("codex home")?;
+        spec.storage.work.check("work")?;
+        spec.storage.metadata.check("metadata")?;
+        if spec.allocation.uid != spec.storage.storage.uid {
+            return Err(Error::Invalid(format!(
+                "the invocation's uid {} is not its storage's {}",
+                spec.allocation.uid, spec.storage.storage.uid
+            )));
+        }
+        if l.pids == 0 || l.memory_bytes < 16 * 1024 * 1024 || l.nano_cpus < 10_000_000 {
+            return Err(Error::Invalid(
+                "pids, memory (>= 16 MiB) and CPU (>= 0.01) must be set".into(),
+            ));
+        }
+        if l.deadline.is_zero() || l.grace.is_zero() {
+            return Err(Error::Invalid("deadline and grace must be positive".into()));
+        }
+        if !spec.image_id.starts_with("sha256:") {
+            return Err(Error::Invalid(format!(
+                "image {:?} is not an image id",
+                spec.image_id
+            )));
+        }
+        let Some(argv0) = spec.command.first() else {
+            return Err(Error::Invalid("empty command".into()));
+        };
+        if !spec.exec.contains(argv0) {
+            return Err(Error::Invalid(format!(
+                "command {argv0:?} is not on the exec allowlist"
+            )));
+        }
+        if spec.command.iter().any(|a| a.contains('\0')) {
+            return Err(Error::Invalid("command has a NUL byte".into()));
+        }
+        for path in &spec.exec {
+            if !policy::is_clean_absolute(path) || path == "/" {
+                return Err(Error::Invalid(format!(
+                    "exec path {path:?} is not a clean absolute file path"
+                )));
+            }
+        }
+        for (key, value) in &spec.env {
+            if !ENV_ALLOWED_EXTRA.contains(&key.as_str()) || value.contains(['\0', '\n']) {
+                return Err(Error::Invalid(format!(
+                    "environment variable {key:?} is not allowed"
+                )));
+            }
+        }
+        if (!spec.gitlinks.is_empty() || !spec.pins.is_empty()) && !spec.phase.work_writable() {
+            return Err(Error::Invalid(
+                "gitlink masks and pins exist only in execute and fix".into(),
+            ));
+        }
+        if spec.gitlinks.len() > MAX_GITLINKS || spec.pins.len() > MAX_GITLINKS {
+            return Err(Error::Invalid(format!(
+                "more than {MAX_GITLINKS} gitlinks or pins"
+            )));
+        }
+        for path in spec.gitlinks.iter().chain(&spec.pins) {
+            if !mountable(path) {
+                return Err(Error::Invalid(format!(
+                    "gitlink or pin {path:?} is not a mountable path under /work"
+                )));
+            }
+        }
+        if spec.input_files.len() > MAX_INPUT_FILES
+            || spec.input_files.iter().map(|(_, c)| c.len()).sum::<usize>() > MAX_INPUT_BYTES
+        {
+            return Err(Error::Invalid(format!(
+                "more than {MAX_INPUT_FILES} input files or {MAX_INPUT_BYTES} bytes of input"
+            )));
+        }
+        for (name, _) in &spec.input_files {
+            let plain = !name.is_empty()
+                && name.len() <= 255
+                && name != "."
+                && name != ".."
+                && !name.contains(['/', '\0']);
+            if !plain {
+                return Err(Error::Invalid(format!(
+                    "input file name {name:?} is not a plain file name"
+                )));
+            }
+        }
+        check_schema_argument(&spec.command, &spec.input_files)?;
+        if !policy::LANDLOCK_ABI_RANGE.contains(&spec.landlock_abi) {
+            return Err(Error::Invalid(format!(
+                "Landlock ABI {} unsupported",
+                spec.landlock_abi
+            )));
+        }
+        Ok(Profile { spec })
+    }
+}

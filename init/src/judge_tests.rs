@@ -1,0 +1,722 @@
+//! One good observation set, then one change per check: each must be refused with its own id.
+
+use std::collections::BTreeMap;
+
+use cordon_contract::capabilities::{self, ENGINE_DEFAULT_CAPS};
+use cordon_contract::policy::{self, Bounded, CgroupLimits, LandlockPolicy};
+use cordon_contract::{Phase, Vendor};
+
+use super::*;
+use crate::observe::CgroupObs;
+use cordon_contract::procfs::{parse_mountinfo, Status};
+
+const MOUNTINFO: &str = "\
+71 46 0:39 / / ro,noatime - fuse.fuse-overlayfs fuse-overlayfs rw
+72 71 0:42 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
+73 71 0:43 / /dev rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755
+74 73 0:44 / /dev/pts rw,nosuid,noexec,relatime - devpts devpts rw,gid=5
+75 71 0:45 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs ro
+76 75 0:46 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
+77 76 0:29 / /sys/fs/cgroup/pids ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,pids
+86 73 0:41 / /dev/mqueue rw,nosuid,nodev,noexec,relatime - mqueue mqueue rw
+87 71 0:40 / /work ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=8192k,nr_inodes=200
+88 71 0:47 / /tmp rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=4096k,nr_inodes=100
+89 87 0:48 / /work/.git ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw
+90 71 0:49 / /run/cordon/control ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw
+91 71 254:0 /h /etc/hosts ro,nosuid,nodev,noexec,relatime - ext4 /dev/vda rw
+52 72 0:43 /null /proc/keys rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755
+53 72 0:43 /null /proc/cmdline rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755
+47 72 0:42 /sys /proc/sys ro,nosuid,nodev,noexec,relatime - proc proc rw
+";
+
+fn rule(path: &str, access: Access, protection: Id, bounded: Option<Bounded>) -> policy::MountRule {
+    policy::MountRule::required(path, access, protection, None, bounded)
+}
+
+pub(crate) fn good_policy() -> Policy {
+    let mut mounts = policy::engine_mount_rules();
+    mounts.push(rule(
+        "/work",
+        Access::ReadOnly,
+        Id::WorkReadonly,
+        Some(Bounded {
+            bytes: 8 << 20,
+            inodes: 200,
+            bytes_id: Id::WorkBytes,
+            inodes_id: Id::WorkInodes,
+        }),
+    ));
+    mounts.push(rule(
+        "/work/.git",
+        Access::ReadOnly,
+        Id::MetadataReadonly,
+        None,
+    ));
+    mounts.push(rule(
+        "/tmp",
+        Access::Writable,
+        Id::WritableNosuidNodevNoexec,
+        Some(Bounded {
+            bytes: 4 << 20,
+            inodes: 100,
+            bytes_id: Id::TmpBytes,
+            inodes_id: Id::TmpInodes,
+        }),
+    ));
+    mounts.push(rule(
+        "/run/cordon/control",
+        Access::ReadOnly,
+        Id::ControlReadonly,
+        None,
+    ));
+    Policy {
+        version: policy::POLICY_VERSION,
+        phase: Phase::Planning,
+        vendor: Vendor::Claude,
+        uid: 10001,
+        gid: 10001,
+        start_capabilities: capabilities::start_capability_numbers(),
+        hostname: "cordon".into(),
+        env: vec!["PATH=/usr/bin".into(), "HOSTNAME=cordon".into()],
+        cwd: "/work".into(),
+        mounts,
+        landlock: LandlockPolicy {
+            abi: 6,
+            read: vec!["/".into()],
+            write: vec!["/tmp".into()],
+            devices: vec!["/dev/null".into()],
+            exec: vec!["/usr/bin/claude".into()],
+        },
+        sockets: policy::SocketPolicy::agent(),
+        masked: vec!["/proc/cmdline".into(), "/proc/modules".into()],
+        cgroup: CgroupLimits {
+            pids_max: 64,
+            memory_bytes: 1 << 28,
+            cpu_quota_us: 100_000,
+            cpu_period_us: 100_000,
+        },
+        command: vec!["/usr/bin/claude".into()],
+        deadline_ms: 1000,
+        grace_ms: 100,
+        skip: vec![],
+    }
+}
+
+fn start_caps() -> u64 {
+    capabilities::capability_mask(&good_policy().start_capabilities)
+}
+
+fn with_start(change: impl Fn(&mut Status)) -> impl Fn(&mut Observations) {
+    move |o: &mut Observations| {
+        if let Ok(s) = &mut o.start {
+            change(s)
+        }
+    }
+}
+
+fn good_observations() -> Observations {
+    let facts = |kind: &str, rdev, writable, ro, totals| PathFacts {
+        kind: kind.into(),
+        rdev,
+        writable,
+        on_readonly_mount: ro,
+        totals,
+    };
+    Observations {
+        pid: 1,
+        ppid: 0,
+        pid1_cmdline: "/sbin/cordon-init".into(),
+        start: Ok(Status {
+            uid: vec![0; 4],
+            gid: vec![0; 4],
+            cap_prm: start_caps(),
+            cap_eff: start_caps(),
+            cap_bnd: start_caps(),
+            no_new_privs: 1,
+            seccomp: 2,
+            seccomp_filters: 1,
+            ..Status::default()
+        }),
+        remount: vec![],
+        dropped: Ok(()),
+        sealed: Ok(()),
+        dumpable: Ok(0),
+        // /proc/modules does not exist here: it needs no mask. Of the engine's paths only
+        // /proc/keys and /proc/sys exist (and are in MOUNTINFO).
+        masked: ENGINE_MASKED_PATHS
+            .iter()
+            .chain(ENGINE_READONLY_PATHS)
+            .map(|p| ((*p).to_owned(), ["/proc/keys", "/proc/sys"].contains(p)))
+            .chain([
+                ("/proc/cmdline".to_owned(), true),
+                ("/proc/modules".to_owned(), false),
+            ])
+            .collect(),
+        extra_fds: vec![],
+        cwd: Ok("/work".into()),
+        cgroup: Ok(vec!["8:pids:/".into(), "0::/".into()]),
+        hostname: Ok("cordon".into()),
+        status: Ok(Status {
+            uid: vec![10001; 4],
+            gid: vec![10001; 4],
+            groups: vec![],
+            no_new_privs: 1,
+            seccomp: 2,
+            seccomp_filters: 1,
+            ..Status::default()
+        }),
+        cap_last_cap: Ok(40),
+        ttys: vec![],
+        stdin: facts("char", Some((1, 3)), true, false, None),
+        interfaces: Ok(vec!["lo".into()]),
+        root_readonly: Ok(true),
+        mounts: parse_mountinfo(MOUNTINFO),
+        shm_present: false,
+        daemon_sockets: vec![],
+        dev_extra: Ok(vec![]),
+        paths: BTreeMap::from([
+            (
+                "/work".into(),
+                facts("", None, false, false, Some((8 << 20, 200))),
+            ),
+            (
+                "/tmp".into(),
+                facts("", None, false, false, Some((4 << 20, 100))),
+            ),
+            (
+                "/proc/keys".into(),
+                facts("char", Some((1, 3)), true, false, None),
+            ),
+            (
+                "/proc/cmdline".into(),
+                facts("char", Some((1, 3)), true, false, None),
+            ),
+            (
+                "/usr/bin/claude".into(),
+                facts("file", None, false, true, None),
+            ),
+        ]),
+        env: vec!["HOSTNAME=cordon".into(), "PATH=/usr/bin".into()],
+        cgroup_limits: CgroupObs {
+            version: 1,
+            pids_max: Ok("64".into()),
+            memory: Ok((1u64 << 28).to_string()),
+            swap: Ok((1u64 << 28).to_string()),
+            cpu: Ok("100000 100000".into()),
+        },
+    }
+}
+
+fn with_mount(line_match: &'static str, replace: &'static str) -> impl Fn(&mut Observations) {
+    move |o: &mut Observations| {
+        let text = MOUNTINFO.replace(line_match, replace);
+        o.mounts = parse_mountinfo(&text);
+    }
+}
+
+fn refused(change: impl Fn(&mut Observations)) -> Id {
+    let mut o = good_observations();
+    change(&mut o);
+    preflight(&good_policy(), &o).expect_err("must refuse").id
+}
+
+#[test]
+fn the_good_observations_pass_every_check() {
+    let passed = preflight(&good_policy(), &good_observations()).unwrap();
+    for id in [
+        Id::InitEntrypoint,
+        Id::FdHygiene,
+        Id::HostNamespaces,
+        Id::NonRootUser,
+        Id::NotPrivileged,
+        Id::NoTty,
+        Id::StdinClosed,
+        Id::NoNewPrivileges,
+        Id::SeccompDefault,
+        Id::CapsDropped,
+        Id::CapAdded,
+        Id::NetworkNone,
+        Id::RootfsReadonly,
+        Id::IpcNone,
+        Id::NoDockerSocket,
+        Id::NoHostMounts,
+        Id::WorkReadonly,
+        Id::MetadataReadonly,
+        Id::WorkBytes,
+        Id::TmpInodes,
+        Id::EnvAllowlist,
+        Id::PidsLimit,
+        Id::MemoryLimit,
+        Id::CpuLimit,
+        Id::ExecAllowlist,
+        Id::InitPrivileges,
+        Id::ContentNoexec,
+        Id::HostInfoMasked,
+        Id::SocketFamilies,
+        Id::InitSealed,
+    ] {
+        assert!(passed.contains(&id), "{id} not passed");
+    }
+}
+
+#[test]
+fn each_change_is_refused_with_its_own_id() {
+    type Change = Box<dyn Fn(&mut Observations)>;
+    let cases: Vec<(Id, Change)> = vec![
+        (
+            Id::InitEntrypoint,
+            Box::new(|o| {
+                o.pid = 7;
+                o.ppid = 1;
+            }),
+        ),
+        (
+            Id::HostNamespaces,
+            Box::new(|o| {
+                o.pid = 4242;
+                o.ppid = 4000;
+            }),
+        ),
+        (
+            Id::FdHygiene,
+            Box::new(|o| o.extra_fds = vec!["3 -> /".into()]),
+        ),
+        (
+            Id::FdHygiene,
+            Box::new(|o| o.cwd = Ok("(unreachable)/x".into())),
+        ),
+        (
+            Id::HostNamespaces,
+            Box::new(|o| o.cgroup = Ok(vec!["8:pids:/docker/abc".into()])),
+        ),
+        (
+            Id::HostNamespaces,
+            Box::new(|o| o.hostname = Ok("host".into())),
+        ),
+        (
+            Id::NonRootUser,
+            Box::new(|o| {
+                if let Ok(s) = &mut o.status {
+                    s.uid = vec![0; 4]
+                }
+            }),
+        ),
+        (
+            Id::NonRootUser,
+            Box::new(|o| {
+                if let Ok(s) = &mut o.status {
+                    s.groups = vec![10001]
+                }
+            }),
+        ),
+        (
+            Id::NotPrivileged,
+            Box::new(with_start(|s| s.cap_bnd = (1 << 41) - 1)),
+        ),
+        (
+            Id::InitPrivileges,
+            Box::new(with_start(|s| {
+                s.uid = vec![10001; 4];
+                s.cap_eff = 0;
+                s.cap_prm = 0;
+            })),
+        ),
+        (
+            Id::InitPrivileges,
+            Box::new(with_start(|s| s.cap_bnd &= !(1 << 21))),
+        ),
+        (
+            Id::InitPrivileges,
+            Box::new(with_start(|s| s.cap_amb = 1 << 21)),
+        ),
+        (
+            Id::InitPrivileges,
+            Box::new(|o| {
+                if let Ok(s) = &mut o.status {
+                    s.cap_bnd = 1 << 21
+                }
+            }),
+        ),
+        (
+            Id::InitPrivileges,
+            Box::new(|o| o.dropped = Err("PR_CAPBSET_DROP 0: EPERM".into())),
+        ),
+        (
+            Id::NotPrivileged,
+            Box::new(with_mount("/sys ro,", "/sys rw,")),
+        ),
+        (Id::NoTty, Box::new(|o| o.ttys = vec![0, 1, 2])),
+        (
+            Id::StdinClosed,
+            Box::new(|o| {
+                o.stdin = PathFacts {
+                    kind: "fifo".into(),
+                    ..PathFacts::default()
+                }
+            }),
+        ),
+        (
+            Id::NoNewPrivileges,
+            Box::new(with_start(|s| s.no_new_privs = 0)),
+        ),
+        (
+            Id::SeccompDefault,
+            Box::new(with_start(|s| s.seccomp = 0)),
+        ),
+        (
+            Id::CapsDropped,
+            Box::new(with_start(|s| {
+                s.cap_bnd |= ENGINE_DEFAULT_CAPS;
+                s.cap_eff |= ENGINE_DEFAULT_CAPS;
+                s.cap_prm |= ENGINE_DEFAULT_CAPS;
+            })),
+        ),
+        (
+            Id::CapAdded,
+            Box::new(with_start(|s| {
+                s.cap_bnd |= 1;
+                s.cap_eff |= 1;
+                s.cap_prm |= 1;
+            })),
+        ),
+        (
+            Id::ContentNoexec,
+            Box::new(with_mount(
+                "/work/.git ro,nosuid,nodev,noexec,",
+                "/work/.git ro,",
+            )),
+        ),
+        (
+            Id::ContentNoexec,
+            Box::new(with_mount(
+                "/run/cordon/control ro,nosuid,nodev,noexec,",
+                "/run/cordon/control ro,nosuid,nodev,",
+            )),
+        ),
+        (
+            Id::ContentNoexec,
+            Box::new(with_mount("/dev rw,nosuid,noexec ", "/dev rw,nosuid ")),
+        ),
+
+        (
+            Id::HostInfoMasked,
+            Box::new(with_mount(
+                "53 72 0:43 /null /proc/cmdline rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755\n",
+                "",
+            )),
+        ),
+        (
+            Id::HostInfoMasked,
+            Box::new(|o| {
+                o.masked.insert("/proc/modules".into(), true);
+            }),
+        ),
+        (
+            Id::NotPrivileged,
+            Box::new(with_mount(
+                "47 72 0:42 /sys /proc/sys ro,nosuid,nodev,noexec,relatime - proc proc rw\n",
+                "",
+            )),
+        ),
+        (
+            Id::NotPrivileged,
+            Box::new(|o| {
+                o.masked.insert("/proc/kcore".into(), true);
+            }),
+        ),
+        (Id::InitSealed, Box::new(|o| o.dumpable = Ok(1))),
+        (
+            Id::InitSealed,
+            Box::new(|o| o.sealed = Err("PR_SET_DUMPABLE: EACCES".into())),
+        ),
+        (
+            Id::NetworkNone,
+            Box::new(|o| o.interfaces = Ok(vec!["lo".into(), "eth0".into()])),
+        ),
+        (
+            Id::RootfsReadonly,
+            Box::new(|o| o.root_readonly = Ok(false)),
+        ),
+        (Id::IpcNone, Box::new(|o| o.shm_present = true)),
+        (
+            Id::NoDockerSocket,
+            Box::new(|o| o.daemon_sockets = vec!["/var/run/docker.sock".into()]),
+        ),
+        (
+            Id::NoHostMounts,
+            Box::new(with_mount(
+                "91 71 254:0 /h /etc/hosts",
+                "91 71 254:0 /h /mnt/host",
+            )),
+        ),
+        (
+            Id::NoHostMounts,
+            Box::new(|o| o.dev_extra = Ok(vec!["fuse".into()])),
+        ),
+        (
+            Id::WorkReadonly,
+            Box::new(with_mount("/work ro,", "/work rw,")),
+        ),
+        (
+            Id::MetadataReadonly,
+            Box::new(with_mount("/work/.git ro,", "/work/.git rw,")),
+        ),
+        (
+            Id::ControlReadonly,
+            Box::new(with_mount(
+                "/run/cordon/control ro,",
+                "/run/cordon/control rw,",
+            )),
+        ),
+        (
+            Id::WritableNosuidNodevNoexec,
+            Box::new(with_mount(
+                "/tmp rw,nosuid,nodev,noexec,",
+                "/tmp rw,nosuid,nodev,",
+            )),
+        ),
+
+        (
+            Id::RootfsReadonly,
+            Box::new(with_mount("/etc/hosts ro,", "/etc/hosts rw,")),
+        ),
+        (
+            Id::ContentNoexec,
+            Box::new(with_mount("/etc/hosts ro,nosuid,nodev,noexec,", "/etc/hosts ro,")),
+        ),
+        (
+            Id::NotPrivileged,
+            Box::new(with_mount("/proc/sys ro,", "/proc/sys rw,")),
+        ),
+        (
+            Id::NotPrivileged,
+            Box::new(|o| {
+                o.paths.insert(
+                    "/proc/keys".into(),
+                    PathFacts {
+                        kind: "file".into(),
+                        ..PathFacts::default()
+                    },
+                );
+            }),
+        ),
+        (
+            Id::NoHostMounts,
+            Box::new(|o| {
+                o.paths.insert(
+                    "/dev".into(),
+                    PathFacts {
+                        writable: true,
+                        ..PathFacts::default()
+                    },
+                );
+            }),
+        ),
+        (
+            Id::WorkBytes,
+            Box::new(|o| {
+                o.paths.insert(
+                    "/work".into(),
+                    PathFacts {
+                        totals: Some((12 << 30, 200)),
+                        ..PathFacts::default()
+                    },
+                );
+            }),
+        ),
+        (
+            Id::WorkInodes,
+            Box::new(|o| {
+                o.paths.insert(
+                    "/work".into(),
+                    PathFacts {
+                        totals: Some((8 << 20, 999_999)),
+                        ..PathFacts::default()
+                    },
+                );
+            }),
+        ),
+        (
+            Id::TmpBytes,
+            Box::new(|o| {
+                o.paths.insert(
+                    "/tmp".into(),
+                    PathFacts {
+                        totals: Some((1 << 30, 100)),
+                        ..PathFacts::default()
+                    },
+                );
+            }),
+        ),
+        (
+            Id::TmpInodes,
+            Box::new(|o| {
+                o.paths.insert(
+                    "/tmp".into(),
+                    PathFacts {
+                        totals: Some((4 << 20, 1)),
+                        ..PathFacts::default()
+                    },
+                );
+            }),
+        ),
+        (
+            Id::EnvAllowlist,
+            Box::new(|o| o.env.push("SECRET=x".into())),
+        ),
+        (
+            Id::EnvAllowlist,
+            Box::new(|o| o.env.retain(|e| !e.starts_with("PATH"))),
+        ),
+        (
+            Id::PidsLimit,
+            Box::new(|o| o.cgroup_limits.pids_max = Ok("max".into())),
+        ),
+        (
+            Id::MemoryLimit,
+            Box::new(|o| o.cgroup_limits.memory = Ok("9223372036854771712".into())),
+        ),
+        (
+            Id::MemoryLimit,
+            Box::new(|o| {
+                o.cgroup_limits.swap = Err("memory.memsw.limit_in_bytes: absent".into())
+            }),
+        ),
+        (
+            Id::CpuLimit,
+            Box::new(|o| o.cgroup_limits.cpu = Ok("-1 100000".into())),
+        ),
+        (
+            Id::ExecAllowlist,
+            Box::new(|o| {
+                o.paths.insert(
+                    "/usr/bin/claude".into(),
+                    PathFacts {
+                        kind: "dir".into(),
+                        on_readonly_mount: true,
+                        ..PathFacts::default()
+                    },
+                );
+            }),
+        ),
+        (
+            Id::ExecAllowlist,
+            Box::new(|o| {
+                o.paths.insert(
+                    "/usr/bin/claude".into(),
+                    PathFacts {
+                        kind: "file".into(),
+                        on_readonly_mount: false,
+                        ..PathFacts::default()
+                    },
+                );
+            }),
+        ),
+        (
+            Id::ExecAllowlist,
+            Box::new(|o| {
+                o.paths.insert(
+                    "/usr/bin/claude".into(),
+                    PathFacts {
+                        kind: "symlink".into(),
+                        on_readonly_mount: true,
+                        ..PathFacts::default()
+                    },
+                );
+            }),
+        ),
+    ];
+    for (i, (want, change)) in cases.iter().enumerate() {
+        assert_eq!(refused(change), *want, "case {i}");
+    }
+}
+
+#[test]
+fn a_missing_required_mount_is_refused() {
+    let mut o = good_observations();
+    o.mounts = parse_mountinfo(&MOUNTINFO.replace(
+        "89 87 0:48 / /work/.git ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw\n",
+        "",
+    ));
+    assert_eq!(
+        preflight(&good_policy(), &o).unwrap_err().id,
+        Id::MetadataReadonly
+    );
+}
+
+#[test]
+fn unreadable_facts_refuse_instead_of_passing() {
+    assert_eq!(refused(|o| o.status = Err("gone".into())), Id::NonRootUser);
+    assert_eq!(refused(|o| o.start = Err("gone".into())), Id::NotPrivileged);
+    assert_eq!(refused(|o| o.dumpable = Err("gone".into())), Id::InitSealed);
+    assert_eq!(refused(|o| o.mounts = Err("gone".into())), Id::NoHostMounts);
+    assert_eq!(
+        refused(|o| o.cgroup_limits.pids_max = Err("gone".into())),
+        Id::PidsLimit
+    );
+}
+
+#[test]
+fn v2_swap_must_be_zero() {
+    let mut o = good_observations();
+    o.cgroup_limits = CgroupObs {
+        version: 2,
+        pids_max: Ok("64".into()),
+        memory: Ok((1u64 << 28).to_string()),
+        swap: Ok("0".into()),
+        cpu: Ok("100000 100000".into()),
+    };
+    assert!(preflight(&good_policy(), &o).is_ok());
+    o.cgroup_limits.swap = Ok("max".into());
+    assert_eq!(
+        preflight(&good_policy(), &o).unwrap_err().id,
+        Id::MemoryLimit
+    );
+}
+
+#[test]
+fn a_policy_that_lets_another_socket_family_through_is_refused() {
+    let mut p = good_policy();
+    p.sockets.families.push(libc::AF_VSOCK as u32);
+    let refusal = preflight(&p, &good_observations()).unwrap_err();
+    assert_eq!(refusal.id, Id::SocketFamilies);
+    let mut p = good_policy();
+    p.sockets.netlink_protocols.push(libc::NETLINK_AUDIT as u32);
+    assert_eq!(
+        preflight(&p, &good_observations()).unwrap_err().id,
+        Id::SocketFamilies
+    );
+}
+
+#[test]
+fn a_policy_naming_uid_0_is_refused() {
+    let mut p = good_policy();
+    p.uid = 0;
+    let mut o = good_observations();
+    if let Ok(s) = &mut o.status {
+        s.uid = vec![0; 4];
+    }
+    assert_eq!(preflight(&p, &o).unwrap_err().id, Id::NonRootUser);
+}
+
+/// A skipped protection (the gate's probe layer) is neither refused nor counted, and the
+/// checks after it still run.
+#[test]
+fn a_skipped_check_is_passed_over_and_not_attested() {
+    let mut p = good_policy();
+    p.skip = vec![Id::WritableNosuidNodevNoexec];
+    let mut o = good_observations();
+    with_mount("/tmp rw,nosuid,nodev,noexec,", "/tmp rw,nosuid,nodev,")(&mut o);
+    let passed = preflight(&p, &o).unwrap();
+    assert!(!passed.contains(&Id::WritableNosuidNodevNoexec));
+    assert!(passed.contains(&Id::ExecAllowlist));
+    o.env.push("SECRET=x".into());
+    assert_eq!(preflight(&p, &o).unwrap_err().id, Id::EnvAllowlist);
+    let mut p = good_policy();
+    p.skip = vec![Id::NonRootUser];
+    let mut o = good_observations();
+    if let Ok(s) = &mut o.status {
+        s.uid = vec![0; 4];
+    }
+    assert!(!preflight(&p, &o).unwrap().contains(&Id::NonRootUser));
+}
