@@ -334,7 +334,7 @@ mod tests {
         assert!(out.contains(", exit 0, "), "{out:?}");
         assert_plain_words(&out);
         for (reason, word) in [
-            (StopReason::Timeout, "deadline"),
+            (StopReason::Timeout, "timeout"),
             (StopReason::Cancelled, "cancelled"),
             (StopReason::Shutdown, "shutdown"),
         ] {

@@ -269,3 +269,26 @@ fn no_document_refers_to_files_outside_the_repository() {
         }
     }
 }
+
+#[test]
+fn the_library_depends_on_no_cli_crate() {
+    let manifest =
+        std::fs::read_to_string(root().join("host/Cargo.toml")).expect("host/Cargo.toml");
+    let normal = manifest
+        .split("\n[dependencies]\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .expect("host/Cargo.toml has [dependencies]");
+    let names: Vec<&str> = normal
+        .lines()
+        .filter_map(|l| l.split(['.', '=', ' ']).next())
+        .filter(|n| !n.is_empty() && !n.starts_with('#'))
+        .collect();
+    assert!(names.contains(&"bollard"), "{names:?}");
+    for cli_only in ["clap", "anyhow", "indicatif", "tracing-subscriber"] {
+        assert!(
+            !names.contains(&cli_only),
+            "the cordon library depends on {cli_only}"
+        );
+    }
+}
