@@ -8,12 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-/// As `cordon::image::{TARGET, PROFILE, BINARY_NAMES}` (a build script cannot use the library
-/// it does not depend on; `src/image.rs` checks the names against it).
-const TARGET: &str = "x86_64-unknown-linux-gnu";
-const PROFILE: &str = "static";
-const BINARIES: [&str; 3] = ["cordon-init", "cordon-probe", "claude"];
-const PACKAGES: [&str; 3] = ["cordon-init", "cordon-probe", "cordon-fake-claude"];
+use cordon_contract::static_build::{BINARIES, PACKAGES, PROFILE, RUSTFLAGS, TARGET, TARGET_DIR};
 
 /// What the binaries are built from: a change to any of these rebuilds them.
 const SOURCES: [&str; 6] = [
@@ -73,7 +68,9 @@ fn run() -> Result<(), String> {
         }
         println!("cargo:rerun-if-changed={}", path.display());
     }
-    let target_dir = root.join("target").join(PROFILE);
+    let target_dir = TARGET_DIR
+        .iter()
+        .fold(root.to_path_buf(), |dir, part| dir.join(part));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command
@@ -104,7 +101,7 @@ fn run() -> Result<(), String> {
     // for the host without the flag.
     command
         .env("CARGO_TARGET_DIR", &target_dir)
-        .env("RUSTFLAGS", "-C target-feature=+crt-static");
+        .env("RUSTFLAGS", RUSTFLAGS);
     let output = command
         .output()
         .map_err(|e| format!("running cargo for the in-container binaries: {e}"))?;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use bollard::query_parameters::{BuildImageOptions, BuilderVersion};
-use cordon_contract::paths;
+use cordon_contract::{paths, static_build};
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
@@ -15,10 +15,7 @@ use crate::archive::Archive;
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 
-/// The only target the in-container binaries are built for.
-pub const TARGET: &str = "x86_64-unknown-linux-gnu";
-/// The cargo profile of the in-container binaries (panic = abort, stripped).
-pub const PROFILE: &str = "static";
+pub use cordon_contract::static_build::{PROFILE, TARGET};
 /// The test image's repository name.
 pub const REPOSITORY: &str = "cordon-test";
 
@@ -46,7 +43,7 @@ pub fn default_workspace() -> PathBuf {
 pub const MAX_BINARY_BYTES: usize = 64 * 1024 * 1024;
 
 /// The in-container binaries by the name cargo gives them: what every [`BinarySource`] provides.
-pub const BINARY_NAMES: [&str; 3] = ["cordon-init", "cordon-probe", "claude"];
+pub const BINARY_NAMES: [&str; 3] = cordon_contract::static_build::BINARIES;
 
 /// Where the in-container binaries come from.
 #[derive(Clone)]
@@ -83,7 +80,9 @@ const BINARIES: &[(&str, &str)] = &[
 /// Build the static binaries with glibc `+crt-static` and an explicit `--target` (proc macros
 /// and build scripts then build for the host without the flag).
 pub async fn build_static_binaries(workspace: &Path, quiet: bool) -> Result<PathBuf> {
-    let target_dir = workspace.join("target").join("static");
+    let target_dir = static_build::TARGET_DIR
+        .iter()
+        .fold(workspace.to_path_buf(), |dir, part| dir.join(part));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut command = tokio::process::Command::new(cargo);
     command
@@ -96,16 +95,9 @@ pub async fn build_static_binaries(workspace: &Path, quiet: bool) -> Result<Path
             "--target",
             TARGET,
         ])
-        .args([
-            "-p",
-            "cordon-init",
-            "-p",
-            "cordon-probe",
-            "-p",
-            "cordon-fake-claude",
-        ])
+        .args(static_build::PACKAGES.iter().flat_map(|p| ["-p", p]))
         .env("CARGO_TARGET_DIR", &target_dir)
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .env("RUSTFLAGS", static_build::RUSTFLAGS)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("CARGO_BUILD_RUSTFLAGS")
         // A cancelled build (an invocation stopped while building its image) stops cargo too.

@@ -115,7 +115,9 @@ pub fn ids(refusals: &[Refusal]) -> Vec<Id> {
 struct Diff(Vec<Refusal>);
 
 impl Diff {
-    fn check<E: std::fmt::Debug, O: std::fmt::Debug>(
+    /// Record a refusal unless `ok`; the evidence is written as JSON (what a runner reads, and
+    /// plain text to a person: `null`, `["ALL"]`, never Rust's debug form).
+    fn check<E: serde::Serialize, O: serde::Serialize>(
         &mut self,
         ok: bool,
         id: Id,
@@ -127,11 +129,16 @@ impl Diff {
             self.0.push(Refusal::of_field(
                 id,
                 field,
-                format!("{expected:?}"),
-                format!("{observed:?}"),
+                evidence(&expected),
+                evidence(&observed),
             ));
         }
     }
+}
+
+/// A value as compact JSON.
+fn evidence(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("(unprintable: {e})"))
 }
 
 fn empty<T>(v: &Option<Vec<T>>) -> bool {
