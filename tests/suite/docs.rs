@@ -48,6 +48,10 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("invoke::result::tests::", "../host/src/invoke"),
     ("invoke::schema::tests::", "../host/src/invoke"),
     ("invoke::tests::", "../host/src/invoke"),
+    ("error::tests::", "../host/src"),
+    ("controller::tests::", "../host/src"),
+    ("recover::tests::", "../host/src/task"),
+    ("archive::tests::", "../host/src"),
     ("cli_task::", "../cli/tests"),
 ];
 

@@ -14,9 +14,29 @@ async fn gate_truth_table_passes_and_covers_every_protection() {
     let ctl = controller().await;
     let engine = ctl.engine().clone();
     let image = image(&engine).await;
-    let report = gate::run(&ctl, &image, &GateOptions::default())
-        .await
-        .expect("gate ran");
+    // Progress as a terminal shows it: each case starts, then finishes, counted of the total.
+    let seen = std::sync::Mutex::new(Vec::new());
+    let report = gate::run_with_progress(&ctl, &image, &GateOptions::default(), &|at| {
+        if let Ok(mut seen) = seen.lock() {
+            seen.push((at.case.to_owned(), at.finished, at.done, at.total));
+        }
+    })
+    .await
+    .expect("gate ran");
+    let seen = seen.into_inner().expect("progress lock");
+    let names: std::collections::BTreeSet<&str> =
+        report.cases.iter().map(|c| c.case.as_str()).collect();
+    let finished: Vec<_> = seen.iter().filter(|s| s.1).collect();
+    assert_eq!(finished.len(), names.len(), "one finish per case: {seen:?}");
+    assert_eq!(
+        seen.len(),
+        2 * names.len(),
+        "one start and one finish per case"
+    );
+    assert!(seen
+        .iter()
+        .all(|s| s.3 == names.len() && s.2 <= s.3 && names.contains(s.0.as_str())));
+    assert_eq!(finished.iter().map(|s| s.2).max(), Some(names.len()));
     let failures: Vec<_> = report.cases.iter().filter(|c| !c.pass).collect();
     assert!(failures.is_empty(), "failing cases: {failures:#?}");
     assert!(
