@@ -52,6 +52,12 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("controller::tests::", "../host/src"),
     ("recover::tests::", "../host/src/task"),
     ("archive::tests::", "../host/src"),
+    ("head::tests::", "../egress/src"),
+    ("host::tests::", "../egress/src"),
+    ("allowlist::tests::", "../egress/src"),
+    ("decide::tests::", "../egress/src"),
+    ("address::tests::", "../egress/src"),
+    ("tls::tests::", "../egress/src"),
     ("cli_task::", "../cli/tests"),
 ];
 

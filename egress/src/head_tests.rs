@@ -1,0 +1,216 @@
+//! The head's rules, with several spellings of each class of hostile request.
+
+use super::*;
+
+fn head(text: &str) -> Vec<u8> {
+    text.as_bytes().to_vec()
+}
+
+fn parsed(text: &str) -> Result<Connect, Refusal> {
+    let bytes = head(text);
+    match head_end(&bytes)? {
+        Some(end) if end == bytes.len() => parse(&bytes),
+        Some(end) => panic!("head ends at {end} of {}: {text:?}", bytes.len()),
+        None => panic!("head incomplete: {text:?}"),
+    }
+}
+
+#[test]
+fn a_plain_connect_is_read() {
+    let c = parsed("CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\nUser-Agent: x\r\n\r\n").unwrap();
+    assert_eq!((c.name.as_str(), c.port), ("api.anthropic.com", 443));
+    let c = parsed("CONNECT API.Anthropic.com.:443 HTTP/1.1\r\n\r\n").unwrap();
+    assert_eq!(c.name.as_str(), "api.anthropic.com", "one fold, one dot");
+}
+
+#[test]
+fn other_methods_and_forms_are_refused() {
+    for (text, want) in [
+        (
+            "GET http://api.anthropic.com/ HTTP/1.1\r\n\r\n",
+            Refusal::Method,
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: api.anthropic.com\r\n\r\n",
+            Refusal::Method,
+        ),
+        (
+            "POST api.anthropic.com:443 HTTP/1.1\r\n\r\n",
+            Refusal::Method,
+        ),
+        (
+            "connect api.anthropic.com:443 HTTP/1.1\r\n\r\n",
+            Refusal::Method,
+        ),
+        (
+            "CONNECTX api.anthropic.com:443 HTTP/1.1\r\n\r\n",
+            Refusal::Method,
+        ),
+        ("PRI * HTTP/2.0\r\n\r\n", Refusal::Method),
+        ("GET\r\n\r\n", Refusal::Method),
+        (
+            "CONNECT http://api.anthropic.com:443 HTTP/1.1\r\n\r\n",
+            Refusal::Target,
+        ),
+        (
+            "CONNECT https://api.anthropic.com:443/ HTTP/1.1\r\n\r\n",
+            Refusal::Target,
+        ),
+        (
+            "CONNECT /api.anthropic.com:443 HTTP/1.1\r\n\r\n",
+            Refusal::Target,
+        ),
+        (
+            "CONNECT api.anthropic.com:443/x HTTP/1.1\r\n\r\n",
+            Refusal::Target,
+        ),
+        (
+            "CONNECT api.anthropic.com HTTP/1.1\r\n\r\n",
+            Refusal::Target,
+        ),
+        (
+            "CONNECT  api.anthropic.com:443 HTTP/1.1\r\n\r\n",
+            Refusal::Target,
+        ),
+        (
+            "CONNECT api.anthropic.com:443  HTTP/1.1\r\n\r\n",
+            Refusal::Target,
+        ),
+        ("CONNECT api.anthropic.com:443\r\n\r\n", Refusal::Target),
+        (
+            "CONNECT api.anthropic.com:443 HTTP/1.0\r\n\r\n",
+            Refusal::Version,
+        ),
+        (
+            "CONNECT api.anthropic.com:443 HTTP/2\r\n\r\n",
+            Refusal::Version,
+        ),
+        (
+            "CONNECT api.anthropic.com:443 http/1.1\r\n\r\n",
+            Refusal::Version,
+        ),
+    ] {
+        assert_eq!(parsed(text), Err(want), "{text:?}");
+    }
+}
+
+#[test]
+fn userinfo_port_and_literal_games_are_refused() {
+    for (target, want) in [
+        ("a:443@api.anthropic.com:443", Refusal::Host),
+        ("api.anthropic.com:443@evil.com:443", Refusal::Host),
+        ("user@api.anthropic.com:443", Refusal::Host),
+        ("api.anthropic.com:0443", Refusal::Port),
+        ("api.anthropic.com:+443", Refusal::Port),
+        ("api.anthropic.com:65536", Refusal::Port),
+        ("api.anthropic.com:", Refusal::Port),
+        ("api.anthropic.com:443:443", Refusal::Host),
+        ("127.0.0.1:443", Refusal::Host),
+        ("2130706433:443", Refusal::Host),
+        ("0x7f.1:443", Refusal::Host),
+        ("[::1]:443", Refusal::Host),
+        ("[::ffff:127.0.0.1]:443", Refusal::Host),
+        ("[fe80::1%25eth0]:443", Refusal::Host),
+        ("api%2eanthropic.com:443", Refusal::Host),
+        ("api.anthropic.com%00:443", Refusal::Host),
+    ] {
+        let text = format!("CONNECT {target} HTTP/1.1\r\n\r\n");
+        assert_eq!(parsed(&text), Err(want), "{target}");
+    }
+    // Bytes outside visible ASCII anywhere in the request line.
+    for target in [
+        "api.anthropic.com\0:443",
+        "ａｐｉ.anthropic.com:443",
+        "api\u{200b}.anthropic.com:443",
+    ] {
+        let text = format!("CONNECT {target} HTTP/1.1\r\n\r\n");
+        assert!(parsed(&text).is_err(), "{target:?}");
+    }
+}
+
+#[test]
+fn line_endings_sizes_and_headers_are_bounded() {
+    let bare_lf = [
+        "CONNECT api.anthropic.com:443 HTTP/1.1\n\n",
+        "CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: x\n\r\n",
+        "CONNECT api.anthropic.com:443 HTTP/1.1\r\n\n",
+    ];
+    for text in bare_lf {
+        assert_eq!(head_end(&head(text)), Err(Refusal::Malformed), "{text:?}");
+    }
+    assert_eq!(
+        head_end(b"CONNECT a.com:443 HTTP/1.1\rX"),
+        Err(Refusal::Malformed),
+        "bare CR"
+    );
+    assert_eq!(
+        head_end(b"CONNECT a.com:443 HTTP/1.1\r\n"),
+        Ok(None),
+        "incomplete"
+    );
+    // Oversized: refused once the bound is passed, with or without an end in sight.
+    let long = format!(
+        "CONNECT api.anthropic.com:443 HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(MAX_HEAD)
+    );
+    assert_eq!(head_end(long.as_bytes()), Err(Refusal::HeadTooLarge));
+    assert_eq!(
+        head_end(&long.as_bytes()[..MAX_HEAD]),
+        Err(Refusal::HeadTooLarge)
+    );
+    let fits = format!(
+        "CONNECT api.anthropic.com:443 HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(MAX_HEAD - 100)
+    );
+    assert!(parsed(&fits).is_ok());
+    let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+    assert_eq!(
+        parsed(&format!("CONNECT a.com:443 HTTP/1.1\r\n{many}\r\n")),
+        Err(Refusal::HeadTooLarge)
+    );
+    let enough: String = (0..MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+    assert!(parsed(&format!("CONNECT a.com:443 HTTP/1.1\r\n{enough}\r\n")).is_ok());
+    for bad in [
+        "Host: a.com:443\r\nHost: a.com:443",
+        "Host: a.com:443\r\nhost: a.com:443",
+        "Host: evil.com:443",
+        "Host: a.com:8443",
+        "NoColon",
+        " Folded: x",
+        "X: a\r\n continued",
+        "Bad Name: x",
+        ": x",
+        "X: \0",
+        "X: \u{1b}[2J",
+        "X: caf\u{e9}",
+    ] {
+        let text = format!("CONNECT a.com:443 HTTP/1.1\r\n{bad}\r\n\r\n");
+        assert_eq!(parsed(&text), Err(Refusal::Malformed), "{bad:?}");
+    }
+    let literal = "CONNECT a.com:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n";
+    assert_eq!(
+        parsed(literal),
+        Err(Refusal::Host),
+        "a Host header is held to the same rules"
+    );
+}
+
+#[test]
+fn every_refusal_has_its_own_id_and_a_status() {
+    let all = [
+        Refusal::Method,
+        Refusal::Target,
+        Refusal::Version,
+        Refusal::HeadTooLarge,
+        Refusal::Malformed,
+        Refusal::Host,
+        Refusal::Port,
+        Refusal::NotAllowed,
+        Refusal::Address,
+        Refusal::Resolve,
+    ];
+    let ids: std::collections::BTreeSet<&str> = all.iter().map(|r| r.id()).collect();
+    assert_eq!(ids.len(), all.len());
+    assert!(all.iter().all(|r| (400..600).contains(&r.status())));
+    assert_eq!(Refusal::Method.status(), 405);
+}

@@ -1,0 +1,80 @@
+//! The rules of cordon's egress proxy, as pure functions over bytes and addresses: the agent's
+//! only way out is `CONNECT host:port` to a name on the invocation's allowlist, resolved by the
+//! proxy and dialed only at an address no special-purpose block, metadata service or host address
+//! holds. Each refusal has a stable id ([`Refusal`]) and the HTTP status the client is answered
+//! with (no detail about addresses).
+//!
+//! - [`head`]: the request head (bounded, CRLF only, one `CONNECT` in authority form).
+//! - [`host`]: a host name in canonical LDH form, never an IP literal.
+//! - [`allowlist`]: the entries a name and port must match, before any lookup.
+//! - [`address`]: the deny-by-default classifier of every resolved address.
+//! - [`tls`]: the tunnel's first bytes, a ClientHello naming the CONNECT host.
+//! - [`decide`]: the rules in order: admit a head (no lookup), then check what the name resolved to.
+
+pub mod address;
+pub mod allowlist;
+pub mod decide;
+pub mod head;
+pub mod host;
+pub mod tls;
+
+/// Why the proxy refused a request: a stable id, and the status the client gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// A method other than CONNECT.
+    Method,
+    /// A target not in authority form (`host:port`), or a malformed request line.
+    Target,
+    /// Not HTTP/1.1.
+    Version,
+    /// A head over its size, line or header bound.
+    HeadTooLarge,
+    /// A bare LF, a control byte, a malformed header, a duplicate Host.
+    Malformed,
+    /// The host is not a canonical LDH name (an IP literal in any spelling included).
+    Host,
+    /// The port is not a plain decimal 1-65535.
+    Port,
+    /// The name or port is not on the allowlist.
+    NotAllowed,
+    /// A resolved address is in a denied class, or the answer was empty.
+    Address,
+    /// The resolver failed.
+    Resolve,
+}
+
+impl Refusal {
+    /// The stable id (what the proxy logs and a runner reads).
+    pub const fn id(self) -> &'static str {
+        match self {
+            Refusal::Method => "egress-method",
+            Refusal::Target => "egress-target",
+            Refusal::Version => "egress-version",
+            Refusal::HeadTooLarge => "egress-head-too-large",
+            Refusal::Malformed => "egress-malformed",
+            Refusal::Host => "egress-host",
+            Refusal::Port => "egress-port",
+            Refusal::NotAllowed => "egress-not-allowed",
+            Refusal::Address => "egress-address",
+            Refusal::Resolve => "egress-resolve",
+        }
+    }
+
+    /// The HTTP status the client is answered with.
+    pub const fn status(self) -> u16 {
+        match self {
+            Refusal::Method => 405,
+            Refusal::HeadTooLarge => 431,
+            Refusal::Version => 505,
+            Refusal::NotAllowed | Refusal::Address => 403,
+            Refusal::Resolve => 502,
+            Refusal::Target | Refusal::Malformed | Refusal::Host | Refusal::Port => 400,
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.id())
+    }
+}
