@@ -256,7 +256,18 @@ pub async fn build_image(
         .iter()
         .map(|(n, d)| ((*n).to_owned(), d.len() as u64))
         .collect();
-    let existing = engine.docker().inspect_image(&tag).await.ok();
+    // Only "no such image" means build it; any other engine error stops here.
+    let existing = match bounded(
+        "inspect image",
+        CALL_TIMEOUT,
+        engine.docker().inspect_image(&tag),
+    )
+    .await
+    {
+        Ok(image) => Some(image),
+        Err(e) if crate::engine::objects::not_found(&e) => None,
+        Err(e) => return Err(e),
+    };
     let reused = existing.is_some();
     if !reused {
         progress(&format!("building {tag} (classic builder, FROM scratch)"));
