@@ -10,12 +10,16 @@
 //! - [`address`]: the deny-by-default classifier of every resolved address.
 //! - [`tls`]: the tunnel's first bytes, a ClientHello naming the CONNECT host.
 //! - [`decide`]: the rules in order: admit a head (no lookup), then check what the name resolved to.
+//! - [`proxy`]: the runtime that applies them: a unix socket, one task per connection, bounded
+//!   reads and deadlines, the dial, the ClientHello check and the relay with idle and half-close
+//!   timeouts.
 
 pub mod address;
 pub mod allowlist;
 pub mod decide;
 pub mod head;
 pub mod host;
+pub mod proxy;
 pub mod tls;
 
 /// Why the proxy refused a request: a stable id, and the status the client gets.

@@ -58,6 +58,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("decide::tests::", "../egress/src"),
     ("address::tests::", "../egress/src"),
     ("tls::tests::", "../egress/src"),
+    ("proxy::tests::", "../egress/src"),
     ("cli_task::", "../cli/tests"),
 ];
 

@@ -1,0 +1,662 @@
+//! The runtime, end to end on this machine: a client on a duplex pipe or a unix socket, the
+//! "vendor" a TCP listener on 127.0.0.1 reached through a mapping. Nothing leaves the host.
+
+use super::*;
+use crate::allowlist::{Allowlist, Mapping};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Mutex;
+use tokio::io::DuplexStream;
+use tokio::net::{TcpListener, UnixStream};
+
+const MAPPED: &str = "fake.vendor.test";
+
+/// A real ClientHello for `server` (rustls, as a client would send it).
+fn real_hello(server: &str) -> Vec<u8> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(server.to_owned()).unwrap();
+    let mut client = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut out = Vec::new();
+    client.write_tls(&mut out).unwrap();
+    out
+}
+
+/// A vendor listener on loopback and the rules that map `fake.vendor.test` (and list
+/// `real.vendor.test`, unmapped, and `other.vendor.test`, mapped but on another port) to it.
+async fn vendor() -> (TcpListener, Config) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let rules = Rules {
+        allowlist: Allowlist::parse(&[
+            format!("{MAPPED}:{port}"),
+            format!("real.vendor.test:{port}"),
+        ])
+        .unwrap(),
+        mappings: vec![Mapping::parse(&format!("{MAPPED}=127.0.0.1:{port}")).unwrap()],
+        host_own: vec![],
+    };
+    let config = Config {
+        head_deadline: Duration::from_secs(5),
+        hello_deadline: Duration::from_secs(5),
+        ..Config::new(rules)
+    };
+    (listener, config)
+}
+
+fn connect_head(name: &str, listener: &TcpListener) -> Vec<u8> {
+    let port = listener.local_addr().unwrap().port();
+    format!("CONNECT {name}:{port} HTTP/1.1\r\nHost: {name}:{port}\r\n\r\n").into_bytes()
+}
+
+/// Nothing connected to the listener: a dial completes in the kernel before `handle` returns, so
+/// a connection made would already be queued.
+async fn assert_never_dialed(listener: &TcpListener) {
+    assert!(
+        timeout(Duration::from_millis(100), listener.accept())
+            .await
+            .is_err(),
+        "the vendor was dialed"
+    );
+}
+
+/// What a vendor connection saw.
+#[derive(Default)]
+struct Seen {
+    accepted: AtomicUsize,
+    ended: AtomicUsize,
+    bytes: Mutex<Vec<u8>>,
+}
+
+impl Seen {
+    fn bytes(&self) -> Vec<u8> {
+        self.bytes.lock().unwrap().clone()
+    }
+
+    /// Wait until every accepted connection has read its end.
+    async fn settled(&self) {
+        for _ in 0..500 {
+            if self.ended.load(Ordering::SeqCst) == self.accepted.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("a vendor connection never ended");
+    }
+}
+
+/// Serve the listener: record every byte; once `reply_after` bytes came, send `reply`; at the
+/// client's end close too, unless `hold` (then keep the connection open, silent).
+fn serve_vendor(
+    listener: TcpListener,
+    reply_after: usize,
+    reply: &'static [u8],
+    hold: bool,
+) -> Arc<Seen> {
+    let seen = Arc::new(Seen::default());
+    let out = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            seen.accepted.fetch_add(1, Ordering::SeqCst);
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let mut total = 0;
+                let mut replied = false;
+                loop {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            seen.bytes.lock().unwrap().extend_from_slice(&buf[..n]);
+                            total += n;
+                            if !replied && total >= reply_after && reply_after > 0 {
+                                replied = true;
+                                let _ = stream.write_all(reply).await;
+                            }
+                        }
+                    }
+                }
+                seen.ended.fetch_add(1, Ordering::SeqCst);
+                if hold {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+            });
+        }
+    });
+    out
+}
+
+/// A resolver stub: records what it was asked, answers the same each time.
+struct Stub {
+    answer: Result<Vec<IpAddr>, String>,
+    asked: Mutex<Vec<String>>,
+}
+
+impl Stub {
+    fn new(answer: Result<Vec<IpAddr>, String>) -> Arc<Stub> {
+        Arc::new(Stub {
+            answer,
+            asked: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl Resolve for Stub {
+    fn lookup(&self, name: &Name) -> BoxFuture<'_, Result<Vec<IpAddr>, String>> {
+        self.asked.lock().unwrap().push(name.as_str().to_owned());
+        let answer = self.answer.clone();
+        Box::pin(async move { answer })
+    }
+}
+
+/// Run `handle` on one end of a pipe; the test holds the other.
+fn start(
+    config: Config,
+    resolver: Arc<dyn Resolve>,
+) -> (DuplexStream, tokio::task::JoinHandle<Outcome>) {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let task = tokio::spawn(async move { handle(server, &config, &*resolver).await });
+    (client, task)
+}
+
+/// Read an answer's head (up to its empty line), or what came before the end.
+async fn read_answer<S: AsyncRead + Unpin>(client: &mut S) -> String {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        match timeout(Duration::from_secs(5), client.read(&mut byte)).await {
+            Ok(Ok(1)) => got.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+async fn outcome(task: tokio::task::JoinHandle<Outcome>) -> Outcome {
+    timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+const ESTABLISHED: &str = "HTTP/1.1 200 Connection Established\r\n\r\n";
+
+#[tokio::test]
+async fn c0_a_mapped_name_tunnels_its_client_hello_byte_for_byte() {
+    let (listener, config) = vendor().await;
+    let head = connect_head(MAPPED, &listener);
+    let hello = real_hello(MAPPED);
+    let seen = serve_vendor(listener, hello.len(), b"server says hi", false);
+    let (mut client, task) = start(config, Arc::new(NoResolver));
+    client.write_all(&head).await.unwrap();
+    assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+    client.write_all(&hello).await.unwrap();
+    let mut back = [0u8; 14];
+    timeout(Duration::from_secs(5), client.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&back, b"server says hi");
+    client.write_all(b"more").await.unwrap();
+    client.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+    assert_eq!(
+        outcome(task).await,
+        Outcome::Relayed {
+            up: hello.len() as u64 + 4,
+            down: 14,
+            end: End::Closed
+        }
+    );
+    seen.settled().await;
+    let mut want = hello.clone();
+    want.extend_from_slice(b"more");
+    assert_eq!(seen.bytes(), want);
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn refusals_are_answered_with_their_status_and_dial_nothing() {
+    let (listener, config) = vendor().await;
+    let port = listener.local_addr().unwrap().port();
+    let oversize = format!(
+        "CONNECT {MAPPED}:{port} HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(MAX_HEAD)
+    );
+    let cases: Vec<(Vec<u8>, Refusal, &str)> = vec![
+        (
+            format!("CONNECT evil.example:{port} HTTP/1.1\r\n\r\n").into(),
+            Refusal::NotAllowed,
+            "403 Forbidden",
+        ),
+        (
+            format!("CONNECT {MAPPED}:443 HTTP/1.1\r\n\r\n").into(),
+            Refusal::Port,
+            "400 Bad Request",
+        ),
+        (
+            format!("GET http://{MAPPED}:{port}/ HTTP/1.1\r\n\r\n").into(),
+            Refusal::Method,
+            "405 Method Not Allowed",
+        ),
+        (
+            format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").into(),
+            Refusal::Host,
+            "400 Bad Request",
+        ),
+        (
+            format!("CONNECT {MAPPED}:{port} HTTP/1.1\n\n").into(),
+            Refusal::Malformed,
+            "400 Bad Request",
+        ),
+        (
+            oversize.into(),
+            Refusal::HeadTooLarge,
+            "431 Request Header Fields Too Large",
+        ),
+        (
+            format!(
+                "CONNECT {MAPPED}:{port} HTTP/1.1\r\nHost: {MAPPED}:{port}\r\nHost: {MAPPED}:{port}\r\n\r\n"
+            )
+            .into(),
+            Refusal::Malformed,
+            "400 Bad Request",
+        ),
+        (
+            format!("CONNECT {MAPPED}:{port} HTTP/1.0\r\n\r\n").into(),
+            Refusal::Version,
+            "505 HTTP Version Not Supported",
+        ),
+    ];
+    for (head, want, status) in cases {
+        let (mut client, task) = start(config.clone(), Arc::new(NoResolver));
+        // A refusal may come before the whole (oversize) head is written: ignore a broken pipe.
+        let _ = client.write_all(&head).await;
+        let got = read_answer(&mut client).await;
+        assert_eq!(
+            got,
+            format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+            "{want:?}"
+        );
+        assert_eq!(outcome(task).await, Outcome::Refused(want));
+        assert_never_dialed(&listener).await;
+    }
+}
+
+#[tokio::test]
+async fn bytes_before_the_200_are_refused_and_nothing_is_dialed() {
+    let (listener, config) = vendor().await;
+    let mut sent = connect_head(MAPPED, &listener);
+    sent.extend_from_slice(&real_hello(MAPPED));
+    let (mut client, task) = start(config, Arc::new(NoResolver));
+    client.write_all(&sent).await.unwrap();
+    assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 400 "));
+    assert_eq!(outcome(task).await, Outcome::Refused(Refusal::Malformed));
+    assert_never_dialed(&listener).await;
+}
+
+#[tokio::test]
+async fn input_after_the_head_is_seen_without_waiting() {
+    // What the proxy checks right before the 200 (bytes that came while it dialed).
+    let (mut client, mut server) = tokio::io::duplex(1024);
+    assert!(matches!(early_input(&mut server).await, Early::Nothing));
+    client.write_all(b"\x16").await.unwrap();
+    assert!(matches!(early_input(&mut server).await, Early::Bytes));
+    client.shutdown().await.unwrap();
+    assert!(matches!(early_input(&mut server).await, Early::Closed));
+}
+
+#[tokio::test]
+async fn a_slow_head_is_closed_at_its_deadline() {
+    let (listener, mut config) = vendor().await;
+    config.head_deadline = Duration::from_millis(200);
+    let head = connect_head(MAPPED, &listener);
+    let (mut client, task) = start(config, Arc::new(NoResolver));
+    let started = Instant::now();
+    client.write_all(&head[..10]).await.unwrap();
+    assert_eq!(outcome(task).await, Outcome::HeadTimedOut);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "no answer to a slow head");
+    assert_never_dialed(&listener).await;
+}
+
+#[tokio::test]
+async fn a_fin_before_the_head_ends_closes_and_dials_nothing() {
+    let (listener, config) = vendor().await;
+    let head = connect_head(MAPPED, &listener);
+    let (mut client, task) = start(config, Arc::new(NoResolver));
+    client.write_all(&head[..head.len() - 2]).await.unwrap();
+    client.shutdown().await.unwrap();
+    assert_eq!(outcome(task).await, Outcome::ClosedBeforeHead);
+    assert_never_dialed(&listener).await;
+}
+
+#[tokio::test]
+async fn a_fin_right_after_the_head_gets_no_200_and_forwards_nothing() {
+    let (listener, config) = vendor().await;
+    let head = connect_head(MAPPED, &listener);
+    let seen = serve_vendor(listener, 1, b"", false);
+    let (mut client, task) = start(config, Arc::new(NoResolver));
+    client.write_all(&head).await.unwrap();
+    client.shutdown().await.unwrap();
+    // The mapping is dialed, then the FIN is seen before the 200.
+    assert_eq!(outcome(task).await, Outcome::ClosedBeforeHead);
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "no 200 after a FIN");
+    seen.settled().await;
+    assert!(seen.bytes().is_empty());
+}
+
+/// After the 200, send `first` (or nothing), and check the tunnel is closed unforwarded.
+async fn refused_after_the_200(first: Option<Vec<u8>>, want: &'static str) {
+    let (listener, mut config) = vendor().await;
+    config.hello_deadline = Duration::from_millis(200);
+    let head = connect_head(MAPPED, &listener);
+    let seen = serve_vendor(listener, 1, b"", false);
+    let (mut client, task) = start(config, Arc::new(NoResolver));
+    client.write_all(&head).await.unwrap();
+    assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+    if let Some(first) = first {
+        client.write_all(&first).await.unwrap();
+    }
+    assert_eq!(outcome(task).await, Outcome::HelloRefused(want));
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+    seen.settled().await;
+    assert!(seen.bytes().is_empty(), "{want}: bytes reached the vendor");
+}
+
+#[tokio::test]
+async fn a_client_hello_for_another_name_is_not_forwarded() {
+    refused_after_the_200(
+        Some(real_hello("cdn.example.net")),
+        "the ClientHello names another server",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn plain_http_in_the_tunnel_is_not_forwarded() {
+    refused_after_the_200(
+        Some(b"GET / HTTP/1.1\r\nHost: fake.vendor.test\r\n\r\n".to_vec()),
+        "not a handshake record",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn no_client_hello_in_time_is_not_forwarded() {
+    refused_after_the_200(None, "no ClientHello in time").await;
+    // Half a ClientHello, then silence: the same.
+    let hello = real_hello(MAPPED);
+    refused_after_the_200(
+        Some(hello[..hello.len() / 2].to_vec()),
+        "no ClientHello in time",
+    )
+    .await;
+}
+
+/// Open a tunnel (the vendor replies once the hello came and then stays silent) and return the
+/// client, the task and what the vendor saw.
+async fn open_tunnel(
+    config: impl FnOnce(&mut Config),
+) -> (DuplexStream, tokio::task::JoinHandle<Outcome>, Arc<Seen>) {
+    let (listener, mut cfg) = vendor().await;
+    config(&mut cfg);
+    let head = connect_head(MAPPED, &listener);
+    let hello = real_hello(MAPPED);
+    let seen = serve_vendor(listener, hello.len(), b"ok", true);
+    let (mut client, task) = start(cfg, Arc::new(NoResolver));
+    client.write_all(&head).await.unwrap();
+    assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+    client.write_all(&hello).await.unwrap();
+    let mut back = [0u8; 2];
+    client.read_exact(&mut back).await.unwrap();
+    (client, task, seen)
+}
+
+#[tokio::test]
+async fn an_idle_tunnel_ends() {
+    let started = Instant::now();
+    let (_client, task, _seen) = open_tunnel(|c| c.idle = Duration::from_millis(300)).await;
+    match outcome(task).await {
+        Outcome::Relayed {
+            down: 2,
+            end: End::Idle,
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn a_half_closed_tunnel_ends_at_its_deadline() {
+    let (mut client, task, _seen) =
+        open_tunnel(|c| c.half_close = Duration::from_millis(300)).await;
+    let started = Instant::now();
+    // The client is done sending; the vendor (holding) never finishes.
+    client.shutdown().await.unwrap();
+    match outcome(task).await {
+        Outcome::Relayed {
+            end: End::HalfClose,
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unmapped_name_dials_only_what_the_classifier_passed() {
+    let (listener, config) = vendor().await;
+    let port = listener.local_addr().unwrap().port();
+    let head = format!("CONNECT real.vendor.test:{port} HTTP/1.1\r\n\r\n").into_bytes();
+
+    // Loopback is denied: 403, not dialed.
+    let stub = Stub::new(Ok(vec!["127.0.0.1".parse().unwrap()]));
+    let (mut client, task) = start(config.clone(), stub.clone());
+    client.write_all(&head).await.unwrap();
+    assert!(read_answer(&mut client)
+        .await
+        .starts_with("HTTP/1.1 403 Forbidden\r\n"));
+    assert_eq!(outcome(task).await, Outcome::Refused(Refusal::Address));
+    assert_never_dialed(&listener).await;
+    assert_eq!(*stub.asked.lock().unwrap(), ["real.vendor.test"]);
+
+    // A resolver failure: 502.
+    let stub = Stub::new(Err("SERVFAIL".into()));
+    let (mut client, task) = start(config.clone(), stub.clone());
+    client.write_all(&head).await.unwrap();
+    assert!(read_answer(&mut client)
+        .await
+        .starts_with("HTTP/1.1 502 Bad Gateway\r\n"));
+    assert_eq!(outcome(task).await, Outcome::Refused(Refusal::Resolve));
+    assert_never_dialed(&listener).await;
+
+    // An unlisted name never reaches the resolver.
+    let stub = Stub::new(Ok(vec!["127.0.0.1".parse().unwrap()]));
+    let (mut client, task) = start(config, stub.clone());
+    client
+        .write_all(format!("CONNECT unlisted.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 403 "));
+    assert_eq!(outcome(task).await, Outcome::Refused(Refusal::NotAllowed));
+    assert!(stub.asked.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_mapping_that_does_not_connect_is_502() {
+    // Bind then drop a listener: its port is (almost surely) closed now.
+    let (listener, config) = vendor().await;
+    let head = connect_head(MAPPED, &listener);
+    drop(listener);
+    let (mut client, task) = start(config, Arc::new(NoResolver));
+    client.write_all(&head).await.unwrap();
+    assert!(read_answer(&mut client)
+        .await
+        .starts_with("HTTP/1.1 502 Bad Gateway\r\n"));
+    assert_eq!(outcome(task).await, Outcome::UpstreamFailed);
+}
+
+/// A fresh directory for a socket under the system temp dir.
+fn scratch(tag: &str) -> std::path::PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-egress-{}-{tag}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    dir
+}
+
+async fn connect_unix(path: &Path) -> UnixStream {
+    for _ in 0..200 {
+        if let Ok(stream) = UnixStream::connect(path).await {
+            return stream;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the proxy never listened");
+}
+
+#[tokio::test]
+async fn over_max_tunnels_a_client_gets_503() {
+    let (listener, mut config) = vendor().await;
+    config.max_tunnels = 2;
+    let head = connect_head(MAPPED, &listener);
+    let _seen = serve_vendor(listener, 0, b"", true);
+    let dir = scratch("busy");
+    let path = dir.join("egress.sock");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn({
+        let path = path.clone();
+        async move {
+            serve_unix(&path, Arc::new(config), Arc::new(NoResolver), async {
+                let _ = stopped.await;
+            })
+            .await
+        }
+    });
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut client = connect_unix(&path).await;
+        client.write_all(&head).await.unwrap();
+        assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+        held.push(client);
+    }
+    let mut third = connect_unix(&path).await;
+    assert_eq!(
+        read_answer(&mut third).await,
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    // One tunnel ends: its slot is free again.
+    drop(held.pop());
+    let mut again = None;
+    for _ in 0..100 {
+        let mut client = connect_unix(&path).await;
+        client.write_all(&head).await.unwrap();
+        if read_answer(&mut client).await == ESTABLISHED {
+            again = Some(client);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(again.is_some(), "the freed slot was never reused");
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    assert!(!path.exists(), "the socket is removed at shutdown");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn serve_unix_replaces_a_stale_socket_only() {
+    let dir = scratch("stale");
+    let path = dir.join("egress.sock");
+    // A stale socket: bound, then its listener gone.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(std::fs::symlink_metadata(&path)
+        .unwrap()
+        .file_type()
+        .is_socket());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn({
+        let path = path.clone();
+        async move {
+            serve_unix(
+                &path,
+                Arc::new(Config::default()),
+                Arc::new(NoResolver),
+                async {
+                    let _ = stopped.await;
+                },
+            )
+            .await
+        }
+    });
+    let mut client = connect_unix(&path).await;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+    client
+        .write_all(b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 403 "));
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+
+    // A regular file is refused and left alone.
+    let file = dir.join("file.sock");
+    std::fs::write(&file, b"keep me").unwrap();
+    let err = serve_unix(
+        &file,
+        Arc::new(Config::default()),
+        Arc::new(NoResolver),
+        async {},
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+
+    // A link, even to a stale socket, is refused: neither it nor its target is removed.
+    let target = dir.join("target.sock");
+    drop(std::os::unix::net::UnixListener::bind(&target).unwrap());
+    let link = dir.join("link.sock");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let err = serve_unix(
+        &link,
+        Arc::new(Config::default()),
+        Arc::new(NoResolver),
+        async {},
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(std::fs::symlink_metadata(&target)
+        .unwrap()
+        .file_type()
+        .is_socket());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
