@@ -11,6 +11,7 @@ use cordon::Controller;
 
 mod bench;
 mod doctor;
+mod egress;
 mod gate;
 mod human;
 mod image;
@@ -63,6 +64,11 @@ enum Command {
     /// Remove what an owner left (containers, networks, interrupted storage) and hand back its
     /// intact task storage.
     Recover(task::RecoverArgs),
+    /// The egress proxy's code, outside a container, for diagnosis.
+    Egress {
+        #[command(subcommand)]
+        action: egress::EgressAction,
+    },
 }
 
 /// What every subcommand gets: the controller (the engine connection and this process's
@@ -98,6 +104,11 @@ pub fn verdict(good: bool) -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    // The only command that needs no engine.
+    let command = match cli.command {
+        Command::Egress { action } => return egress::run(action).await,
+        command => command,
+    };
     let ctx = Ctx {
         ctl: Controller::connect()
             .await
@@ -105,7 +116,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         json: cli.json,
         workspace: cli.workspace,
     };
-    match cli.command {
+    match command {
+        // Handled before connecting; kept total without a panic.
+        Command::Egress { action } => egress::run(action).await,
         Command::Image { action } => image::run(&ctx, action).await,
         Command::Gate(args) => gate::run(&ctx, args).await,
         Command::Doctor => doctor::run(&ctx).await,
@@ -118,13 +131,19 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The egress proxy logs each refusal (its id) at info: what a person running it came to see.
+    let default_filter = match cli.command {
+        Command::Egress { .. } => "cordon_egress=info,warn",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let json = cli.json;
     match dispatch(cli).await {
         Ok(code) => code,

@@ -77,3 +77,85 @@ fn unreachable_engine_fails_loudly() {
         "{stderr}"
     );
 }
+
+/// `cordon egress proxy` runs the proxy's rules on a unix socket with no engine: a request the
+/// rules refuse gets its status, and a mapped allowed name is tunnelled to its mapping (a listener
+/// on this machine's loopback).
+#[test]
+fn egress_proxy_answers_raw_requests_by_its_rules() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let dir = std::env::temp_dir().join(format!("cordon-egress-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("egress.sock");
+    let vendor = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = vendor.local_addr().unwrap().port();
+    let mut proxy = std::process::Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["egress", "proxy", "--allow", "fake.vendor.test"])
+        .arg(format!("--listen=unix:{}", socket.display()))
+        .arg(format!("--map=fake.vendor.test=127.0.0.1:{port}"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while UnixStream::connect(&socket).is_err() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the proxy never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let ask = |request: &str| {
+        let mut stream = UnixStream::connect(&socket).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = [0u8; 64];
+        let n = stream.read(&mut answer).unwrap();
+        String::from_utf8_lossy(&answer[..n]).into_owned()
+    };
+    let refused = [
+        (
+            "GET http://fake.vendor.test/ HTTP/1.1\r\n\r\n",
+            "HTTP/1.1 405",
+        ),
+        ("CONNECT evil.example:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 403"),
+        (
+            "CONNECT fake.vendor.test:80 HTTP/1.1\r\n\r\n",
+            "HTTP/1.1 400",
+        ),
+        ("CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 400"),
+        ("CONNECT fake.vendor.test:443 HTTP/1.1\n\n", "HTTP/1.1 400"),
+    ];
+    for (request, status) in refused {
+        assert!(ask(request).starts_with(status), "{request:?}");
+    }
+    assert!(ask("CONNECT fake.vendor.test:443 HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
+    vendor.set_nonblocking(true).unwrap();
+    // Only the allowed request was dialed.
+    let mut dialed = 0;
+    while vendor.accept().is_ok() {
+        dialed += 1;
+    }
+    assert_eq!(dialed, 1);
+    // SAFETY: a plain signal to the child we started.
+    unsafe { libc::kill(proxy.id() as i32, libc::SIGINT) };
+    let status = proxy.wait().unwrap();
+    let mut log = String::new();
+    proxy
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(status.success(), "{status}: {log}");
+    for id in [
+        "egress-method",
+        "egress-not-allowed",
+        "egress-port",
+        "egress-host",
+        "egress-malformed",
+    ] {
+        assert!(log.contains(id), "the log names {id}: {log}");
+    }
+    assert!(!socket.exists(), "the socket is removed on shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,90 @@
+//! `cordon egress proxy`: the invocation proxy's code outside a container, on a unix socket, so a
+//! person (or a test) can throw raw bytes at the rules. It needs no engine.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use cordon_egress::allowlist::{Allowlist, Mapping};
+use cordon_egress::decide::Rules;
+use cordon_egress::proxy::{self, Config, NoResolver};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum EgressAction {
+    /// Serve the egress proxy on a unix socket until interrupted (refusals are logged on stderr).
+    Proxy(ProxyArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ProxyArgs {
+    /// Where to listen: `unix:PATH` (a stale socket there is replaced; anything else refuses).
+    #[arg(long)]
+    listen: String,
+    /// An allowed name, `NAME[:PORT]` or `*.NAME[:PORT]` (443 by default; repeatable).
+    #[arg(long = "allow")]
+    allow: Vec<String>,
+    /// Reach NAME at IP:PORT instead of resolving it (tests and diagnosis; repeatable).
+    #[arg(long = "map")]
+    map: Vec<String>,
+    /// An address the proxy must never dial, as the host's own (repeatable).
+    #[arg(long = "host-address")]
+    host_address: Vec<IpAddr>,
+    /// The resolver's upstream, `IP:PORT`. Not built yet: given, it is refused rather than
+    /// ignored; without it only mapped names are reached (any other name is refused 502).
+    #[arg(long)]
+    resolver: Option<String>,
+}
+
+pub async fn run(action: EgressAction) -> anyhow::Result<ExitCode> {
+    let EgressAction::Proxy(args) = action;
+    if let Some(upstream) = args.resolver {
+        anyhow::bail!(
+            "--resolver {upstream}: the proxy's resolver is not built yet; reach names with --map"
+        );
+    }
+    let path: PathBuf = args
+        .listen
+        .strip_prefix("unix:")
+        .map(PathBuf::from)
+        .context("--listen takes unix:PATH")?;
+    let rules = Rules {
+        allowlist: Allowlist::parse(&args.allow)?,
+        mappings: args
+            .map
+            .iter()
+            .map(|m| Mapping::parse(m))
+            .collect::<Result<_, _>>()?,
+        host_own: args.host_address,
+    };
+    eprintln!(
+        "cordon: egress proxy on {} for {} (mapped: {})",
+        path.display(),
+        list(rules.allowlist.entries()),
+        list(&rules.mappings)
+    );
+    let interrupted = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    proxy::serve_unix(
+        &path,
+        Arc::new(Config::new(rules)),
+        Arc::new(NoResolver),
+        interrupted,
+    )
+    .await
+    .with_context(|| format!("serving on {}", path.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list<T: std::fmt::Display>(items: &[T]) -> String {
+    if items.is_empty() {
+        return "nothing".to_owned();
+    }
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
