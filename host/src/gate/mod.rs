@@ -574,16 +574,13 @@ async fn run_validator_init(
         }
         out
     };
-    let profile = match case_profile(owner, image_id, storage, case) {
-        Ok(p) => p,
-        Err(e) => return failed_all(e.to_string()),
+    let created = async {
+        let profile = case_profile(owner, image_id, storage, case)?;
+        let mut prepared = Prepared::new(engine, &profile)?;
+        remove(case, &mut prepared, env);
+        launch::create(ctl, &profile, prepared).await
     };
-    let mut prepared = match Prepared::new(engine, &profile) {
-        Ok(p) => p,
-        Err(e) => return failed_all(e.to_string()),
-    };
-    remove(case, &mut prepared, env);
-    let mut launch = match launch::create(ctl, &profile, prepared).await {
+    let mut launch = match created.await {
         Ok(l) => l,
         Err(e) => return failed_all(e.to_string()),
     };
