@@ -1,7 +1,9 @@
 //! `cordon egress proxy`: the invocation proxy's code outside a container, on a unix socket, so a
-//! person (or a test) can throw raw bytes at the rules. It needs no engine.
+//! person (or a test) can throw raw bytes at the rules. It needs no engine. Names are reached
+//! through `--map`, or resolved by the one upstream `--resolver` names (no system configuration,
+//! nothing cached); with neither, any name is refused 502.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -9,7 +11,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use cordon_egress::allowlist::{Allowlist, Mapping};
 use cordon_egress::decide::Rules;
-use cordon_egress::proxy::{self, Config, NoResolver};
+use cordon_egress::proxy::{self, Config, NoResolver, Resolve};
+use cordon_egress::resolver::UpstreamResolver;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum EgressAction {
@@ -31,19 +34,27 @@ pub struct ProxyArgs {
     /// An address the proxy must never dial, as the host's own (repeatable).
     #[arg(long = "host-address")]
     host_address: Vec<IpAddr>,
-    /// The resolver's upstream, `IP:PORT`. Not built yet: given, it is refused rather than
-    /// ignored; without it only mapped names are reached (any other name is refused 502).
+    /// The resolver's upstream, `IP:PORT`: the one DNS server an unmapped name is asked of (A and
+    /// AAAA, UDP with TCP on truncation, no resolv.conf, hosts file or search list, nothing
+    /// cached). Without it only mapped names are reached (any other name is refused 502).
     #[arg(long)]
     resolver: Option<String>,
 }
 
 pub async fn run(action: EgressAction) -> anyhow::Result<ExitCode> {
     let EgressAction::Proxy(args) = action;
-    if let Some(upstream) = args.resolver {
-        anyhow::bail!(
-            "--resolver {upstream}: the proxy's resolver is not built yet; reach names with --map"
-        );
-    }
+    let resolver: Arc<dyn Resolve> = match &args.resolver {
+        None => Arc::new(NoResolver),
+        Some(upstream) => {
+            let addr: SocketAddr = upstream
+                .parse()
+                .with_context(|| format!("--resolver {upstream}: not an IP:PORT"))?;
+            Arc::new(
+                UpstreamResolver::new(addr)
+                    .map_err(|error| anyhow::anyhow!("--resolver {upstream}: {error}"))?,
+            )
+        }
+    };
     let path: PathBuf = args
         .listen
         .strip_prefix("unix:")
@@ -59,22 +70,18 @@ pub async fn run(action: EgressAction) -> anyhow::Result<ExitCode> {
         host_own: args.host_address,
     };
     eprintln!(
-        "cordon: egress proxy on {} for {} (mapped: {})",
+        "cordon: egress proxy on {} for {} (mapped: {}; resolver: {})",
         path.display(),
         list(rules.allowlist.entries()),
-        list(&rules.mappings)
+        list(&rules.mappings),
+        args.resolver.as_deref().unwrap_or("none")
     );
     let interrupted = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    proxy::serve_unix(
-        &path,
-        Arc::new(Config::new(rules)),
-        Arc::new(NoResolver),
-        interrupted,
-    )
-    .await
-    .with_context(|| format!("serving on {}", path.display()))?;
+    proxy::serve_unix(&path, Arc::new(Config::new(rules)), resolver, interrupted)
+        .await
+        .with_context(|| format!("serving on {}", path.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -13,6 +13,8 @@
 //! - [`proxy`]: the runtime that applies them: a unix socket, one task per connection, bounded
 //!   reads and deadlines, the dial, the ClientHello check and the relay with idle and half-close
 //!   timeouts.
+//! - [`resolver`]: the proxy's resolver: one configured upstream, no system configuration, no
+//!   search list, nothing cached (each CONNECT dials exactly what its one answer gave).
 
 pub mod address;
 pub mod allowlist;
@@ -20,6 +22,7 @@ pub mod decide;
 pub mod head;
 pub mod host;
 pub mod proxy;
+pub mod resolver;
 pub mod tls;
 
 /// Why the proxy refused a request: a stable id, and the status the client gets.

@@ -59,6 +59,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("address::tests::", "../egress/src"),
     ("tls::tests::", "../egress/src"),
     ("proxy::tests::", "../egress/src"),
+    ("resolver::tests::", "../egress/src"),
     ("cli_task::", "../cli/tests"),
 ];
 
