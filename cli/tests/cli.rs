@@ -90,13 +90,26 @@ fn egress_proxy_answers_raw_requests_by_its_rules() {
     let socket = dir.join("egress.sock");
     let vendor = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = vendor.local_addr().unwrap().port();
-    let mut proxy = std::process::Command::new(env!("CARGO_BIN_EXE_cordon"))
-        .args(["egress", "proxy", "--allow", "fake.vendor.test"])
-        .arg(format!("--listen=unix:{}", socket.display()))
-        .arg(format!("--map=fake.vendor.test=127.0.0.1:{port}"))
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    /// The proxy and its directory, gone however the test ends.
+    struct Running(std::process::Child, std::path::PathBuf);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let mut running = Running(
+        std::process::Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["egress", "proxy", "--allow", "fake.vendor.test"])
+            .arg(format!("--listen=unix:{}", socket.display()))
+            .arg(format!("--map=fake.vendor.test=127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+        dir.clone(),
+    );
+    let proxy = &mut running.0;
     let started = std::time::Instant::now();
     while UnixStream::connect(&socket).is_err() {
         assert!(
@@ -157,5 +170,4 @@ fn egress_proxy_answers_raw_requests_by_its_rules() {
         assert!(log.contains(id), "the log names {id}: {log}");
     }
     assert!(!socket.exists(), "the socket is removed on shutdown");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,27 +3,13 @@
 
 use super::*;
 use crate::allowlist::{Allowlist, Mapping};
+use crate::tls::tests::real_hello;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Mutex;
 use tokio::io::DuplexStream;
 use tokio::net::{TcpListener, UnixStream};
 
 const MAPPED: &str = "fake.vendor.test";
-
-/// A real ClientHello for `server` (rustls, as a client would send it).
-fn real_hello(server: &str) -> Vec<u8> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    let name = rustls::pki_types::ServerName::try_from(server.to_owned()).unwrap();
-    let mut client = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-    let mut out = Vec::new();
-    client.write_tls(&mut out).unwrap();
-    out
-}
 
 /// A vendor listener on loopback and the rules that map `fake.vendor.test` (and list
 /// `real.vendor.test`, unmapped, and `other.vendor.test`, mapped but on another port) to it.

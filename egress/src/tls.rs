@@ -149,4 +149,4 @@ fn parse_hello(record: &[u8]) -> Result<String, &'static str> {
 
 #[cfg(test)]
 #[path = "tls_tests.rs"]
-mod tests;
+pub(crate) mod tests;

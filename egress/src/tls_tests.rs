@@ -3,8 +3,9 @@
 use super::*;
 use std::sync::Arc;
 
-/// A real ClientHello for `server` (rustls, as a client would send it).
-fn real_hello(server: &str) -> Vec<u8> {
+/// A real ClientHello for `server` (rustls, as a client would send it); the proxy's tests use it
+/// too.
+pub(crate) fn real_hello(server: &str) -> Vec<u8> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

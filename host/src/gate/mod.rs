@@ -339,11 +339,7 @@ async fn run_probe_case(
             command: vec![probe_path.clone(), "all".to_owned()],
             exec: vec![probe_path.clone()],
             env: vec![],
-            gitlinks: if case.gitlinks {
-                vec![GATE_GITLINK.to_owned()]
-            } else {
-                vec![]
-            },
+            gitlinks: case_gitlinks(case),
             pins: vec![],
             // Something in the input dir for the probes to try to map executable.
             input_files: vec![("note.txt".to_owned(), b"probe input\n".to_vec())],
@@ -501,6 +497,15 @@ async fn run_case(
     results
 }
 
+/// The gitlinks a case's storage has (the gate's one gitlink, or none).
+fn case_gitlinks(case: &Case) -> Vec<String> {
+    if case.gitlinks {
+        vec![GATE_GITLINK.to_owned()]
+    } else {
+        vec![]
+    }
+}
+
 /// The production profile a case starts from: the fake vendor CLI's `--version` over the gate's
 /// storage, with the gate's gitlink when the case asks for one.
 fn case_profile(
@@ -521,11 +526,7 @@ fn case_profile(
         command: vec![cli.clone(), "--version".to_owned()],
         exec: vec![cli],
         env: vec![],
-        gitlinks: if case.gitlinks {
-            vec![GATE_GITLINK.to_owned()]
-        } else {
-            vec![]
-        },
+        gitlinks: case_gitlinks(case),
         pins: vec![],
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
