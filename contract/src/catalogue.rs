@@ -134,6 +134,18 @@ protections! {
         "input dir (prompt, schema) mounted read-only";
     EgressReadonly = "egress-readonly", validator: true, init: true, probe: true,
         "egress socket dir mounted read-only";
+    NoResolver = "no-resolver", validator: true, init: false, probe: true,
+        "no Dns, DnsSearch, DnsOptions or ExtraHosts; no name the agent looks up gets an answer, from the hosts file or any resolver";
+    EgressAllowlist = "egress-allowlist", validator: false, init: false, probe: true,
+        "the egress proxy admits a CONNECT only for an allowlisted name on its entry's port, matched before any lookup";
+    EgressAddress = "egress-address", validator: false, init: false, probe: true,
+        "the egress proxy dials only addresses its classifier passed (no special-purpose, metadata or host-own address); a mapping is the only way to a private one";
+    EgressSni = "egress-sni", validator: false, init: false, probe: true,
+        "the first bytes in a tunnel are one TLS ClientHello naming the CONNECT host; anything else closes the tunnel";
+    EgressMethod = "egress-method", validator: false, init: false, probe: true,
+        "the egress proxy answers only CONNECT in authority form; every other method and target form is refused";
+    ProxyContainer = "proxy-container", validator: true, init: false, probe: false,
+        "the proxy's container and the invocation network read back exactly as their profile: the agent's hardening, the invocation network only, the egress volume its only mount, no published port";
     FdHygiene = "fd-hygiene", validator: false, init: true, probe: false,
         "only fds 0-2 are open when the init starts, and its cwd is reachable";
     EnvAllowlist = "env-allowlist", validator: true, init: true, probe: true,

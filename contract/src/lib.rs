@@ -7,11 +7,13 @@
 //!
 //! The facts more than one layer checks, each with its own algorithm, are here as data: the
 //! capability sets ([`capabilities`]), what an engine socket is ([`engine_socket`]), the link
-//! bound ([`paths::MAX_LINK_HOPS`]); and the one Landlock ABI query ([`landlock`], a syscall the
+//! bound ([`paths::MAX_LINK_HOPS`]), the egress forwarder, proxy rules and probe fixture
+//! ([`egress`]); and the one Landlock ABI query ([`landlock`], a syscall the
 //! init and the probes both make; with [`paths::wait_for_policy`], the only I/O here).
 
 pub mod capabilities;
 pub mod catalogue;
+pub mod egress;
 pub mod engine_socket;
 pub mod landlock;
 pub mod paths;

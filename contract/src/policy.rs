@@ -54,6 +54,19 @@ pub struct Policy {
     /// anything.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skip: Vec<Id>,
+    /// The init's loopback forwarder to the egress proxy's socket; absent when the invocation has
+    /// no egress (then nothing listens and the agent has no way out at all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressForward>,
+}
+
+/// Where the init's forwarder listens (127.0.0.1 only) and the socket it forwards each connection
+/// to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressForward {
+    pub port: u16,
+    pub socket: String,
 }
 
 /// The socket families (and netlink protocols) the agent may open.
@@ -427,6 +440,19 @@ impl Policy {
                 "{id} cannot be skipped: the init does not check it"
             )));
         }
+        if let Some(egress) = &self.egress {
+            let in_dir = egress
+                .socket
+                .strip_prefix(crate::paths::EGRESS_DIR)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .is_some_and(|name| !name.is_empty() && !name.contains('/'));
+            if egress.port == 0 || !is_clean_absolute(&egress.socket) || !in_dir {
+                return Err(bad(format!(
+                    "egress forwarder {egress:?} needs a port and a socket directly in {}",
+                    crate::paths::EGRESS_DIR
+                )));
+            }
+        }
         let c = self.cgroup;
         if c.pids_max == 0 || c.memory_bytes == 0 || c.cpu_quota_us == 0 || c.cpu_period_us == 0 {
             return Err(bad("cgroup limits must be positive"));
@@ -677,6 +703,7 @@ mod consistency_tests {
             deadline_ms: 1,
             grace_ms: 1,
             skip: vec![],
+            egress: None,
         }
     }
 

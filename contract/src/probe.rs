@@ -232,6 +232,18 @@ pub mod ops {
         CONNECT_PUBLIC = "network" / "connect-public" => [NetworkNone];
         CONNECT_PRIVATE = "network" / "connect-private" => [NetworkNone];
         RESOLVER = "network" / "resolver" => [NetworkNone];
+        DNS_ANSWER = "network" / "dns-answer" => [NoResolver];
+
+        EGRESS_DIRECT_GATEWAY = "egress" / "direct-gateway" => [NetworkNone];
+        EGRESS_DIRECT_PROXY = "egress" / "direct-proxy" => [NetworkNone];
+        EGRESS_DIRECT_ENDPOINT = "egress" / "direct-endpoint" => [NetworkNone];
+        EGRESS_UDP_GATEWAY = "egress" / "udp-gateway" => [NetworkNone];
+        EGRESS_UNLISTED = "egress" / "connect-unlisted" => [EgressAllowlist];
+        EGRESS_OTHER_PORT = "egress" / "connect-other-port" => [EgressAllowlist];
+        EGRESS_DENIED_ANSWER = "egress" / "connect-private-answer" => [EgressAddress];
+        EGRESS_PLAIN_GET = "egress" / "plain-get" => [EgressMethod];
+        EGRESS_OTHER_SNI = "egress" / "other-sni" => [EgressSni];
+        EGRESS_NO_TLS = "egress" / "no-tls" => [EgressSni];
 
         LINK_ESCAPE = "hostile-repo" / "link-escape" => [RepoLinks];
     }
@@ -250,6 +262,7 @@ pub const PROBES: &[&str] = &[
     "task-capacity",
     "exec-policy",
     "network",
+    "egress",
     "hostile-repo",
 ];
 
@@ -333,6 +346,8 @@ pub mod fixture {
             "blob\n",
         ),
     ];
+    /// The vendor name the no-resolver check looks up (and the gate's egress cases allow).
+    pub const VENDOR_HOST: &str = "api.vendor.test";
     /// The object file the alias probes link to.
     pub const METADATA_OBJECT: &str = "objects/ce/013625030ba8dba906f756967f9e9ca394464a";
     /// Links every repository may have: they stay inside the checkout (a loop never resolves).

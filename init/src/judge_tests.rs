@@ -99,6 +99,7 @@ pub(crate) fn good_policy() -> Policy {
         deadline_ms: 1000,
         grace_ms: 100,
         skip: vec![],
+        egress: None,
     }
 }
 

@@ -50,6 +50,7 @@ impl Profile {
             deadline_ms: l.deadline.as_millis() as u64,
             grace_ms: l.grace.as_millis() as u64,
             skip: vec![],
+            egress: None,
         }
     }
 

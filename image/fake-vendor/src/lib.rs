@@ -1,0 +1,1 @@
+//! The fake vendor endpoint (being built).
