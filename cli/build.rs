@@ -11,13 +11,15 @@ use std::process::{Command, ExitCode};
 use cordon_contract::static_build::{BINARIES, PACKAGES, PROFILE, RUSTFLAGS, TARGET, TARGET_DIR};
 
 /// What the binaries are built from: a change to any of these rebuilds them.
-const SOURCES: [&str; 6] = [
+const SOURCES: [&str; 8] = [
     "Cargo.toml",
     "Cargo.lock",
     "contract",
     "init",
     "probes",
+    "egress",
     "image/fake-claude",
+    "image/fake-vendor",
 ];
 
 /// Set by the cargo running this script for this script alone: a nested cargo must not take

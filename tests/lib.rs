@@ -67,7 +67,7 @@ pub async fn image(engine: &Engine) -> String {
 /// (the engine makes a missing named volume for a create that outlived it: such a volume carries
 /// no owner, so only its name shows it); remove what it finds so one failure does not leak.
 pub async fn assert_clean(engine: &Engine, owner: &Owner) {
-    let (containers, volumes) = objects::list_owned(engine, owner)
+    let objects::Owned { containers, volumes, networks } = objects::list_owned(engine, owner)
         .await
         .expect("listing objects by owner");
     let unlabelled = {
@@ -76,7 +76,8 @@ pub async fn assert_clean(engine: &Engine, owner: &Owner) {
             .await
             .expect("listing volumes by name")
     };
-    if !containers.is_empty() || !volumes.is_empty() || !unlabelled.is_empty() {
+    if !containers.is_empty() || !volumes.is_empty() || !networks.is_empty() || !unlabelled.is_empty()
+    {
         let _ = pending::remove_owned(engine, owner).await;
         let _ = pending::Created {
             volumes: unlabelled.clone(),
@@ -85,8 +86,8 @@ pub async fn assert_clean(engine: &Engine, owner: &Owner) {
         .remove_all(engine, Duration::from_secs(10))
         .await;
         panic!(
-            "left behind for owner {}: containers {containers:?}, volumes {volumes:?}; \
-             unlabelled cordon volumes {unlabelled:?}",
+            "left behind for owner {}: containers {containers:?}, volumes {volumes:?}, \
+             networks {networks:?}; unlabelled cordon volumes {unlabelled:?}",
             owner.as_str()
         );
     }
@@ -438,6 +439,7 @@ pub fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage, run: &Run) 
         pins: vec![],
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
+        egress: None,
     })
     .expect("profile")
 }

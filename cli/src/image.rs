@@ -26,8 +26,16 @@ const EMBEDDED: &[(&str, &[u8])] = &[
         include_bytes!(concat!(env!("OUT_DIR"), "/cordon-probe")),
     ),
     (
+        "cordon-egress",
+        include_bytes!(concat!(env!("OUT_DIR"), "/cordon-egress")),
+    ),
+    (
         "claude",
         include_bytes!(concat!(env!("OUT_DIR"), "/claude")),
+    ),
+    (
+        "fake-vendor",
+        include_bytes!(concat!(env!("OUT_DIR"), "/fake-vendor")),
     ),
 ];
 

@@ -88,13 +88,13 @@ fn leftovers(owner: &str) -> Vec<String> {
         .enable_all()
         .build()
         .unwrap();
-    let (containers, volumes) = runtime.block_on(async {
+    let owned = runtime.block_on(async {
         let engine = cordon::Engine::connect().await.expect("the Docker engine");
         cordon::engine::objects::list_owned(&engine, &cordon::labels::Owner::new(owner).unwrap())
             .await
             .unwrap()
     });
-    let mut left: Vec<String> = containers.into_iter().chain(volumes).collect();
+    let mut left: Vec<String> = owned.described();
     let prefix = format!("cordon-stage-{owner}-");
     for root in cordon::task::clone::staging_roots() {
         let Ok(listing) = std::fs::read_dir(root) else {

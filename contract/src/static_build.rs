@@ -11,6 +11,18 @@ pub const RUSTFLAGS: &str = "-C target-feature=+crt-static";
 /// Where they are built, beneath the workspace.
 pub const TARGET_DIR: [&str; 2] = ["target", "static"];
 /// The packages built.
-pub const PACKAGES: [&str; 3] = ["cordon-init", "cordon-probe", "cordon-fake-claude"];
+pub const PACKAGES: [&str; 5] = [
+    "cordon-init",
+    "cordon-probe",
+    "cordon-egress",
+    "cordon-fake-claude",
+    "cordon-fake-vendor",
+];
 /// The binaries they make, by the name cargo gives them.
-pub const BINARIES: [&str; 3] = ["cordon-init", "cordon-probe", "claude"];
+pub const BINARIES: [&str; 5] = [
+    "cordon-init",
+    "cordon-probe",
+    "cordon-egress",
+    "claude",
+    "fake-vendor",
+];

@@ -67,6 +67,7 @@ fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<Profi
         pins: vec![],
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
+        egress: None,
     })
 }
 

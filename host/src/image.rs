@@ -43,7 +43,7 @@ pub fn default_workspace() -> PathBuf {
 pub const MAX_BINARY_BYTES: usize = 64 * 1024 * 1024;
 
 /// The in-container binaries by the name cargo gives them: what every [`BinarySource`] provides.
-pub const BINARY_NAMES: [&str; 3] = cordon_contract::static_build::BINARIES;
+pub const BINARY_NAMES: [&str; 5] = cordon_contract::static_build::BINARIES;
 
 /// Where the in-container binaries come from.
 #[derive(Clone)]
@@ -72,6 +72,8 @@ impl std::fmt::Debug for BinarySource {
 const BINARIES: &[(&str, &str)] = &[
     ("cordon-init", paths::INIT),
     ("cordon-probe", paths::PROBE),
+    ("cordon-egress", crate::profile::egress::PROXY_BINARY),
+    ("fake-vendor", crate::profile::egress::FAKE_VENDOR_BINARY),
     ("claude", paths::CLAUDE_CLI),
     // The fake vendor CLI also stands in for Codex (whose profile the probes exercise).
     ("claude", paths::CODEX_CLI),

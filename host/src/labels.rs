@@ -60,11 +60,19 @@ pub enum Kind {
     Probe,
     /// A short-lived trusted tool (the metadata digest).
     Tool,
+    /// An invocation's bridge network (its egress proxy's only).
+    Network,
+    /// An invocation's egress proxy.
+    Proxy,
+    /// The fake vendor endpoint on an invocation network (tests, the gate, the bench).
+    Vendor,
+    /// The scripted DNS server on an invocation network (tests, the gate).
+    Resolver,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Agent,
         Kind::Keeper,
         Kind::Loader,
@@ -75,6 +83,10 @@ impl Kind {
         Kind::Egress,
         Kind::Probe,
         Kind::Tool,
+        Kind::Network,
+        Kind::Proxy,
+        Kind::Vendor,
+        Kind::Resolver,
     ];
 
     /// The kind a label value names.
@@ -94,6 +106,10 @@ impl Kind {
             Kind::Egress => "egress",
             Kind::Probe => "probe",
             Kind::Tool => "tool",
+            Kind::Network => "network",
+            Kind::Proxy => "proxy",
+            Kind::Vendor => "vendor",
+            Kind::Resolver => "resolver",
         }
     }
 }

@@ -6,6 +6,7 @@
 //! so the gate can launch a container past the validator on purpose, and tests can signal a
 //! running container.
 
+pub mod egress;
 pub mod volumes;
 
 use std::collections::BTreeMap;
@@ -37,6 +38,8 @@ pub struct Prepared {
     pub input_files: Vec<(String, Vec<u8>)>,
     /// Bytes kept of each output stream.
     pub max_output: usize,
+    /// The invocation's network and proxy (and the gate's fixtures on it), when it has egress.
+    pub egress: Option<egress::EgressPlan>,
 }
 
 impl Prepared {
@@ -47,6 +50,9 @@ impl Prepared {
             volumes: invocation_volume_requests(profile),
             input_files: profile.input_files().to_vec(),
             max_output: MAX_OUTPUT_BYTES,
+            egress: profile
+                .egress()
+                .map(|spec| egress::EgressPlan::new(profile.allocation(), spec.clone())),
         })
     }
 }
@@ -168,6 +174,8 @@ pub struct Launch {
     launched_by: Option<(Controller, uuid::Uuid)>,
     /// The loader and what it delivers into the control and input dirs at start.
     loading: Option<(String, Uploads)>,
+    /// The invocation's egress: its proxy starts before the agent.
+    pub egress: Option<egress::Egress>,
 }
 
 /// Attach to a created container's stdout and stderr and collect them in the background, keeping
@@ -323,16 +331,38 @@ pub async fn create_into(
             let capture = attach(engine, &id, max_output).await?;
             Ok::<_, Error>((id, refusals, capture, create_ms, validate_ms))
         };
-        let (loader, (id, refusals, capture, create_ms, validate_ms)) =
-            tokio::try_join!(load, agent)?;
+        let egress_volume = specs.get(&Kind::Egress).cloned().unwrap_or_default();
+        let lifetime = profile.limits().deadline + profile.limits().grace;
+        let network = async {
+            match prepared.egress {
+                None => Ok(None),
+                Some(plan) => egress::create(
+                    engine,
+                    profile.allocation(),
+                    profile.image_id(),
+                    plan,
+                    &egress_volume,
+                    lifetime,
+                    &record,
+                )
+                .await
+                .map(Some),
+            }
+        };
+        let (loader, (id, mut refusals, capture, create_ms, validate_ms), network) =
+            tokio::try_join!(load, agent, network)?;
+        let made_egress = network.map(|(made, proxy_refusals)| {
+            refusals.extend(proxy_refusals);
+            made
+        });
         drop(names);
         timings.create_ms = create_ms;
         timings.validate_ms = validate_ms;
         let uploads = Uploads::new(&policy_bytes, &inputs)?;
-        Ok::<_, Error>((id, refusals, capture, (loader, uploads)))
+        Ok::<_, Error>((id, refusals, capture, (loader, uploads), made_egress))
     }
     .await;
-    let (container, refusals, capture, loading) = result?;
+    let (container, refusals, capture, loading, made_egress) = result?;
     Ok(Launch {
         container,
         tty,
@@ -344,6 +374,7 @@ pub async fn create_into(
         collected: None,
         launched_by: Some((ctl.clone(), profile.allocation().id)),
         loading: Some(loading),
+        egress: made_egress,
     })
 }
 
@@ -393,6 +424,7 @@ impl Launch {
             collected: None,
             launched_by: None,
             loading: None,
+            egress: None,
         }
     }
 
@@ -402,6 +434,11 @@ impl Launch {
             ctl.check_not_retired(allocation)?;
         }
         let t = Instant::now();
+        // The proxy first: the agent's forwarder connects to its socket per connection, and the
+        // probes' first CONNECT comes right after the init attests.
+        if let Some(egress) = self.egress.as_mut() {
+            egress::start_proxy(engine, egress).await?;
+        }
         let start = bounded(
             "start container",
             CALL_TIMEOUT,

@@ -193,6 +193,7 @@ fn the_profile_refuses_a_schema_that_differs_from_the_mounted_file() {
         gitlinks: vec![],
         pins: vec![],
         landlock_abi: cordon::profile::DEFAULT_LANDLOCK_ABI,
+        egress: None,
         input_files: vec![("schema.json".into(), mounted.as_bytes().to_vec())],
     };
     let same = r#"{"type":"object"}"#;
@@ -459,12 +460,12 @@ async fn start_fails_only_before_allocating() {
     .unwrap_err();
     assert_eq!(err.id(), "invalid-input", "{err}");
     // Only the storage exists.
-    let (containers, volumes) = cordon::engine::objects::list_owned(&s.engine, &s.owner)
+    let cordon::engine::objects::Owned { containers, volumes, networks } = cordon::engine::objects::list_owned(&s.engine, &s.owner)
         .await
         .unwrap();
     assert_eq!(
-        (containers.len(), volumes.len()),
-        (1, 2),
+        (containers.len(), volumes.len(), networks.len()),
+        (1, 2, 0),
         "{containers:?} {volumes:?}"
     );
     finish(s, &storage).await;
@@ -543,12 +544,12 @@ async fn cancel_during_build_create_and_run() {
         );
         assert_eq!(failure(&result), Some("stopped"), "{step:?}");
         assert!(result.unreleased.is_empty(), "{step:?}");
-        let (containers, volumes) = cordon::engine::objects::list_owned(&s.engine, &s.owner)
+        let cordon::engine::objects::Owned { containers, volumes, networks } = cordon::engine::objects::list_owned(&s.engine, &s.owner)
             .await
             .unwrap();
         assert_eq!(
-            (containers.len(), volumes.len()),
-            (1, 2),
+            (containers.len(), volumes.len(), networks.len()),
+            (1, 2, 0),
             "{step:?}: only the storage is left: {containers:?} {volumes:?}"
         );
     }
@@ -644,6 +645,7 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
         gitlinks: vec![],
         pins: vec![],
         landlock_abi: cordon::profile::DEFAULT_LANDLOCK_ABI,
+        egress: None,
         input_files: vec![],
     })
     .unwrap();
@@ -1071,12 +1073,12 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
         assert_eq!(err.id(), "gitlink-nested", "{err}");
         assert!(err.to_string().contains("deep/er/module"), "{err}");
     }
-    let (containers, volumes) = cordon::engine::objects::list_owned(&s.engine, &s.owner)
+    let cordon::engine::objects::Owned { containers, volumes, networks } = cordon::engine::objects::list_owned(&s.engine, &s.owner)
         .await
         .unwrap();
     assert_eq!(
-        (containers.len(), volumes.len()),
-        (1, 2),
+        (containers.len(), volumes.len(), networks.len()),
+        (1, 2, 0),
         "only the storage"
     );
     let planning = run(&s, request(&nested, Phase::Questions, "hello")).await;

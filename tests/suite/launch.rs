@@ -101,12 +101,12 @@ async fn subpath_profile_is_refused_on_api_1_41() {
         }) => assert!(reason.contains("1.45"), "{reason}"),
         other => panic!("expected a pinned-dirs refusal, got {other:?}"),
     }
-    let (containers, volumes) = cordon::engine::objects::list_owned(&f.engine, &f.owner)
+    let cordon::engine::objects::Owned { containers, volumes, networks } = cordon::engine::objects::list_owned(&f.engine, &f.owner)
         .await
         .unwrap();
     assert_eq!(
-        (containers.len(), volumes.len()),
-        (1, 2),
+        (containers.len(), volumes.len(), networks.len()),
+        (1, 2, 0),
         "only the task storage exists"
     );
     // Forced past the plan, the engine drops the Subpath silently; the read-back catches it.

@@ -932,9 +932,10 @@ async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
     assert!(err.to_string().contains(&intruder_volume), "{err}");
     ours.assert_clean().await;
     // The other owner's object is still there, untouched.
-    let (_, volumes) = cordon::engine::objects::list_owned(engine, &theirs.owner)
+    let volumes = cordon::engine::objects::list_owned(engine, &theirs.owner)
         .await
-        .unwrap();
+        .unwrap()
+        .volumes;
     assert_eq!(volumes, vec![intruder_volume.clone()]);
     engine
         .docker()
@@ -1152,12 +1153,12 @@ async fn a_test_that_panics_midway_leaves_nothing_of_its_owner() {
         ));
         std::fs::create_dir_all(staging.join("objects/ab")).unwrap();
         std::fs::write(staging.join("objects/ab/cdef"), b"x").unwrap();
-        let (containers, volumes) = cordon::engine::objects::list_owned(&s.engine, &s.owner)
+        let cordon::engine::objects::Owned { containers, volumes, networks } = cordon::engine::objects::list_owned(&s.engine, &s.owner)
             .await
             .unwrap();
         assert_eq!(
-            (containers.len(), volumes.len()),
-            (1, 2),
+            (containers.len(), volumes.len(), networks.len()),
+            (1, 2, 0),
             "the storage exists"
         );
         panic!("midway, on purpose");
@@ -1169,12 +1170,12 @@ async fn a_test_that_panics_midway_leaves_nothing_of_its_owner() {
         Some(&"midway, on purpose"),
         "the panic is the test's own"
     );
-    let (containers, volumes) = cordon::engine::objects::list_owned(&safety.engine, &safety.owner)
+    let cordon::engine::objects::Owned { containers, volumes, networks } = cordon::engine::objects::list_owned(&safety.engine, &safety.owner)
         .await
         .unwrap();
     assert!(
-        containers.is_empty() && volumes.is_empty(),
-        "left: {containers:?} {volumes:?}"
+        containers.is_empty() && volumes.is_empty() && networks.is_empty(),
+        "left: {containers:?} {volumes:?} {networks:?}"
     );
     let volume = unlabelled.lock().unwrap().clone();
     assert!(!volume.is_empty(), "the unlabelled volume was made");

@@ -306,22 +306,22 @@ fn changes() -> Vec<(&'static str, Vec<Id>, Change)> {
         ),
         c(
             "extra hosts",
-            vec![NetworkNone],
+            vec![NoResolver],
             Box::new(|o| host(o).extra_hosts = Some(vec!["h:10.0.0.1".into()])),
         ),
         c(
             "dns",
-            vec![NetworkNone],
+            vec![NoResolver],
             Box::new(|o| host(o).dns = Some(vec!["10.0.0.1".into()])),
         ),
         c(
             "dns search",
-            vec![NetworkNone],
+            vec![NoResolver],
             Box::new(|o| host(o).dns_search = Some(vec!["corp".into()])),
         ),
         c(
             "dns options",
-            vec![NetworkNone],
+            vec![NoResolver],
             Box::new(|o| host(o).dns_options = Some(vec!["ndots:1".into()])),
         ),
         c(

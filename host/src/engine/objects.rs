@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, Network, Volume,
-    VolumeCreateRequest,
+    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, Network, NetworkCreateRequest,
+    Volume, VolumeCreateRequest,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, ListContainersOptions, ListNetworksOptions, ListVolumesOptions,
@@ -117,6 +117,42 @@ pub async fn create_container(
     )
     .await;
     answered(record, ObjectKind::Container, name, result.map(|r| r.id))
+}
+
+/// Create a network from `request` (which names it), recorded in `record` as it goes. Returns its
+/// id.
+pub async fn create_network(
+    engine: &Engine,
+    request: NetworkCreateRequest,
+    record: &Shared<'_>,
+) -> Result<String> {
+    let name = request.name.clone();
+    let labels = request.labels.clone().unwrap_or_default();
+    record.with(|c| c.begin(ObjectKind::Network, &name, &labels));
+    let result = bounded(
+        "create network",
+        CALL_TIMEOUT,
+        engine.docker().create_network(request),
+    )
+    .await;
+    answered(record, ObjectKind::Network, &name, result.map(|r| r.id))
+}
+
+/// A network as the engine reports it; `None` when there is none by that id or name.
+pub async fn inspect_network(
+    engine: &Engine,
+    id: &str,
+) -> Result<Option<bollard::models::NetworkInspect>> {
+    found(
+        bounded(
+            "inspect network",
+            CALL_TIMEOUT,
+            engine
+                .docker()
+                .inspect_network(id, None::<bollard::query_parameters::InspectNetworkOptions>),
+        )
+        .await,
+    )
 }
 
 /// A container as the engine reports it; `None` when there is none by that id or name.
@@ -284,13 +320,43 @@ impl Listed {
     }
 }
 
-/// Every container and volume carrying this owner's label: `(containers, volumes)`.
-pub async fn list_owned(engine: &Engine, owner: &Owner) -> Result<(Vec<String>, Vec<String>)> {
+/// What one owner has on the engine: containers, volumes and networks, by id (volumes by name).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owned {
+    pub containers: Vec<String>,
+    pub volumes: Vec<String>,
+    pub networks: Vec<String>,
+}
+
+impl Owned {
+    pub fn is_empty(&self) -> bool {
+        self.containers.is_empty() && self.volumes.is_empty() && self.networks.is_empty()
+    }
+
+    /// `container <id>`, `volume <name>`, `network <id>` for each.
+    pub fn described(&self) -> Vec<String> {
+        let each = |what: &str, ids: &[String]| {
+            ids.iter()
+                .map(|id| format!("{what} {id}"))
+                .collect::<Vec<_>>()
+        };
+        [
+            each("container", &self.containers),
+            each("volume", &self.volumes),
+            each("network", &self.networks),
+        ]
+        .concat()
+    }
+}
+
+/// Everything carrying this owner's label.
+pub async fn list_owned(engine: &Engine, owner: &Owner) -> Result<Owned> {
     let listed = Listed::with_label(engine, &format!("{OWNER}={}", owner.as_str())).await?;
-    Ok((
-        listed.containers.into_iter().filter_map(|c| c.id).collect(),
-        listed.volumes.into_iter().map(|v| v.name).collect(),
-    ))
+    Ok(Owned {
+        containers: listed.containers.into_iter().filter_map(|c| c.id).collect(),
+        volumes: listed.volumes.into_iter().map(|v| v.name).collect(),
+        networks: listed.networks.into_iter().filter_map(|n| n.id).collect(),
+    })
 }
 
 /// Every container, volume and network carrying the allocation id, with its labels.

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use super::objects::{self, engine_made, inspect_container, inspect_volume, list_owned};
+use super::objects::{
+    self, engine_made, inspect_container, inspect_network, inspect_volume, list_owned,
+};
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::labels::Owner;
@@ -16,10 +18,12 @@ use crate::labels::Owner;
 pub struct Created {
     pub containers: Vec<String>,
     pub volumes: Vec<String>,
+    /// Networks by id: removed after the containers (which hold them), before the volumes.
+    pub networks: Vec<String>,
     /// Creates cut before the engine answered (cancelled, timed out): the object may exist. It is
     /// touched only by name, and only while it carries exactly the labels it was created with.
     pub pending: Vec<Pending>,
-    /// The labels each object was created with, by id (containers) or name (volumes).
+    /// The labels each object was created with, by id (containers, networks) or name (volumes).
     pub labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
@@ -124,8 +128,9 @@ async fn resolve_pending(engine: &Engine, pending: &Pending) -> Result<Resolved>
         ObjectKind::Volume => inspect_volume(engine, &pending.name)
             .await?
             .map(|v| (v.name, v.labels)),
-        // cordon makes no network yet; a record never holds one pending.
-        ObjectKind::Network => None,
+        ObjectKind::Network => inspect_network(engine, &pending.name)
+            .await?
+            .map(|n| (n.id.unwrap_or_default(), n.labels.unwrap_or_default())),
     };
     Ok(match found {
         None => Resolved::Missing,
@@ -167,17 +172,20 @@ impl Created {
             match kind {
                 ObjectKind::Container => self.containers.push(id.to_owned()),
                 ObjectKind::Volume => self.volumes.push(id.to_owned()),
-                ObjectKind::Network => {}
+                ObjectKind::Network => self.networks.push(id.to_owned()),
             }
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.containers.is_empty() && self.volumes.is_empty() && self.pending.is_empty()
+        self.containers.is_empty()
+            && self.volumes.is_empty()
+            && self.networks.is_empty()
+            && self.pending.is_empty()
     }
 
-    /// One removal pass: containers first (they hold the volumes), then volumes, then pending
-    /// creates resolved by name. Returns what is left.
+    /// One removal pass: containers first (they hold the volumes and networks), then networks,
+    /// then volumes, then pending creates resolved by name. Returns what is left.
     ///
     /// Volumes wait while any container create of this record is unresolved: the engine makes a
     /// missing named volume for a create that lands after it was removed, so removing the volumes
@@ -188,6 +196,7 @@ impl Created {
             ..Created::default()
         };
         let mut pending_containers = Vec::new();
+        let mut pending_networks = Vec::new();
         let mut pending_volumes = Vec::new();
         for pending in &self.pending {
             match resolve_pending(engine, pending).await {
@@ -198,6 +207,9 @@ impl Created {
                 Ok(Resolved::Missing | Resolved::Other) => {}
                 Ok(Resolved::Ours(id)) if pending.kind == ObjectKind::Container => {
                     pending_containers.push((id, pending))
+                }
+                Ok(Resolved::Ours(id)) if pending.kind == ObjectKind::Network => {
+                    pending_networks.push((id, pending))
                 }
                 Ok(Resolved::Ours(id)) => pending_volumes.push((id, pending)),
                 Err(_) => left.pending.push(pending.clone()),
@@ -220,6 +232,27 @@ impl Created {
             }
         }
         let containers_unresolved = left.pending.iter().any(|p| p.kind == ObjectKind::Container);
+        let networks = self
+            .networks
+            .iter()
+            .map(|id| (id.clone(), None))
+            .chain(
+                pending_networks
+                    .iter()
+                    .map(|(id, p)| (id.clone(), Some(p.labels.clone()))),
+            );
+        for (id, labels) in networks {
+            // A network still holding a container refuses removal: kept for the next pass.
+            if containers_unresolved
+                || !left.containers.is_empty()
+                || objects::remove_network(engine, &id).await.is_err()
+            {
+                left.networks.push(id.clone());
+                if let Some(labels) = labels {
+                    left.labels.insert(id, labels);
+                }
+            }
+        }
         if containers_unresolved || !left.containers.is_empty() {
             // Not yet: a container that may still be made (or is still there) holds them.
             left.volumes.extend(self.volumes.iter().cloned());
@@ -273,6 +306,12 @@ impl Created {
                 labels: labels(id),
             })
             .collect();
+        out.extend(self.networks.iter().map(|id| Leftover {
+            kind: ObjectKind::Network,
+            id: Some(id.clone()),
+            name: None,
+            labels: labels(id),
+        }));
         out.extend(self.volumes.iter().map(|name| Leftover {
             kind: ObjectKind::Volume,
             id: Some(name.clone()),
@@ -299,6 +338,7 @@ impl Created {
                     .iter()
                     .map(|c| format!("container {c}"))
                     .collect();
+                unreleased.extend(left.networks.iter().map(|n| format!("network {n}")));
                 unreleased.extend(left.volumes.iter().map(|v| format!("volume {v}")));
                 unreleased.extend(
                     left.pending
@@ -317,6 +357,7 @@ impl Created {
     pub fn extend(&mut self, other: Created) {
         self.containers.extend(other.containers);
         self.volumes.extend(other.volumes);
+        self.networks.extend(other.networks);
         self.pending.extend(other.pending);
         self.labels.extend(other.labels);
     }
@@ -325,10 +366,11 @@ impl Created {
 /// Remove everything an owner left (tests and the gate use this as a last resort; recovery proper
 /// reports what it removed).
 pub async fn remove_owned(engine: &Engine, owner: &Owner) -> Result<()> {
-    let (containers, volumes) = list_owned(engine, owner).await?;
+    let owned = list_owned(engine, owner).await?;
     Created {
-        containers,
-        volumes,
+        containers: owned.containers,
+        volumes: owned.volumes,
+        networks: owned.networks,
         ..Created::default()
     }
     .remove_all(engine, Duration::from_secs(10))

@@ -313,6 +313,12 @@ fn isolation_cases() -> Vec<Case> {
         case("network-none", Id::NetworkNone, |m, _| {
             m.host().network_mode = Some("bridge".into())
         }),
+        case("no-resolver", Id::NoResolver, |m, _| {
+            m.host().extra_hosts = Some(vec![format!(
+                "{}:10.0.0.1",
+                cordon_contract::probe::fixture::VENDOR_HOST
+            )])
+        }),
         case("stdin-closed", Id::StdinClosed, |m, _| {
             m.create.open_stdin = Some(true)
         }),

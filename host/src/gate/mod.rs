@@ -344,6 +344,7 @@ async fn run_probe_case(
             // Something in the input dir for the probes to try to map executable.
             input_files: vec![("note.txt".to_owned(), b"probe input\n".to_vec())],
             landlock_abi: DEFAULT_LANDLOCK_ABI,
+            egress: None,
         })?;
         let mut prepared = Prepared::new(engine, &profile)?;
         match probe::mode(case) {
@@ -530,6 +531,7 @@ fn case_profile(
         pins: vec![],
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
+        egress: None,
     })
 }
 
@@ -697,11 +699,7 @@ pub async fn run_with_progress(
     let _ = std::fs::remove_dir(&host_dir);
     let _ = std::fs::remove_dir_all(&fixture_repo);
     let leftovers = match crate::engine::objects::list_owned(engine, &owner).await {
-        Ok((c, v)) => c
-            .into_iter()
-            .map(|c| format!("container {c}"))
-            .chain(v.into_iter().map(|v| format!("volume {v}")))
-            .collect(),
+        Ok(owned) => owned.described(),
         Err(e) => vec![format!("could not list leftovers: {e}")],
     };
     if !leftovers.is_empty() {

@@ -72,6 +72,33 @@ pub struct Options {
     pub cleanup_window: Duration,
     /// The bound on the first cleanup attempt.
     pub first_cleanup: Duration,
+    /// How the egress of an invocation with a network allowlist is set up.
+    pub egress: EgressOptions,
+    /// The invocation's allocation id (its agent, proxy and network are named for it); a fresh
+    /// one when `None`.
+    pub allocation: Option<uuid::Uuid>,
+}
+
+/// The egress of an invocation whose request has a network allowlist. The defaults are the
+/// production ones: no mapping, the engine's embedded DNS, a network with a route out.
+#[derive(Debug, Clone, Default)]
+pub struct EgressOptions {
+    /// `name=ip:port` mappings for tests and diagnosis (the only way to a private address).
+    pub map: Vec<String>,
+    /// The proxy's one upstream resolver.
+    pub resolver: Option<std::net::SocketAddr>,
+    /// The network gets no route off the machine.
+    pub internal: bool,
+    /// The gate's and the tests' fake vendor endpoint and DNS server on the network.
+    pub fixtures: Option<crate::launch::egress::Fixtures>,
+}
+
+/// The hosts an agent of `vendor` needs: its API and nothing else.
+pub fn default_allowlist(vendor: Vendor) -> Vec<String> {
+    match vendor {
+        Vendor::Claude => vec!["api.anthropic.com".to_owned()],
+        Vendor::Codex => vec!["api.openai.com".to_owned()],
+    }
 }
 
 impl Options {
@@ -82,6 +109,8 @@ impl Options {
             max_output: launch::MAX_OUTPUT_BYTES,
             cleanup_window: Duration::from_secs(60),
             first_cleanup: Duration::from_secs(30),
+            egress: EgressOptions::default(),
+            allocation: None,
         }
     }
 }

@@ -7,7 +7,7 @@ use cordon_contract::{paths, Phase};
 use super::{claude, Capture, Credential, Options};
 use crate::error::{Error, Result};
 use crate::labels::Allocation;
-use crate::profile::{Profile, ProfileSpec, SCHEMA_FILE};
+use crate::profile::{EgressSpec, Profile, ProfileSpec, SCHEMA_FILE};
 use crate::task::StorageHandle;
 
 /// The gitlink masks an invocation in `phase` needs over `storage`: one read-only tmpfs at each
@@ -94,7 +94,18 @@ pub(super) fn profile(
         gitlinks: gitlink_masks(request.phase, &request.storage)?,
         pins: vec![],
         landlock_abi: crate::profile::DEFAULT_LANDLOCK_ABI,
+        egress: egress_spec(&request.network_allowlist, &options.egress),
         input_files,
+    })
+}
+
+/// The proxy an allowlist asks for; none for an empty one (no network, no proxy, no socket).
+fn egress_spec(allowlist: &[String], options: &super::EgressOptions) -> Option<EgressSpec> {
+    (!allowlist.is_empty()).then(|| EgressSpec {
+        map: options.map.clone(),
+        resolver: options.resolver,
+        internal: options.internal,
+        ..EgressSpec::allowing(allowlist)
     })
 }
 

@@ -48,8 +48,8 @@ pub struct Request {
     pub referenced_code_hash: String,
     /// When the invocation must be over, cleanup excepted.
     pub deadline: Instant,
-    /// Vendor hosts the agent may reach (egress is not built yet: a non-empty list is refused at
-    /// start rather than silently dropped).
+    /// Vendor hosts the agent may reach through the egress proxy, `name[:port]` or `*.name[:port]`
+    /// written canonically (see [`super::default_allowlist`]); empty: no network at all.
     pub network_allowlist: Vec<String>,
     /// Captured once; the result echoes it.
     pub attempt: String,
@@ -93,21 +93,23 @@ fn plain_token(what: &str, value: &str, max: usize) -> Result<()> {
     }
 }
 
-fn check_host(host: &str) -> Result<()> {
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    };
-    if host.len() > 253 || !host.contains('.') || !host.split('.').all(label_ok) {
-        return Err(Error::Invalid(format!(
-            "allowlist entry {host:?} is not a lowercase host name"
-        )));
+/// An allowlist entry as the proxy reads it, written canonically (lower case, no trailing dot,
+/// a port only when it is not 443): what the runner wrote is what the attestation shows.
+fn check_entry(entry: &str) -> Result<()> {
+    match cordon_egress::allowlist::Entry::parse(entry) {
+        Ok(parsed) => {
+            let canonical = parsed.to_string();
+            let short = canonical.strip_suffix(":443").unwrap_or(&canonical);
+            if entry == canonical || entry == short {
+                Ok(())
+            } else {
+                Err(Error::Invalid(format!(
+                    "allowlist entry {entry:?} is not canonical: write {short:?}"
+                )))
+            }
+        }
+        Err(e) => Err(Error::Invalid(format!("allowlist entry {entry:?}: {e}"))),
     }
-    Ok(())
 }
 
 /// Freeze a request: every check that needs no engine, the schema read once, the attempt id
@@ -126,11 +128,14 @@ pub fn capture(ctl: &Controller, request: Request) -> Result<Capture> {
     }
     plain_token("attempt id", &request.attempt, 128)?;
     plain_token("referenced code hash", &request.referenced_code_hash, 128)?;
-    if request.network_allowlist.len() > 32 {
-        return Err(Error::Invalid("more than 32 allowlist entries".into()));
+    if request.network_allowlist.len() > crate::profile::egress::MAX_ALLOW {
+        return Err(Error::Invalid(format!(
+            "more than {} allowlist entries",
+            crate::profile::egress::MAX_ALLOW
+        )));
     }
-    for host in &request.network_allowlist {
-        check_host(host)?;
+    for entry in &request.network_allowlist {
+        check_entry(entry)?;
     }
     if request.deadline <= Instant::now() {
         return Err(Error::Deadline("the invocation's deadline".into()));

@@ -53,7 +53,7 @@ async fn attempt_objects(engine: &Engine, owner: &Owner, attempt: &str) -> Resul
 }
 
 /// Start an invocation. Fails only when it allocated nothing: invalid input, an expired
-/// deadline, an attempt id still owned, a refused vendor, a refused network allowlist.
+/// deadline, an attempt id still owned, a refused vendor.
 pub async fn start(
     ctl: &Controller,
     capture: Capture,
@@ -65,17 +65,13 @@ pub async fn start(
     if request.deadline <= Instant::now() {
         return Err(Error::Deadline("the invocation's deadline".into()));
     }
-    if !request.network_allowlist.is_empty() {
-        return Err(Error::Invalid(format!(
-            "a network allowlist ({} hosts) needs the egress proxy, which is not built yet: the \
-             container would have no network at all",
-            request.network_allowlist.len()
-        )));
-    }
     let owner = Owner::new(&request.storage.owner)?;
     // The invocation runs as its storage's uid: the work tree is that uid's.
     let mut allocation = Allocation::new(&owner, &request.attempt, request.storage.uid)?;
-    allocation.id = uuid::Uuid::new_v4();
+    allocation.id = options.allocation.unwrap_or_else(uuid::Uuid::new_v4);
+    if allocation.id.is_nil() {
+        return Err(Error::Invalid("the invocation's allocation id is nil".into()));
+    }
     let image_id = match &options.image {
         ImageSource::Id(id) => id.clone(),
         ImageSource::Build(_) => PROVISIONAL_IMAGE.to_owned(),
@@ -250,6 +246,9 @@ impl Supervisor {
         let _ = self.step.send(Step::Creating);
         let mut prepared = Prepared::new(self.ctl.engine(), &profile)?;
         prepared.max_output = self.options.max_output;
+        if let Some(plan) = prepared.egress.as_mut() {
+            plan.fixtures = self.options.egress.fixtures.clone();
+        }
         let mut launch = launch::create_into(&self.ctl, &profile, prepared, created).await?;
         if !launch.refusals.is_empty() {
             return Err(Error::Refused(std::mem::take(&mut launch.refusals)));

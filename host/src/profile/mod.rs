@@ -19,10 +19,12 @@ use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind};
 
 mod body;
+pub mod egress;
 mod policy;
 mod spec;
 mod volumes;
 
+pub use egress::EgressSpec;
 pub use body::{hardened_body, masked_paths, start_capability_names, Hardened};
 pub use spec::{
     mountable, ProfileSpec, ENV_ALLOWED_EXTRA, MAX_INPUT_BYTES, MAX_INPUT_FILES, SCHEMA_FILE,
@@ -163,6 +165,9 @@ impl Profile {
     pub fn input_files(&self) -> &[(String, Vec<u8>)] {
         &self.spec.input_files
     }
+    pub fn egress(&self) -> Option<&EgressSpec> {
+        self.spec.egress.as_ref()
+    }
 
     /// The container's environment (without the HOSTNAME the engine adds).
     pub fn env(&self) -> Vec<String> {
@@ -176,6 +181,10 @@ impl Profile {
             env.push(format!("CODEX_HOME={}", paths::CODEX_HOME));
         }
         env.extend(self.spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+        if self.spec.egress.is_some() {
+            let (_, proxy_env) = egress::agent_forward();
+            env.extend(proxy_env.iter().map(|(k, v)| format!("{k}={v}")));
+        }
         env
     }
 

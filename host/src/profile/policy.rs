@@ -50,7 +50,11 @@ impl Profile {
             deadline_ms: l.deadline.as_millis() as u64,
             grace_ms: l.grace.as_millis() as u64,
             skip: vec![],
-            egress: None,
+            egress: self
+                .spec
+                .egress
+                .as_ref()
+                .map(|_| super::egress::agent_forward().0),
         }
     }
 

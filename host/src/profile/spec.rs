@@ -41,6 +41,9 @@ pub struct ProfileSpec {
     pub landlock_abi: u8,
     /// Files written into the read-only input dir (name, content), such as `schema.json`.
     pub input_files: Vec<(String, Vec<u8>)>,
+    /// The invocation's egress: its proxy, on a network of its own, and the init's forwarder to
+    /// it. `None`: no network, no proxy, no socket.
+    pub egress: Option<super::EgressSpec>,
 }
 
 impl std::fmt::Debug for ProfileSpec {
@@ -66,6 +69,7 @@ impl std::fmt::Debug for ProfileSpec {
             .field("pins", &self.pins)
             .field("landlock_abi", &self.landlock_abi)
             .field("input_files (bytes)", &inputs)
+            .field("egress", &self.egress)
             .finish()
     }
 }
@@ -166,8 +170,16 @@ impl Profile {
                 )));
             }
         }
+        if let Some(egress) = &spec.egress {
+            egress.check()?;
+        }
         for (key, value) in &spec.env {
-            if !ENV_ALLOWED_EXTRA.contains(&key.as_str()) || value.contains(['\0', '\n']) {
+            // The proxy variables are the egress forwarder's: never the caller's.
+            let proxy = key.to_ascii_lowercase().ends_with("_proxy");
+            if !ENV_ALLOWED_EXTRA.contains(&key.as_str())
+                || value.contains(['\0', '\n'])
+                || proxy && spec.egress.is_some()
+            {
                 return Err(Error::Invalid(format!(
                     "environment variable {key:?} is not allowed"
                 )));

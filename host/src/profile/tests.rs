@@ -37,6 +37,7 @@ fn spec() -> ProfileSpec {
         pins: vec![],
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
+        egress: None,
     }
 }
 

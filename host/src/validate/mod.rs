@@ -18,6 +18,7 @@ use cordon_contract::Id;
 use crate::error::Refusal;
 use crate::profile::Profile;
 
+pub mod egress;
 mod environment;
 mod labels;
 mod mounts;

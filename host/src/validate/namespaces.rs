@@ -49,14 +49,22 @@ pub(super) fn no_network(r: &ReadBack<'_>, d: &mut Diff) {
         false,
         host.publish_all_ports,
     );
+    d.check(
+        empty(&host.links),
+        Id::NetworkNone,
+        "HostConfig.Links",
+        "none",
+        &host.links,
+    );
+    // A hosts-file entry answers a lookup without any network; a resolver setting is where a
+    // lookup would go if a route ever appeared.
     for (field, value) in [
-        ("HostConfig.Links", &host.links),
         ("HostConfig.ExtraHosts", &host.extra_hosts),
         ("HostConfig.Dns", &host.dns),
         ("HostConfig.DnsSearch", &host.dns_search),
         ("HostConfig.DnsOptions", &host.dns_options),
     ] {
-        d.check(empty(value), Id::NetworkNone, field, "none", value);
+        d.check(empty(value), Id::NoResolver, field, "none", value);
     }
     let networks: Vec<String> = r
         .observed

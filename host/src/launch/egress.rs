@@ -1,0 +1,321 @@
+//! One invocation's egress on the engine: its bridge network, the containers on it (the gate's fake
+//! vendor endpoint and DNS server first, when asked for, so the proxy can be told their addresses;
+//! then the proxy), each read back and validated before anything of the invocation starts; the
+//! proxy started before the agent, and its attestation read.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use bollard::models::{ContainerCreateBody, NetworkCreateRequest};
+use bollard::query_parameters::LogsOptions;
+use futures_util::StreamExt;
+
+use crate::engine::pending::Shared;
+use crate::engine::{bounded, objects, Engine, CALL_TIMEOUT};
+use crate::error::{Error, Refusal, Result};
+use crate::labels::{Allocation, Kind};
+use crate::profile::egress::{self as plan, EgressSpec, VENDOR_PORT};
+use crate::profile::VolumeSpec;
+use crate::validate;
+
+/// How long the proxy may take to say it listens.
+pub const ATTEST_WITHIN: Duration = Duration::from_secs(10);
+
+/// The gate's and the tests' endpoints on the invocation network.
+#[derive(Debug, Clone)]
+pub struct Fixtures {
+    /// The fake vendor's certificate chain and key (PEM).
+    pub cert_pem: String,
+    pub key_pem: String,
+    /// Names the proxy maps to the fake vendor (its TLS port).
+    pub mapped: Vec<String>,
+    /// Names the test DNS server answers with the fake vendor's address (the proxy resolves them:
+    /// only its address check stands between them and the endpoint). None: no DNS server.
+    pub resolved: Vec<String>,
+}
+
+/// What [`create`] makes: the network, the proxy, and the fixtures when asked for.
+#[derive(Debug, Clone)]
+pub struct EgressPlan {
+    pub spec: EgressSpec,
+    pub network: NetworkCreateRequest,
+    pub fixtures: Option<Fixtures>,
+    /// Applied to the proxy's create request after it is built (the gate's validator case only).
+    pub edit_proxy: Option<fn(&mut ContainerCreateBody)>,
+}
+
+impl EgressPlan {
+    pub fn new(allocation: &Allocation, spec: EgressSpec) -> EgressPlan {
+        EgressPlan {
+            network: plan::network_request(allocation, spec.internal),
+            spec,
+            fixtures: None,
+            edit_proxy: None,
+        }
+    }
+}
+
+/// The proxy's first line: what it enforces.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProxyAttestation {
+    pub socket: String,
+    pub allow: Vec<String>,
+    pub map: Vec<String>,
+    pub resolver: Option<String>,
+    /// Proxy rules left out (the gate's removal cases only).
+    pub skipped: Vec<String>,
+}
+
+/// An invocation's egress as created.
+#[derive(Debug, Clone)]
+pub struct Egress {
+    pub network_id: String,
+    pub network_name: String,
+    pub proxy: String,
+    /// Fixture containers, started already.
+    pub fixtures: Vec<String>,
+    /// Addresses on the invocation network (the probes' fixture needs them).
+    pub gateway: Option<Ipv4Addr>,
+    pub vendor: Option<Ipv4Addr>,
+    pub resolver: Option<Ipv4Addr>,
+    /// What the proxy was told.
+    pub spec: EgressSpec,
+    /// What the proxy said once started.
+    pub attestation: Option<ProxyAttestation>,
+}
+
+/// The host's own addresses the proxy must never dial: every address of this host's interfaces
+/// (bridges included) and every engine network's gateway.
+pub async fn host_addresses(engine: &Engine) -> Result<Vec<IpAddr>> {
+    let mut out: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+        .map_err(|e| Error::Internal(format!("listing the host's addresses: {e}")))?
+        .filter_map(|i| i.address)
+        .filter_map(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        })
+        .collect();
+    let networks = bounded(
+        "list networks",
+        CALL_TIMEOUT,
+        engine
+            .docker()
+            .list_networks(None::<bollard::query_parameters::ListNetworksOptions>),
+    )
+    .await?;
+    for n in networks {
+        for config in n.ipam.and_then(|i| i.config).unwrap_or_default() {
+            if let Some(Ok(ip)) = config.gateway.as_deref().map(str::parse) {
+                out.push(ip);
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out.truncate(plan::MAX_HOST_ADDRESSES);
+    Ok(out)
+}
+
+/// Create, read back and validate one container on the network; start it when `start`.
+async fn networked(
+    engine: &Engine,
+    name: String,
+    body: ContainerCreateBody,
+    network: &str,
+    record: &Shared<'_>,
+) -> Result<(String, Vec<Refusal>)> {
+    let image = body.image.clone().unwrap_or_default();
+    let id = objects::create_container(engine, &name, body.clone(), record).await?;
+    let observed = objects::inspect_container(engine, &id)
+        .await?
+        .ok_or_else(|| Error::Internal(format!("container {name} vanished after create")))?;
+    Ok((
+        id,
+        validate::egress::container(&body, &image, &observed, network),
+    ))
+}
+
+async fn start(engine: &Engine, id: &str) -> Result<()> {
+    bounded(
+        "start container",
+        CALL_TIMEOUT,
+        engine.docker().start_container(id, None),
+    )
+    .await
+}
+
+/// A started container's address on `network`.
+async fn address(engine: &Engine, id: &str, network: &str) -> Result<Ipv4Addr> {
+    let inspected = objects::inspect_container(engine, id).await?;
+    inspected
+        .and_then(|c| c.network_settings)
+        .and_then(|s| s.networks)
+        .and_then(|mut n| n.remove(network))
+        .and_then(|e| e.ip_address)
+        .and_then(|ip| ip.parse().ok())
+        .ok_or_else(|| Error::Internal(format!("container {id} has no address on {network}")))
+}
+
+/// Create the network, the fixtures (started: the proxy is told their addresses) and the proxy
+/// (not started), each validated; every refusal is returned, and nothing of the agent's may start
+/// while there is one. Everything made is in `record`.
+pub async fn create(
+    engine: &Engine,
+    allocation: &Allocation,
+    image_id: &str,
+    mut egress_plan: EgressPlan,
+    egress_volume: &VolumeSpec,
+    lifetime: Duration,
+    record: &Shared<'_>,
+) -> Result<(Egress, Vec<Refusal>)> {
+    let name = egress_plan.network.name.clone();
+    let network_id =
+        objects::create_network(engine, egress_plan.network.clone(), record).await?;
+    let observed = objects::inspect_network(engine, &network_id)
+        .await?
+        .ok_or_else(|| Error::Internal(format!("network {name} vanished after create")))?;
+    let mut refusals = validate::egress::network(&egress_plan.network, &observed);
+    let gateway = observed
+        .ipam
+        .and_then(|i| i.config)
+        .and_then(|c| c.into_iter().find_map(|c| c.gateway?.parse().ok()));
+    let mut egress = Egress {
+        network_id,
+        network_name: name.clone(),
+        proxy: String::new(),
+        fixtures: Vec::new(),
+        gateway,
+        vendor: None,
+        resolver: None,
+        spec: egress_plan.spec.clone(),
+        attestation: None,
+    };
+    if let Some(fixtures) = &egress_plan.fixtures {
+        let body = plan::vendor_body(image_id, allocation, &fixtures.cert_pem, &fixtures.key_pem);
+        let (id, r) =
+            networked(engine, allocation.name(Kind::Vendor), body, &name, record).await?;
+        refusals.extend(r);
+        start(engine, &id).await?;
+        let vendor = address(engine, &id, &name).await?;
+        egress.fixtures.push(id);
+        egress.vendor = Some(vendor);
+        let to = SocketAddr::new(IpAddr::V4(vendor), VENDOR_PORT);
+        egress_plan
+            .spec
+            .map
+            .extend(fixtures.mapped.iter().map(|n| format!("{n}={to}")));
+        if !fixtures.resolved.is_empty() {
+            let answers: Vec<String> = fixtures
+                .resolved
+                .iter()
+                .map(|n| format!("{n}={vendor}"))
+                .collect();
+            let body = plan::resolver_body(image_id, allocation, &answers);
+            let (id, r) =
+                networked(engine, allocation.name(Kind::Resolver), body, &name, record).await?;
+            refusals.extend(r);
+            start(engine, &id).await?;
+            let resolver = address(engine, &id, &name).await?;
+            egress.fixtures.push(id);
+            egress.resolver = Some(resolver);
+            egress_plan.spec.resolver = Some(SocketAddr::new(IpAddr::V4(resolver), 53));
+        }
+    }
+    egress_plan.spec.host_addresses = host_addresses(engine).await?;
+    let mut body = plan::proxy_body(
+        image_id,
+        allocation,
+        &egress_plan.spec,
+        egress_volume,
+        lifetime,
+    );
+    let expected = body.clone();
+    if let Some(edit) = egress_plan.edit_proxy {
+        edit(&mut body);
+    }
+    let id = objects::create_container(engine, &allocation.name(Kind::Proxy), body, record).await?;
+    let observed = objects::inspect_container(engine, &id)
+        .await?
+        .ok_or_else(|| Error::Internal("the proxy vanished after create".into()))?;
+    refusals.extend(validate::egress::container(
+        &expected, image_id, &observed, &name,
+    ));
+    egress.proxy = id;
+    egress.spec = egress_plan.spec;
+    Ok((egress, refusals))
+}
+
+/// Start the proxy and read its attestation (its first stdout line) within [`ATTEST_WITHIN`].
+pub async fn start_proxy(engine: &Engine, egress: &mut Egress) -> Result<()> {
+    start(engine, &egress.proxy).await?;
+    let options = LogsOptions {
+        stdout: true,
+        stderr: false,
+        follow: true,
+        tail: "all".to_owned(),
+        ..Default::default()
+    };
+    let mut stream = engine.docker().logs(&egress.proxy, Some(options));
+    let mut text = Vec::new();
+    let first_line = async {
+        while let Some(item) = stream.next().await {
+            let item = item.map_err(|source| Error::Docker {
+                context: "proxy logs".into(),
+                source,
+            })?;
+            if let bollard::container::LogOutput::StdOut { message } = item {
+                text.extend_from_slice(&message);
+                if text.len() > 64 * 1024 {
+                    break;
+                }
+                if let Some(end) = text.iter().position(|b| *b == b'\n') {
+                    return Ok(text[..end].to_vec());
+                }
+            }
+        }
+        Err(Error::Internal(format!(
+            "the proxy ended before it said it listens: {:?}",
+            String::from_utf8_lossy(&text)
+        )))
+    };
+    let line = match tokio::time::timeout(ATTEST_WITHIN, first_line).await {
+        Ok(line) => line?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                context: "the proxy's attestation".into(),
+                after: ATTEST_WITHIN,
+            })
+        }
+    };
+    egress.attestation = Some(parse_attestation(&line)?);
+    Ok(())
+}
+
+/// The proxy's `{"egress":"listening",...}` line.
+pub fn parse_attestation(line: &[u8]) -> Result<ProxyAttestation> {
+    let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
+        Error::Internal(format!(
+            "the proxy's first line is not its attestation ({e}): {:?}",
+            String::from_utf8_lossy(line)
+        ))
+    })?;
+    if value.get("egress").and_then(|v| v.as_str()) != Some("listening") {
+        return Err(Error::Internal(format!(
+            "the proxy's first line is not its attestation: {value}"
+        )));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| Error::Internal(format!("the proxy's attestation does not parse: {e}")))
+}
+
+/// The proxy's log lines after its attestation (tests read refusals and tunnels here).
+pub async fn proxy_log(engine: &Engine, egress: &Egress) -> Result<Vec<serde_json::Value>> {
+    let mut launch = super::Launch::adopt(egress.proxy.clone());
+    let output = launch.output(engine).await?;
+    Ok(output
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
