@@ -68,6 +68,7 @@ pub async fn run(action: EgressAction) -> anyhow::Result<ExitCode> {
             .map(|m| Mapping::parse(m))
             .collect::<Result<_, _>>()?,
         host_own: args.host_address,
+        skip: Default::default(),
     };
     eprintln!(
         "cordon: egress proxy on {} for {} (mapped: {}; resolver: {})",

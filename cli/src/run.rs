@@ -48,6 +48,18 @@ pub struct RunArgs {
     /// The uids storage allocations may run as (`FIRST-LAST`): no host account may use one.
     #[arg(long, default_value = "1100000-1999999")]
     uid_range: cordon::uids::UidRange,
+    /// A host the agent may reach through the egress proxy, `NAME[:PORT]` (443 by default;
+    /// repeatable). `--vendor claude` allows its API host when none is given; `--vendor test`
+    /// allows nothing (no network, no proxy).
+    #[arg(long = "allow", value_name = "NAME[:PORT]")]
+    allow: Vec<String>,
+    /// Tests and diagnosis: the proxy dials NAME at IP:PORT instead of resolving it (the only way
+    /// to a private address; repeatable).
+    #[arg(long = "map", value_name = "NAME=IP:PORT")]
+    map: Vec<String>,
+    /// The proxy's resolver (default: the engine's DNS on the invocation network).
+    #[arg(long, value_name = "IP:PORT")]
+    resolver: Option<std::net::SocketAddr>,
 }
 
 pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -96,7 +108,18 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(o) => cordon::labels::Owner::new(o)?,
         None => cordon::labels::Owner::random("run"),
     };
+    let allow = if args.allow.is_empty() && args.vendor != "test" {
+        cordon::invoke::default_allowlist(vendor)
+    } else {
+        args.allow
+    };
     let run = cordon::invoke::oneshot::OneShot {
+        allow,
+        egress: cordon::invoke::EgressOptions {
+            map: args.map,
+            resolver: args.resolver,
+            ..Default::default()
+        },
         phase: args.phase,
         vendor,
         repo: args.repo,

@@ -2,14 +2,70 @@
 //! without any lookup (an unlisted name never reaches a resolver), then [`dial`] exactly the
 //! addresses the classifier passed. An [`Admitted`] can only come from `admit`, so a lookup of a
 //! name that was not admitted cannot be written.
+//!
+//! A gate case proves each rule by a run where exactly that rule is left out: [`Rules::skip`]
+//! names the [`Rule`]s left out (none by default), and each one left out opens only itself:
+//!
+//! - [`Rule::Method`]: [`admit`] reads any method token, and a target in absolute form
+//!   (`http://host[:port][/path]`, `https://...`, port 80 or 443 by default) as well as in
+//!   authority form; the host and port go through the host rule and the allowlist as a CONNECT's
+//!   would, and the runtime answers 200 and tunnels as for a CONNECT (the request's head is not
+//!   forwarded). The head's other bounds hold.
+//! - [`Rule::Allowlist`]: any name that passes the host rule is admitted, on any port; a mapping
+//!   still applies, any other name is resolved and its answer classified as usual.
+//! - [`Rule::Address`]: [`dial`] takes the resolver's answer unclassified (the host's own
+//!   addresses included); a resolver error or an empty answer still refuses.
+//! - [`Rule::Sni`]: the runtime relays without checking that the tunnel's first bytes are a
+//!   ClientHello naming the host.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::address::check_answer;
 use crate::allowlist::{Allowlist, Mapping};
 use crate::head::{self, Connect};
 use crate::host::Name;
+use crate::tls::{self, Hello};
 use crate::Refusal;
+
+/// A rule a gate case may tell the proxy to leave out (`--skip NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rule {
+    /// The allowlist: only listed names, on their ports.
+    Allowlist,
+    /// The address classifier: only global addresses, never the host's own.
+    Address,
+    /// The tunnel's first bytes: a ClientHello naming the CONNECT host.
+    Sni,
+    /// The method: CONNECT in authority form only.
+    Method,
+}
+
+impl Rule {
+    /// Every rule, in order (the order a set of them is shown in).
+    pub const ALL: [Rule; 4] = [Rule::Allowlist, Rule::Address, Rule::Sni, Rule::Method];
+
+    /// The name `--skip` takes and the attestation shows.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Rule::Allowlist => "allowlist",
+            Rule::Address => "address",
+            Rule::Sni => "sni",
+            Rule::Method => "method",
+        }
+    }
+
+    /// The rule of this exact name (lower case, as [`Rule::as_str`] gives it).
+    pub fn parse(text: &str) -> Option<Rule> {
+        Rule::ALL.into_iter().find(|rule| rule.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// What an invocation's proxy allows.
 #[derive(Debug, Clone, Default)]
@@ -20,6 +76,15 @@ pub struct Rules {
     pub mappings: Vec<Mapping>,
     /// The host's own addresses (the engine's bridges included): never dialed.
     pub host_own: Vec<IpAddr>,
+    /// The rules left out (a gate case's removal; empty for every real invocation).
+    pub skip: BTreeSet<Rule>,
+}
+
+impl Rules {
+    /// Whether `rule` is left out.
+    pub fn skips(&self, rule: Rule) -> bool {
+        self.skip.contains(&rule)
+    }
 }
 
 /// A request the allowlist admitted: look the name up (unless it is mapped), then [`dial`].
@@ -43,12 +108,30 @@ impl Admitted {
     pub fn mapped(&self) -> Option<SocketAddr> {
         self.mapped
     }
+
+    /// The request, as parsed.
+    pub fn request(&self) -> &Connect {
+        &self.connect
+    }
 }
 
 /// Parse a whole head and match it against the allowlist. No lookup happens here.
 pub fn admit(rules: &Rules, head: &[u8]) -> Result<Admitted, Refusal> {
-    let connect = head::parse(head)?;
-    rules.allowlist.check(&connect.name, connect.port)?;
+    admit_parsed(rules, parse(rules, head)?)
+}
+
+/// Parse a whole head under these rules (any method, when [`Rule::Method`] is left out): the first
+/// half of [`admit`].
+pub fn parse(rules: &Rules, head: &[u8]) -> Result<Connect, Refusal> {
+    head::parse_with(head, rules.skips(Rule::Method))
+}
+
+/// Match a parsed request against the allowlist (unless [`Rule::Allowlist`] is left out) and find
+/// its mapping: the second half of [`admit`].
+pub fn admit_parsed(rules: &Rules, connect: Connect) -> Result<Admitted, Refusal> {
+    if !rules.skips(Rule::Allowlist) {
+        rules.allowlist.check(&connect.name, connect.port)?;
+    }
     let mapped = rules
         .mappings
         .iter()
@@ -59,7 +142,8 @@ pub fn admit(rules: &Rules, head: &[u8]) -> Result<Admitted, Refusal> {
 
 /// The addresses to dial for an admitted, unmapped name, given what the proxy's resolver answered:
 /// every address must pass the classifier (one denied address refuses the name), and these, with
-/// the request's port, are exactly what may be dialed (no second resolution).
+/// the request's port, are exactly what may be dialed (no second resolution). With
+/// [`Rule::Address`] left out the answer is not classified, but an empty one still refuses.
 pub fn dial(
     rules: &Rules,
     admitted: &Admitted,
@@ -69,11 +153,29 @@ pub fn dial(
         return Ok(vec![to]);
     }
     let addrs = answer.map_err(|_| Refusal::Resolve)?;
-    check_answer(&addrs, &rules.host_own)?;
+    if !rules.skips(Rule::Address) {
+        check_answer(&addrs, &rules.host_own)?;
+    } else if addrs.is_empty() {
+        return Err(Refusal::Address);
+    }
     Ok(addrs
         .into_iter()
         .map(|ip| SocketAddr::new(ip, admitted.connect.port))
         .collect())
+}
+
+/// Whether a tunnel may carry what its client sent first: a ClientHello naming the admitted host
+/// (compared canonically), or anything at all when [`Rule::Sni`] is left out (the runtime then
+/// reads nothing first and relays from the first byte). The error says why not.
+pub fn check_hello(rules: &Rules, admitted: &Admitted, hello: &Hello) -> Result<(), &'static str> {
+    if rules.skips(Rule::Sni) || tls::names(hello, admitted.name()) {
+        return Ok(());
+    }
+    Err(match hello {
+        Hello::NotTls(why) => why,
+        Hello::Incomplete => "no whole ClientHello",
+        Hello::Named(_) => "the ClientHello names another server",
+    })
 }
 
 #[cfg(test)]
@@ -85,6 +187,7 @@ mod tests {
             allowlist: Allowlist::parse(&["api.anthropic.com", "fake.vendor.test"]).unwrap(),
             mappings: vec![Mapping::parse("fake.vendor.test=172.18.0.5:8443").unwrap()],
             host_own: vec!["172.17.0.1".parse().unwrap()],
+            skip: BTreeSet::new(),
         }
     }
 
@@ -159,5 +262,226 @@ mod tests {
             admit(&unlisted, &connect("other.test:443")),
             Err(Refusal::NotAllowed)
         );
+    }
+
+    fn skipping(rule: Option<Rule>) -> Rules {
+        Rules {
+            skip: rule.into_iter().collect(),
+            ..rules()
+        }
+    }
+
+    /// Every way to skip one rule but `rule`, and skipping nothing.
+    fn all_but(rule: Rule) -> Vec<Rules> {
+        let mut others: Vec<Rules> = Rule::ALL
+            .into_iter()
+            .filter(|r| *r != rule)
+            .map(|r| skipping(Some(r)))
+            .collect();
+        others.push(skipping(None));
+        others
+    }
+
+    #[test]
+    fn rules_have_stable_names_in_one_order() {
+        let names: Vec<&str> = Rule::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names, ["allowlist", "address", "sni", "method"]);
+        for rule in Rule::ALL {
+            assert_eq!(Rule::parse(rule.as_str()), Some(rule));
+            assert_eq!(rule.to_string(), rule.as_str());
+        }
+        for bad in [
+            "",
+            "SNI",
+            "Sni",
+            " sni",
+            "sni ",
+            "all",
+            "allowlist,sni",
+            "egress-sni",
+        ] {
+            assert_eq!(Rule::parse(bad), None, "{bad:?}");
+        }
+        let mut sorted = Rule::ALL;
+        sorted.sort();
+        assert_eq!(sorted, Rule::ALL, "a set of rules iterates in ALL's order");
+        assert!(Rules::default().skip.is_empty());
+    }
+
+    #[test]
+    fn skipping_the_method_rule_admits_any_method_and_absolute_form_only() {
+        let cases = [
+            ("GET https://api.anthropic.com/ HTTP/1.1\r\n\r\n", "api.anthropic.com", 443),
+            (
+                "POST https://API.anthropic.com./v1/messages?x=1 HTTP/1.1\r\nHost: api.anthropic.com\r\n\r\n",
+                "api.anthropic.com",
+                443,
+            ),
+            ("GET http://fake.vendor.test:443 HTTP/1.1\r\n\r\n", "fake.vendor.test", 443),
+            ("GET api.anthropic.com:443 HTTP/1.1\r\n\r\n", "api.anthropic.com", 443),
+            ("CONNECT api.anthropic.com:443 HTTP/1.1\r\n\r\n", "api.anthropic.com", 443),
+        ];
+        let skip = skipping(Some(Rule::Method));
+        for (head, name, port) in cases {
+            let admitted = admit(&skip, head.as_bytes()).unwrap_or_else(|r| panic!("{head}: {r}"));
+            assert_eq!((admitted.name().as_str(), admitted.port()), (name, port));
+            if !head.starts_with("CONNECT ") {
+                for rules in all_but(Rule::Method) {
+                    let got = admit(&rules, head.as_bytes());
+                    assert!(
+                        matches!(got, Err(Refusal::Method | Refusal::Target)),
+                        "{head} with {:?}: {got:?}",
+                        rules.skip
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            admit(&rules(), b"GET https://api.anthropic.com/ HTTP/1.1\r\n\r\n"),
+            Err(Refusal::Method)
+        );
+        // The host rule, the allowlist and the head's bounds still hold.
+        for (head, want) in [
+            (
+                "GET http://api.anthropic.com/ HTTP/1.1\r\n\r\n",
+                Refusal::Port,
+            ),
+            (
+                "GET https://evil.example/ HTTP/1.1\r\n\r\n",
+                Refusal::NotAllowed,
+            ),
+            ("GET https://127.0.0.1/ HTTP/1.1\r\n\r\n", Refusal::Host),
+            ("GET https://[::1]:443/ HTTP/1.1\r\n\r\n", Refusal::Host),
+            (
+                "GET https://a@api.anthropic.com/ HTTP/1.1\r\n\r\n",
+                Refusal::Target,
+            ),
+            (
+                "GET https://api.anthropic.com:0443/ HTTP/1.1\r\n\r\n",
+                Refusal::Port,
+            ),
+            (
+                "GET https://api.anthropic.com/ HTTP/1.0\r\n\r\n",
+                Refusal::Version,
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: api.anthropic.com\r\n\r\n",
+                Refusal::Target,
+            ),
+            (
+                "GET ftp://api.anthropic.com/ HTTP/1.1\r\n\r\n",
+                Refusal::Target,
+            ),
+            (
+                "G(T https://api.anthropic.com/ HTTP/1.1\r\n\r\n",
+                Refusal::Method,
+            ),
+            (
+                "GET https://api.anthropic.com/ HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
+                Refusal::Malformed,
+            ),
+            (
+                "GET api.anthropic.com:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n",
+                Refusal::Malformed,
+            ),
+        ] {
+            assert_eq!(admit(&skip, head.as_bytes()), Err(want), "{head}");
+        }
+    }
+
+    #[test]
+    fn skipping_the_allowlist_admits_any_host_on_any_port_and_nothing_else() {
+        let skip = skipping(Some(Rule::Allowlist));
+        for target in [
+            "evil.example:443",
+            "evil.example:8080",
+            "api.anthropic.com:80",
+        ] {
+            let admitted = admit(&skip, &connect(target)).unwrap();
+            assert_eq!(admitted.request().to_string(), target);
+            assert_eq!(admitted.mapped(), None);
+            for rules in all_but(Rule::Allowlist) {
+                assert!(
+                    matches!(
+                        admit(&rules, &connect(target)),
+                        Err(Refusal::NotAllowed | Refusal::Port)
+                    ),
+                    "{target} with {:?}",
+                    rules.skip
+                );
+            }
+        }
+        // The host rule holds, a mapping still applies, and an unmapped name is classified.
+        assert_eq!(admit(&skip, &connect("127.0.0.1:443")), Err(Refusal::Host));
+        let mapped = Rules {
+            mappings: vec![Mapping::parse("other.test=172.18.0.5:443").unwrap()],
+            ..skip.clone()
+        };
+        let admitted = admit(&mapped, &connect("other.test:8443")).unwrap();
+        assert_eq!(admitted.mapped(), Some("172.18.0.5:443".parse().unwrap()));
+        let admitted = admit(&skip, &connect("evil.example:443")).unwrap();
+        assert_eq!(
+            dial(&skip, &admitted, Ok(vec!["10.0.0.1".parse().unwrap()])),
+            Err(Refusal::Address)
+        );
+    }
+
+    #[test]
+    fn skipping_the_address_rule_dials_the_answer_unclassified() {
+        let skip = skipping(Some(Rule::Address));
+        let admitted = admit(&skip, &connect("api.anthropic.com:443")).unwrap();
+        for answer in [
+            vec!["10.0.0.1".parse().unwrap()],
+            vec!["172.17.0.1".parse().unwrap()],
+            vec![
+                "127.0.0.1".parse().unwrap(),
+                "160.79.104.10".parse().unwrap(),
+            ],
+            vec!["169.254.169.254".parse().unwrap()],
+        ] {
+            let want: Vec<SocketAddr> = answer.iter().map(|ip| SocketAddr::new(*ip, 443)).collect();
+            assert_eq!(dial(&skip, &admitted, Ok(answer.clone())), Ok(want));
+            for rules in all_but(Rule::Address) {
+                let admitted = admit(&rules, &connect("api.anthropic.com:443")).unwrap();
+                assert_eq!(
+                    dial(&rules, &admitted, Ok(answer.clone())),
+                    Err(Refusal::Address),
+                    "{answer:?} with {:?}",
+                    rules.skip
+                );
+            }
+        }
+        assert_eq!(dial(&skip, &admitted, Ok(vec![])), Err(Refusal::Address));
+        assert_eq!(
+            dial(&skip, &admitted, Err("SERVFAIL".into())),
+            Err(Refusal::Resolve)
+        );
+        // The allowlist still holds.
+        assert_eq!(
+            admit(&skip, &connect("evil.example:443")),
+            Err(Refusal::NotAllowed)
+        );
+    }
+
+    #[test]
+    fn skipping_the_sni_rule_lets_any_first_bytes_through() {
+        let skip = skipping(Some(Rule::Sni));
+        let admitted = admit(&skip, &connect("api.anthropic.com:443")).unwrap();
+        let other = crate::tls::tests::real_hello("cdn.example.net");
+        let plain = tls::client_hello(b"GET / HTTP/1.1\r\n\r\n");
+        for hello in [tls::client_hello(&other), plain] {
+            assert_eq!(check_hello(&skip, &admitted, &hello), Ok(()));
+            for rules in all_but(Rule::Sni) {
+                assert!(
+                    check_hello(&rules, &admitted, &hello).is_err(),
+                    "{hello:?} with {:?}",
+                    rules.skip
+                );
+            }
+        }
+        let named = tls::client_hello(&crate::tls::tests::real_hello("api.anthropic.com"));
+        for rules in all_but(Rule::Sni) {
+            assert_eq!(check_hello(&rules, &admitted, &named), Ok(()));
+        }
     }
 }

@@ -2,6 +2,10 @@
 //! authority form, then at most [`MAX_HEADERS`] header lines, all CRLF-terminated, within
 //! [`MAX_HEAD`] bytes (and, in the proxy, [`HEAD_DEADLINE`]). The authority is parsed here, not by
 //! a URI parser: `http::Uri` reads `a:443@b:80` as host `b` and accepts ports like `0443`.
+//!
+//! With the method rule left out ([`parse_with`], `any_method`, for a gate case only) any method
+//! token is read, and the target may also be in absolute form, `http://host[:port][/path]` or
+//! `https://...` (port 80 or 443 by default); every other bound of the head still holds.
 
 use std::time::Duration;
 
@@ -50,8 +54,31 @@ pub fn head_end(read: &[u8]) -> Result<Option<usize>, Refusal> {
     }
 }
 
+impl std::fmt::Display for Connect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.name, self.port)
+    }
+}
+
+/// How a request line named its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// `host:port`.
+    Authority,
+    /// `http://host[:port][/path]` (only with any method allowed).
+    Absolute,
+}
+
 /// Parse a whole head (what [`head_end`] delimited, its final empty line included).
 pub fn parse(head: &[u8]) -> Result<Connect, Refusal> {
+    parse_with(head, false)
+}
+
+/// [`parse`], or, with `any_method` (the method rule left out), any method token and a target in
+/// authority or absolute form. The size, header, line-ending and Host rules hold either way (a
+/// Host header is compared with an authority-form target only: an absolute-form target is what
+/// a proxy goes by, RFC 9112 3.2.2).
+pub fn parse_with(head: &[u8], any_method: bool) -> Result<Connect, Refusal> {
     if head.len() > MAX_HEAD {
         return Err(Refusal::HeadTooLarge);
     }
@@ -59,7 +86,7 @@ pub fn parse(head: &[u8]) -> Result<Connect, Refusal> {
     let body = text.strip_suffix("\r\n\r\n").ok_or(Refusal::Malformed)?;
     let mut lines = body.split("\r\n");
     let request = lines.next().ok_or(Refusal::Malformed)?;
-    let connect = request_line(request)?;
+    let (connect, form) = request_line(request, any_method)?;
     let mut headers = 0;
     let mut host_seen = false;
     for line in lines {
@@ -74,7 +101,7 @@ pub fn parse(head: &[u8]) -> Result<Connect, Refusal> {
             }
             host_seen = true;
             // The Host header of a CONNECT names the same authority (RFC 9110 9.3.6).
-            if authority(value)? != connect {
+            if form == Form::Authority && authority(value)? != connect {
                 return Err(Refusal::Malformed);
             }
         }
@@ -82,8 +109,9 @@ pub fn parse(head: &[u8]) -> Result<Connect, Refusal> {
     Ok(connect)
 }
 
-/// `CONNECT SP host:port SP HTTP/1.1`, single spaces, nothing else.
-fn request_line(line: &str) -> Result<Connect, Refusal> {
+/// `CONNECT SP host:port SP HTTP/1.1`, single spaces, nothing else (with `any_method`: any
+/// method token, and an absolute-form target too).
+fn request_line(line: &str, any_method: bool) -> Result<(Connect, Form), Refusal> {
     if !line.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
         return Err(Refusal::Malformed);
     }
@@ -95,16 +123,55 @@ fn request_line(line: &str) -> Result<Connect, Refusal> {
         // still a GET), then the shape.
         return Err(match line.split(' ').next() {
             Some("CONNECT") => Refusal::Target,
+            Some(method) if any_method && is_token(method) => Refusal::Target,
             _ => Refusal::Method,
         });
     };
-    if method != "CONNECT" {
+    let method_allowed = if any_method {
+        is_token(method)
+    } else {
+        method == "CONNECT"
+    };
+    if !method_allowed {
         return Err(Refusal::Method);
     }
     if version != "HTTP/1.1" {
         return Err(Refusal::Version);
     }
-    authority(target)
+    if any_method {
+        for (scheme, default_port) in [("http://", 80), ("https://", 443)] {
+            if let Some(rest) = target.strip_prefix(scheme) {
+                return Ok((absolute(rest, default_port)?, Form::Absolute));
+            }
+        }
+    }
+    Ok((authority(target)?, Form::Authority))
+}
+
+/// An RFC 9110 token (a method, a header name).
+fn is_token(text: &str) -> bool {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    !text.is_empty() && text.bytes().all(token)
+}
+
+/// What follows `http://` or `https://` in an absolute-form target: `host[:port]`, then nothing
+/// or a path or query; no userinfo, no fragment, no IP literal (the host rule as for CONNECT).
+fn absolute(rest: &str, default_port: u16) -> Result<Connect, Refusal> {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if path.contains('#') || authority.contains('@') {
+        return Err(Refusal::Target);
+    }
+    if authority.starts_with('[') {
+        // An IPv6 literal.
+        return Err(Refusal::Host);
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) => (host, parse_port(port)?),
+        None => (authority, default_port),
+    };
+    let name = Name::parse(host)?;
+    Ok(Connect { name, port })
 }
 
 /// `host:port` in authority form: no scheme, no path, no userinfo; the port required.
@@ -121,8 +188,7 @@ fn authority(target: &str) -> Result<Connect, Refusal> {
 /// `name: value`, the name a token, the value visible ASCII with spaces and tabs; no folding.
 fn header(line: &str) -> Result<(&str, &str), Refusal> {
     let (name, value) = line.split_once(':').ok_or(Refusal::Malformed)?;
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if name.is_empty() || !name.bytes().all(token) {
+    if !is_token(name) {
         return Err(Refusal::Malformed);
     }
     if !value

@@ -214,3 +214,76 @@ fn every_refusal_has_its_own_id_and_a_status() {
     assert!(all.iter().all(|r| (400..600).contains(&r.status())));
     assert_eq!(Refusal::Method.status(), 405);
 }
+
+#[test]
+fn any_method_reads_authority_and_absolute_form_only_when_asked() {
+    let any = |text: &str| parse_with(text.as_bytes(), true);
+    for (text, name, port) in [
+        ("GET http://a.example/ HTTP/1.1\r\n\r\n", "a.example", 80),
+        ("GET http://a.example HTTP/1.1\r\n\r\n", "a.example", 80),
+        ("GET http://a.example?q HTTP/1.1\r\n\r\n", "a.example", 80),
+        (
+            "HEAD https://A.example./x/y HTTP/1.1\r\n\r\n",
+            "a.example",
+            443,
+        ),
+        (
+            "DELETE http://a.example:8080/x HTTP/1.1\r\n\r\n",
+            "a.example",
+            8080,
+        ),
+        (
+            "PUT a.example:8443 HTTP/1.1\r\nHost: a.example:8443\r\n\r\n",
+            "a.example",
+            8443,
+        ),
+        ("CONNECT a.example:443 HTTP/1.1\r\n\r\n", "a.example", 443),
+        // An absolute-form target is what counts; its Host header is not compared.
+        (
+            "GET http://a.example/ HTTP/1.1\r\nHost: b.example\r\n\r\n",
+            "a.example",
+            80,
+        ),
+    ] {
+        let c = any(text).unwrap_or_else(|r| panic!("{text:?}: {r}"));
+        assert_eq!((c.name.as_str(), c.port), (name, port), "{text:?}");
+        if !text.starts_with("CONNECT ") {
+            assert!(
+                parse(text.as_bytes()).is_err(),
+                "{text:?} without any_method"
+            );
+        }
+    }
+    for (text, want) in [
+        ("GET http://a.example:/ HTTP/1.1\r\n\r\n", Refusal::Port),
+        (
+            "GET http://a.example:99999/ HTTP/1.1\r\n\r\n",
+            Refusal::Port,
+        ),
+        ("GET http://a.example/#f HTTP/1.1\r\n\r\n", Refusal::Target),
+        (
+            "GET http://u:p@a.example/ HTTP/1.1\r\n\r\n",
+            Refusal::Target,
+        ),
+        ("GET HTTP://a.example/ HTTP/1.1\r\n\r\n", Refusal::Target),
+        ("GET http:///x HTTP/1.1\r\n\r\n", Refusal::Host),
+        ("GET http://0x7f.1/ HTTP/1.1\r\n\r\n", Refusal::Host),
+        ("GET http://[fe80::1]/ HTTP/1.1\r\n\r\n", Refusal::Host),
+        ("GET * HTTP/1.1\r\n\r\n", Refusal::Target),
+        ("GET\r\n\r\n", Refusal::Target),
+        ("GET  http://a.example/ HTTP/1.1\r\n\r\n", Refusal::Target),
+        ("G@T http://a.example/ HTTP/1.1\r\n\r\n", Refusal::Method),
+        ("GET http://a.example/ HTTP/2\r\n\r\n", Refusal::Version),
+        (
+            "GET http://a.example/ HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n",
+            Refusal::Malformed,
+        ),
+    ] {
+        assert_eq!(any(text), Err(want), "{text:?}");
+    }
+    let many: String = (0..=MAX_HEADERS).map(|i| format!("X{i}: y\r\n")).collect();
+    assert_eq!(
+        any(&format!("GET http://a.example/ HTTP/1.1\r\n{many}\r\n")),
+        Err(Refusal::HeadTooLarge)
+    );
+}

@@ -15,12 +15,21 @@
 //!   timeouts.
 //! - [`resolver`]: the proxy's resolver: one configured upstream, no system configuration, no
 //!   search list, nothing cached (each CONNECT dials exactly what its one answer gave).
+//! - [`args`]: the `cordon-egress` binary's arguments, parsed by hand and validated by the parsers
+//!   above.
+//! - [`journal`]: the binary's log lines (JSON, one per line, in a stable shape): the attestation,
+//!   one line per connection, the stop.
+//!
+//! A gate case may leave out exactly one rule ([`decide::Rule`], [`decide::Rules::skip`]); every
+//! real invocation leaves out none.
 
 pub mod address;
 pub mod allowlist;
+pub mod args;
 pub mod decide;
 pub mod head;
 pub mod host;
+pub mod journal;
 pub mod proxy;
 pub mod resolver;
 pub mod tls;

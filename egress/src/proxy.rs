@@ -9,11 +9,20 @@
 //!
 //! Every read is bounded, every wait has a deadline, and a refusal is answered with its status
 //! only (no detail about addresses); the log carries the refusal id, never the client's bytes.
+//!
+//! The rules [`Rules::skip`] leaves out are left out here too: with [`Rule::Method`] any method
+//! is answered 200 and tunnelled like a CONNECT (its head is not forwarded), with [`Rule::Sni`]
+//! the tunnel relays from its first byte, with [`Rule::Address`] the dial does not classify.
+//!
+//! [`serve_unix_with`] tells an [`Observe`] when the socket is bound and, for each connection,
+//! what happened ([`Report`]): [`crate::journal`] writes these as the proxy binary's log lines.
+//! At shutdown each running connection ends as [`Outcome::Shutdown`] or, relaying,
+//! [`End::Shutdown`], and is reported.
 
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,13 +32,13 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixListener};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant};
 
-use crate::address::{classify, Class};
-use crate::decide::{self, Admitted, Rules};
-use crate::head::{self, HEAD_DEADLINE, MAX_HEAD};
+use crate::address::{check_answer, classify, Class};
+use crate::decide::{self, Admitted, Rule, Rules};
+use crate::head::{self, Connect, HEAD_DEADLINE, MAX_HEAD};
 use crate::host::Name;
 use crate::tls::{self, Hello, MAX_RECORD};
 use crate::Refusal;
@@ -40,6 +49,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const BUSY_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 /// The relay's buffer, per direction.
 const RELAY_BUFFER: usize = 16 * 1024;
+/// How long, at shutdown, the running connections have to report their end before they are
+/// aborted.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// What the runtime applies, and its bounds.
 #[derive(Debug, Clone)]
@@ -111,6 +123,21 @@ pub enum End {
     HalfClose,
     /// A read or write on either side failed.
     Error,
+    /// The proxy shut down (a signal, the invocation's lifetime).
+    Shutdown,
+}
+
+impl End {
+    /// The stable name the log shows.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            End::Closed => "closed",
+            End::Idle => "idle",
+            End::HalfClose => "half-close",
+            End::Error => "error",
+            End::Shutdown => "shutdown",
+        }
+    }
 }
 
 /// What happened to one connection.
@@ -129,23 +156,99 @@ pub enum Outcome {
     UpstreamFailed,
     /// The tunnel ran: `up` bytes client to upstream (the ClientHello included), `down` back.
     Relayed { up: u64, down: u64, end: End },
+    /// Over [`Config::max_tunnels`]: answered 503, nothing read.
+    Busy,
+    /// The proxy shut down before the tunnel ran: closed.
+    Shutdown,
 }
 
-/// Serve the proxy on a unix socket at `path` until `shutdown` completes. A stale socket at
-/// `path` is removed first (only a socket: a link or any other file there is an error, and is left
-/// alone); the socket is made 0660. Each connection is handled in its own task, at most
-/// [`Config::max_tunnels`] at once: one more is answered 503 and closed. At shutdown the accept
-/// loop stops, the running tunnels are aborted and the socket is removed.
+/// What happened to one connection, with what its log line shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The request as parsed (canonical name and port); `None` when the head did not parse.
+    pub target: Option<Connect>,
+    /// The address connected to, once one was.
+    pub dialed: Option<SocketAddr>,
+    pub outcome: Outcome,
+    /// What the log adds to the outcome's reason: the resolver's error, or the denied address
+    /// and its class (never sent to the client).
+    pub detail: Option<String>,
+}
+
+impl Report {
+    fn new(outcome: Outcome) -> Report {
+        Report {
+            target: None,
+            dialed: None,
+            outcome,
+            detail: None,
+        }
+    }
+}
+
+/// What [`serve_unix_with`] tells about its work. Both are called from the runtime's tasks: keep
+/// them short.
+pub trait Observe: Send + Sync {
+    /// The socket is bound and has its mode: connections are taken from now on.
+    fn listening(&self, _path: &Path) {}
+    /// One connection ended.
+    fn ended(&self, _report: &Report) {}
+}
+
+/// An [`Observe`] that ignores everything (what [`serve_unix`] uses).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Silent;
+
+impl Observe for Silent {}
+
+/// The shutdown signal a connection watches: `None` never fires.
+struct Stop(Option<watch::Receiver<bool>>);
+
+impl Stop {
+    /// Complete once shutdown has begun (or whoever could begin it is gone).
+    async fn fired(&mut self) {
+        match &mut self.0 {
+            None => std::future::pending().await,
+            Some(stop) => {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            }
+        }
+    }
+}
+
+/// Serve the proxy on a unix socket at `path` until `shutdown` completes: [`serve_unix_with`],
+/// observed by nothing.
 pub async fn serve_unix(
     path: &Path,
     config: Arc<Config>,
     resolver: Arc<dyn Resolve>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    serve_unix_with(path, config, resolver, shutdown, Arc::new(Silent)).await
+}
+
+/// Serve the proxy on a unix socket at `path` until `shutdown` completes. A stale socket at
+/// `path` is removed first (only a socket: a link or any other file there is an error, and is left
+/// alone); the socket is made 0660, then `observer` is told it is listening. Each connection is
+/// handled in its own task, at most [`Config::max_tunnels`] at once: one more is answered 503 and
+/// closed. Each connection's [`Report`] goes to `observer`. At shutdown the accept loop stops,
+/// the running connections end (and are reported) or, after a short grace, are aborted, and the
+/// socket is removed if it is still the one bound here.
+pub async fn serve_unix_with(
+    path: &Path,
+    config: Arc<Config>,
+    resolver: Arc<dyn Resolve>,
+    shutdown: impl Future<Output = ()>,
+    observer: Arc<dyn Observe>,
+) -> io::Result<()> {
     remove_stale_socket(path)?;
     let listener = UnixListener::bind(path)?;
+    let bound = std::fs::symlink_metadata(path)?;
+    let made = (bound.dev(), bound.ino());
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    observer.listening(path);
     let permits = Arc::new(Semaphore::new(config.max_tunnels));
+    let (stop, stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -163,13 +266,16 @@ pub async fn serve_unix(
                 continue;
             }
         };
+        let observer = observer.clone();
         match permits.clone().try_acquire_owned() {
             Ok(permit) => {
                 let config = config.clone();
                 let resolver = resolver.clone();
+                let stop = Stop(Some(stopped.clone()));
                 tasks.spawn(async move {
-                    let outcome = handle(stream, &config, &*resolver).await;
-                    tracing::debug!(?outcome, "egress connection ended");
+                    let report = run(stream, &config, &*resolver, stop).await;
+                    tracing::debug!(outcome = ?report.outcome, "egress connection ended");
+                    observer.ended(&report);
                     drop(permit);
                 });
             }
@@ -181,14 +287,35 @@ pub async fn serve_unix(
                         let _ = stream.shutdown().await;
                     })
                     .await;
+                    observer.ended(&Report::new(Outcome::Busy));
                 });
             }
         }
     }
     drop(listener);
+    stop.send_replace(true);
+    let _ = timeout(SHUTDOWN_GRACE, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
     tasks.shutdown().await;
-    // Remove the socket we bound, and only a socket.
-    remove_stale_socket(path)
+    remove_own_socket(path, made)
+}
+
+/// Remove the socket at `path` if it is still the one made (same device and inode), never
+/// following a link; anything else there (or nothing) is left as it is.
+fn remove_own_socket(path: &Path, made: (u64, u64)) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() && (meta.dev(), meta.ino()) == made => {
+            std::fs::remove_file(path)
+        }
+        Ok(_) => {
+            tracing::warn!(path = %path.display(), "egress socket replaced: left alone");
+            Ok(())
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    }
 }
 
 /// Remove what is at `path` if it is a socket (never following a link); nothing there is fine;
@@ -207,31 +334,81 @@ fn remove_stale_socket(path: &Path) -> io::Result<()> {
 
 /// Handle one client connection, start to end.
 pub async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
-    mut client: S,
+    client: S,
     config: &Config,
     resolver: &dyn Resolve,
 ) -> Outcome {
+    handle_reported(client, config, resolver).await.outcome
+}
+
+/// Handle one client connection, start to end, and tell what its log line shows.
+pub async fn handle_reported<S: AsyncRead + AsyncWrite + Unpin>(
+    client: S,
+    config: &Config,
+    resolver: &dyn Resolve,
+) -> Report {
+    run(client, config, resolver, Stop(None)).await
+}
+
+async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+    mut client: S,
+    config: &Config,
+    resolver: &dyn Resolve,
+    mut stop: Stop,
+) -> Report {
+    let mut report = Report::new(Outcome::ClosedBeforeHead);
+    report.outcome = steps(&mut client, config, resolver, &mut stop, &mut report).await;
+    report
+}
+
+/// The steps of [`handle`]: the outcome, and on the way what `report` shows.
+async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut S,
+    config: &Config,
+    resolver: &dyn Resolve,
+    stop: &mut Stop,
+    report: &mut Report,
+) -> Outcome {
     // 1. The head.
-    let head = match timeout(config.head_deadline, read_head(&mut client)).await {
+    let read = tokio::select! {
+        read = timeout(config.head_deadline, read_head(client)) => read,
+        () = stop.fired() => return Outcome::Shutdown,
+    };
+    let head = match read {
         Err(_) => {
             tracing::info!("egress head timed out");
             return Outcome::HeadTimedOut;
         }
         Ok(HeadRead::Closed) => return Outcome::ClosedBeforeHead,
-        Ok(HeadRead::Refused(refusal)) => return refuse(&mut client, refusal).await,
+        Ok(HeadRead::Refused(refusal)) => return refuse(client, refusal).await,
         Ok(HeadRead::Head(head)) => head,
     };
 
     // 2. The allowlist, before any lookup.
-    let admitted = match decide::admit(&config.rules, &head) {
+    let parsed = match decide::parse(&config.rules, &head) {
+        Ok(parsed) => parsed,
+        Err(refusal) => return refuse(client, refusal).await,
+    };
+    report.target = Some(parsed.clone());
+    let admitted = match decide::admit_parsed(&config.rules, parsed) {
         Ok(admitted) => admitted,
-        Err(refusal) => return refuse(&mut client, refusal).await,
+        Err(refusal) => return refuse(client, refusal).await,
     };
 
     // 3. The addresses, and the dial.
-    let upstream = match connect(&admitted, config, resolver).await {
-        Ok(upstream) => upstream,
-        Err(Dial::Refused(refusal)) => return refuse(&mut client, refusal).await,
+    let dialed = tokio::select! {
+        dialed = connect(&admitted, config, resolver) => dialed,
+        () = stop.fired() => return Outcome::Shutdown,
+    };
+    let upstream = match dialed {
+        Ok((upstream, addr)) => {
+            report.dialed = Some(addr);
+            upstream
+        }
+        Err(Dial::Refused(refusal, detail)) => {
+            report.detail = detail;
+            return refuse(client, refusal).await;
+        }
         Err(Dial::Failed) => {
             tracing::info!(name = %admitted.name(), "egress upstream failed");
             let _ = client.write_all(&answer(502, "Bad Gateway")).await;
@@ -242,9 +419,9 @@ pub async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
 
     // Nothing may come before the 200 (a client that does not wait for it is not a CONNECT
     // client); a client that closed meanwhile has nothing to tunnel.
-    match early_input(&mut client).await {
+    match early_input(client).await {
         Early::Nothing => {}
-        Early::Bytes => return refuse(&mut client, Refusal::Malformed).await,
+        Early::Bytes => return refuse(client, Refusal::Malformed).await,
         Early::Closed => return Outcome::ClosedBeforeHead,
     }
 
@@ -261,27 +438,29 @@ pub async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
         };
     }
 
-    // 5. The ClientHello, naming the CONNECT host.
-    let first = match timeout(config.hello_deadline, read_hello(&mut client)).await {
-        Err(_) => Err("no ClientHello in time"),
-        Ok(read) => read,
-    };
-    let first = match first.and_then(|(hello, bytes)| {
-        if tls::names(&hello, admitted.name()) {
-            Ok(bytes)
-        } else {
-            Err(match hello {
-                Hello::NotTls(why) => why,
-                _ => "the ClientHello names another server",
-            })
-        }
-    }) {
-        Ok(bytes) => bytes,
-        Err(why) => {
-            tracing::info!(name = %admitted.name(), reason = why, "egress tunnel refused");
-            // Both sides closed: `upstream` is dropped unwritten.
-            let _ = client.shutdown().await;
-            return Outcome::HelloRefused(why);
+    // 5. The ClientHello, naming the CONNECT host (unless that rule is left out: then the relay
+    // starts at the first byte).
+    let first = if config.rules.skips(Rule::Sni) {
+        Vec::new()
+    } else {
+        let read = tokio::select! {
+            read = timeout(config.hello_deadline, read_hello(client)) => read,
+            () = stop.fired() => return Outcome::Shutdown,
+        };
+        let first = match read {
+            Err(_) => Err("no ClientHello in time"),
+            Ok(read) => read,
+        };
+        match first.and_then(|(hello, bytes)| {
+            decide::check_hello(&config.rules, &admitted, &hello).map(|()| bytes)
+        }) {
+            Ok(bytes) => bytes,
+            Err(why) => {
+                tracing::info!(name = %admitted.name(), reason = why, "egress tunnel refused");
+                // Both sides closed: `upstream` is dropped unwritten.
+                let _ = client.shutdown().await;
+                return Outcome::HelloRefused(why);
+            }
         }
     };
     tracing::info!(name = %admitted.name(), port = admitted.port(), "egress tunnel");
@@ -295,7 +474,7 @@ pub async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
             end: End::Error,
         };
     }
-    let (up, down, end) = relay(&mut client, &mut upstream, config.idle, config.half_close).await;
+    let (up, down, end) = relay(client, &mut upstream, config.idle, config.half_close, stop).await;
     Outcome::Relayed {
         up: up + first.len() as u64,
         down,
@@ -389,33 +568,48 @@ async fn early_input<S: AsyncRead + Unpin>(client: &mut S) -> Early {
 }
 
 enum Dial {
-    Refused(Refusal),
+    /// Refused, with what the log adds (the resolver's error, the denied address).
+    Refused(Refusal, Option<String>),
     Failed,
 }
 
-/// Connect to the mapping, or to the first of the checked addresses that connects.
+/// Connect to the mapping, or to the first of the checked addresses that connects; the stream
+/// and the address it is connected to.
 async fn connect(
     admitted: &Admitted,
     config: &Config,
     resolver: &dyn Resolve,
-) -> Result<TcpStream, Dial> {
+) -> Result<(TcpStream, SocketAddr), Dial> {
+    let classified = !config.rules.skips(Rule::Address);
     let addrs: Vec<SocketAddr> = match admitted.mapped() {
         Some(to) => vec![to],
         None => {
             let answer = resolver.lookup(admitted.name()).await;
-            decide::dial(&config.rules, admitted, answer).map_err(Dial::Refused)?
+            let detail = match &answer {
+                Err(error) => Some(error.clone()),
+                Ok(addrs) if classified => check_answer(addrs, &config.rules.host_own)
+                    .err()
+                    .map(|why| why.to_string()),
+                Ok(addrs) if addrs.is_empty() => Some("the name resolved to no address".into()),
+                Ok(_) => None,
+            };
+            decide::dial(&config.rules, admitted, answer)
+                .map_err(|refusal| Dial::Refused(refusal, detail))?
         }
     };
     for addr in addrs {
         // Defence in depth: what is dialed is classified right here, whatever passed before
-        // (a mapping is the one deliberate exception).
-        if admitted.mapped().is_none()
-            && classify(addr.ip(), &config.rules.host_own) != Class::Global
-        {
-            return Err(Dial::Refused(Refusal::Address));
+        // (a mapping is the one deliberate exception, a left-out address rule the other).
+        if admitted.mapped().is_none() && classified {
+            if let Class::Denied(class) = classify(addr.ip(), &config.rules.host_own) {
+                return Err(Dial::Refused(
+                    Refusal::Address,
+                    Some(format!("{} is denied ({class})", addr.ip())),
+                ));
+            }
         }
         match timeout(config.connect_timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Ok(stream)) => return Ok((stream, addr)),
             Ok(Err(error)) => tracing::debug!(%error, "egress dial failed"),
             Err(_) => tracing::debug!("egress dial timed out"),
         }
@@ -507,6 +701,7 @@ async fn relay<C, U>(
     upstream: &mut U,
     idle: Duration,
     half_close: Duration,
+    stop: &mut Stop,
 ) -> (u64, u64, End)
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -544,6 +739,7 @@ where
                 down_done = true;
                 half_closed.get_or_insert_with(Instant::now);
             }
+            () = stop.fired() => break End::Shutdown,
             () = tokio::time::sleep_until(deadline) => {
                 let now = Instant::now();
                 if half_at.is_some_and(|h| now >= h) {

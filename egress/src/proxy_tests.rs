@@ -24,6 +24,7 @@ async fn vendor() -> (TcpListener, Config) {
         .unwrap(),
         mappings: vec![Mapping::parse(&format!("{MAPPED}=127.0.0.1:{port}")).unwrap()],
         host_own: vec![],
+        skip: Default::default(),
     };
     let config = Config {
         head_deadline: Duration::from_secs(5),
@@ -644,5 +645,424 @@ async fn serve_unix_replaces_a_stale_socket_only() {
         .unwrap()
         .file_type()
         .is_socket());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// These rules left out of `config`.
+fn skipping(mut config: Config, rules: &[Rule]) -> Config {
+    config.rules.skip = rules.iter().copied().collect();
+    config
+}
+
+/// Every way to leave out one rule other than `rule`, and leaving out none.
+fn all_but(rule: Rule) -> Vec<Vec<Rule>> {
+    let mut others: Vec<Vec<Rule>> = Rule::ALL
+        .into_iter()
+        .filter(|r| *r != rule)
+        .map(|r| vec![r])
+        .collect();
+    others.push(vec![]);
+    others
+}
+
+#[tokio::test]
+async fn skipping_sni_relays_raw_bytes_and_nothing_else_does() {
+    let raw: &[u8] = b"GET / HTTP/1.1\r\nHost: fake.vendor.test\r\n\r\n";
+    // Left out: the plain bytes reach the vendor, and its answer comes back.
+    let (listener, config) = vendor().await;
+    let head = connect_head(MAPPED, &listener);
+    let seen = serve_vendor(listener, raw.len(), b"plain back", false);
+    let (mut client, task) = start(skipping(config, &[Rule::Sni]), Arc::new(NoResolver));
+    client.write_all(&head).await.unwrap();
+    assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+    client.write_all(raw).await.unwrap();
+    let mut back = [0u8; 10];
+    timeout(Duration::from_secs(5), client.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&back, b"plain back");
+    client.shutdown().await.unwrap();
+    assert_eq!(
+        outcome(task).await,
+        Outcome::Relayed {
+            up: raw.len() as u64,
+            down: 10,
+            end: End::Closed
+        }
+    );
+    seen.settled().await;
+    assert_eq!(seen.bytes(), raw);
+
+    // In force (whatever else is left out): closed, nothing forwarded.
+    for skip in all_but(Rule::Sni) {
+        let (listener, config) = vendor().await;
+        let head = connect_head(MAPPED, &listener);
+        let seen = serve_vendor(listener, 1, b"", false);
+        let (mut client, task) = start(skipping(config, &skip), Arc::new(NoResolver));
+        client.write_all(&head).await.unwrap();
+        assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+        client.write_all(raw).await.unwrap();
+        assert_eq!(
+            outcome(task).await,
+            Outcome::HelloRefused("not a handshake record"),
+            "{skip:?}"
+        );
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        seen.settled().await;
+        assert!(
+            seen.bytes().is_empty(),
+            "{skip:?}: bytes reached the vendor"
+        );
+    }
+}
+
+#[tokio::test]
+async fn skipping_the_method_rule_tunnels_a_get_without_forwarding_its_head() {
+    let get = format!("GET http://{MAPPED}/ HTTP/1.1\r\nHost: {MAPPED}\r\n\r\n");
+    let with_80 = |mut config: Config| {
+        let mut entries: Vec<String> = config
+            .rules
+            .allowlist
+            .entries()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        entries.push(format!("{MAPPED}:80"));
+        config.rules.allowlist = Allowlist::parse(&entries).unwrap();
+        config
+    };
+    // Left out: 200, then the tunnel as for a CONNECT (its ClientHello checked), the GET's head
+    // never forwarded.
+    let (listener, config) = vendor().await;
+    let hello = real_hello(MAPPED);
+    let seen = serve_vendor(listener, hello.len(), b"ok", false);
+    let config = skipping(with_80(config), &[Rule::Method]);
+    let (mut client, task) = start(config, Arc::new(NoResolver));
+    client.write_all(get.as_bytes()).await.unwrap();
+    assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+    client.write_all(&hello).await.unwrap();
+    let mut back = [0u8; 2];
+    timeout(Duration::from_secs(5), client.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    client.shutdown().await.unwrap();
+    assert_eq!(
+        outcome(task).await,
+        Outcome::Relayed {
+            up: hello.len() as u64,
+            down: 2,
+            end: End::Closed
+        }
+    );
+    seen.settled().await;
+    assert_eq!(seen.bytes(), hello, "only the tunnel's bytes, not the GET");
+
+    // In force: 405, nothing dialed.
+    for skip in all_but(Rule::Method) {
+        let (listener, config) = vendor().await;
+        let (mut client, task) = start(skipping(with_80(config), &skip), Arc::new(NoResolver));
+        client.write_all(get.as_bytes()).await.unwrap();
+        assert!(read_answer(&mut client)
+            .await
+            .starts_with("HTTP/1.1 405 Method Not Allowed\r\n"));
+        assert_eq!(
+            outcome(task).await,
+            Outcome::Refused(Refusal::Method),
+            "{skip:?}"
+        );
+        assert_never_dialed(&listener).await;
+    }
+}
+
+#[tokio::test]
+async fn skipping_the_allowlist_dials_an_unlisted_mapped_name() {
+    let (listener, _) = vendor().await;
+    let port = listener.local_addr().unwrap().port();
+    let head = format!("CONNECT unlisted.test:{port} HTTP/1.1\r\n\r\n");
+    let with_mapping = |skip: &[Rule]| {
+        let mut config = Config {
+            hello_deadline: Duration::from_secs(5),
+            ..Config::default()
+        };
+        config.rules.mappings =
+            vec![Mapping::parse(&format!("unlisted.test=127.0.0.1:{port}")).unwrap()];
+        skipping(config, skip)
+    };
+    for skip in all_but(Rule::Allowlist) {
+        let (mut client, task) = start(with_mapping(&skip), Arc::new(NoResolver));
+        client.write_all(head.as_bytes()).await.unwrap();
+        assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 403 "));
+        assert_eq!(
+            outcome(task).await,
+            Outcome::Refused(Refusal::NotAllowed),
+            "{skip:?}"
+        );
+        assert_never_dialed(&listener).await;
+    }
+    let (mut client, task) = start(with_mapping(&[Rule::Allowlist]), Arc::new(NoResolver));
+    client.write_all(head.as_bytes()).await.unwrap();
+    assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+    assert!(
+        timeout(Duration::from_secs(5), listener.accept())
+            .await
+            .is_ok(),
+        "the mapping was dialed"
+    );
+    drop(client);
+    assert!(matches!(outcome(task).await, Outcome::HelloRefused(_)));
+}
+
+#[tokio::test]
+async fn skipping_the_address_rule_dials_a_denied_answer() {
+    let (listener, config) = vendor().await;
+    let port = listener.local_addr().unwrap().port();
+    let head = format!("CONNECT real.vendor.test:{port} HTTP/1.1\r\n\r\n");
+    let loopback = || Stub::new(Ok(vec!["127.0.0.1".parse().unwrap()]));
+    for skip in all_but(Rule::Address) {
+        let (mut client, task) = start(skipping(config.clone(), &skip), loopback());
+        client.write_all(head.as_bytes()).await.unwrap();
+        assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 403 "));
+        assert_eq!(
+            outcome(task).await,
+            Outcome::Refused(Refusal::Address),
+            "{skip:?}"
+        );
+        assert_never_dialed(&listener).await;
+    }
+    // Left out: the loopback answer is dialed (and reported as dialed).
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let skip = skipping(config.clone(), &[Rule::Address]);
+    let task = tokio::spawn(async move {
+        let resolver = loopback();
+        handle_reported(server, &skip, &*resolver).await
+    });
+    let mut client = client;
+    client.write_all(head.as_bytes()).await.unwrap();
+    assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+    assert!(timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .is_ok());
+    drop(client);
+    let report = timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        report.dialed,
+        Some(SocketAddr::from(([127, 0, 0, 1], port)))
+    );
+    assert_eq!(
+        report.target.map(|t| t.to_string()),
+        Some(format!("real.vendor.test:{port}"))
+    );
+    // An empty answer or a resolver failure still refuses.
+    for (answer, want) in [
+        (Ok(vec![]), Refusal::Address),
+        (Err("SERVFAIL".to_owned()), Refusal::Resolve),
+    ] {
+        let (mut client, task) = start(
+            skipping(config.clone(), &[Rule::Address]),
+            Stub::new(answer),
+        );
+        client.write_all(head.as_bytes()).await.unwrap();
+        let _ = read_answer(&mut client).await;
+        assert_eq!(outcome(task).await, Outcome::Refused(want));
+        assert_never_dialed(&listener).await;
+    }
+}
+
+#[tokio::test]
+async fn a_report_carries_the_target_dialed_address_and_detail() {
+    let (listener, config) = vendor().await;
+    let port = listener.local_addr().unwrap().port();
+    // Refused by the allowlist: the target as parsed.
+    let (client, server) = tokio::io::duplex(4096);
+    let mut client = client;
+    client
+        .write_all(b"CONNECT EVIL.example.:443 HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let report = handle_reported(server, &config, &NoResolver).await;
+    assert_eq!(report.outcome, Outcome::Refused(Refusal::NotAllowed));
+    assert_eq!(
+        report.target.map(|t| t.to_string()).as_deref(),
+        Some("evil.example:443")
+    );
+    assert_eq!((report.dialed, report.detail), (None, None));
+    // A head that does not parse: no target.
+    let (mut client, server) = tokio::io::duplex(4096);
+    client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    let report = handle_reported(server, &config, &NoResolver).await;
+    assert_eq!(
+        (report.outcome, report.target),
+        (Outcome::Refused(Refusal::Method), None)
+    );
+    // The resolver's error and the denied address are the detail.
+    for (answer, want) in [
+        (Err("no resolver".to_owned()), "no resolver"),
+        (
+            Ok(vec!["10.1.2.3".parse().unwrap()]),
+            "10.1.2.3 is denied (private)",
+        ),
+    ] {
+        let (mut client, server) = tokio::io::duplex(4096);
+        client
+            .write_all(format!("CONNECT real.vendor.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let report = handle_reported(server, &config, &*Stub::new(answer)).await;
+        assert_eq!(report.detail.as_deref(), Some(want));
+    }
+    drop(listener);
+}
+
+/// Collects what [`serve_unix_with`] reports.
+#[derive(Default)]
+struct Collect {
+    listening: Mutex<Vec<std::path::PathBuf>>,
+    reports: Mutex<Vec<Report>>,
+}
+
+impl Observe for Collect {
+    fn listening(&self, path: &Path) {
+        self.listening.lock().unwrap().push(path.to_owned());
+    }
+
+    fn ended(&self, report: &Report) {
+        self.reports.lock().unwrap().push(report.clone());
+    }
+}
+
+impl Collect {
+    async fn reported(&self, n: usize) -> Vec<Report> {
+        for _ in 0..500 {
+            let reports = self.reports.lock().unwrap().clone();
+            if reports.len() >= n {
+                return reports;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("fewer than {n} reports");
+    }
+}
+
+#[tokio::test]
+async fn serve_unix_reports_each_connection_and_ends_tunnels_at_shutdown() {
+    let (listener, config) = vendor().await;
+    let port = listener.local_addr().unwrap().port();
+    let head = connect_head(MAPPED, &listener);
+    let hello = real_hello(MAPPED);
+    let _seen = serve_vendor(listener, hello.len(), b"ok", true);
+    let dir = scratch("observe");
+    let path = dir.join("egress.sock");
+    let observer = Arc::new(Collect::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn({
+        let (path, observer) = (path.clone(), observer.clone());
+        async move {
+            serve_unix_with(
+                &path,
+                Arc::new(config),
+                Arc::new(NoResolver),
+                async {
+                    let _ = stopped.await;
+                },
+                observer,
+            )
+            .await
+        }
+    });
+    let mut refused = connect_unix(&path).await;
+    assert_eq!(
+        *observer.listening.lock().unwrap(),
+        std::slice::from_ref(&path)
+    );
+    refused
+        .write_all(b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_answer(&mut refused).await.starts_with("HTTP/1.1 403 "));
+    let reports = observer.reported(1).await;
+    assert_eq!(reports[0].outcome, Outcome::Refused(Refusal::NotAllowed));
+
+    // A tunnel still open at shutdown ends as such, and is reported.
+    let mut tunnel = connect_unix(&path).await;
+    tunnel.write_all(&head).await.unwrap();
+    assert_eq!(read_answer(&mut tunnel).await, ESTABLISHED);
+    tunnel.write_all(&hello).await.unwrap();
+    let mut back = [0u8; 2];
+    tunnel.read_exact(&mut back).await.unwrap();
+    // And a client that never finishes its head.
+    let mut slow = connect_unix(&path).await;
+    slow.write_all(b"CONN").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    stop.send(()).unwrap();
+    timeout(Duration::from_secs(5), server)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let mut reports = observer.reported(3).await;
+    reports.remove(0);
+    reports.sort_by_key(|r| r.target.is_none());
+    assert_eq!(
+        reports[0],
+        Report {
+            target: Some(Connect {
+                name: Name::parse(MAPPED).unwrap(),
+                port
+            }),
+            dialed: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+            outcome: Outcome::Relayed {
+                up: hello.len() as u64,
+                down: 2,
+                end: End::Shutdown
+            },
+            detail: None,
+        }
+    );
+    assert_eq!(reports[1].outcome, Outcome::Shutdown);
+    assert!(!path.exists());
+    let mut rest = Vec::new();
+    tunnel.read_to_end(&mut rest).await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn serve_unix_leaves_a_socket_that_replaced_its_own() {
+    let dir = scratch("replaced");
+    let path = dir.join("egress.sock");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn({
+        let path = path.clone();
+        async move {
+            serve_unix(
+                &path,
+                Arc::new(Config::default()),
+                Arc::new(NoResolver),
+                async {
+                    let _ = stopped.await;
+                },
+            )
+            .await
+        }
+    });
+    drop(connect_unix(&path).await);
+    std::fs::remove_file(&path).unwrap();
+    let other = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    assert!(
+        std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_socket(),
+        "another's socket is left alone"
+    );
+    drop(other);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -223,6 +223,7 @@ async fn proxied(names: &[&str], host_own: Vec<IpAddr>) -> (TcpListener, Config,
         allowlist: Allowlist::parse(&entries).unwrap(),
         mappings: vec![],
         host_own,
+        skip: Default::default(),
     };
     let config = Config {
         head_deadline: Duration::from_secs(5),

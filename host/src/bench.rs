@@ -604,6 +604,8 @@ pub async fn invoke(
                 credential: None,
                 work: storage::DEFAULT_WORK,
                 uids: crate::uids::UidRange::default(),
+                allow: Vec::new(),
+                egress: Default::default(),
             };
             let report = crate::invoke::oneshot::oneshot(
                 ctl,

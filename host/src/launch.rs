@@ -463,6 +463,24 @@ impl Launch {
         Ok(())
     }
 
+    /// Deliver `extra` input files besides the profile's `files` (the gate's probe fixture,
+    /// written once the network's addresses are known; before [`Launch::start`]).
+    pub fn add_inputs(
+        &mut self,
+        files: &[(String, Vec<u8>)],
+        extra: &[(String, Vec<u8>)],
+    ) -> Result<()> {
+        let Some((_, uploads)) = self.loading.as_mut() else {
+            return Err(Error::Internal("inputs added after start".into()));
+        };
+        let all: Vec<(&str, &[u8])> = files
+            .iter()
+            .chain(extra)
+            .map(|(n, d)| (n.as_str(), d.as_slice()))
+            .collect();
+        uploads.replace_inputs(&all)
+    }
+
     /// Send a signal to PID 1 (the init forwards it).
     pub async fn kill(&self, engine: &Engine, signal: &str) -> Result<()> {
         let options = KillContainerOptions {

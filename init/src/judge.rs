@@ -11,7 +11,7 @@ use cordon_contract::policy::{
     Access, MountFlags, MountRule, Policy, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS,
 };
 use cordon_contract::procfs::{MountEntry, Status};
-use cordon_contract::{engine_socket, seccomp, Id, Refusal};
+use cordon_contract::{engine_socket, paths, seccomp, Id, Refusal};
 
 use crate::observe::{Observations, PathFacts};
 
@@ -44,6 +44,7 @@ const CHECKS: &[(&str, Check)] = &[
     ("the engine's no_new_privs and seccomp", engine_restrictions),
     ("network", network),
     ("mounts", mounts),
+    ("egress socket dir", egress_dir),
     ("engine masks", engine_masks),
     ("host files masked", host_files_masked),
     ("environment", environment),
@@ -293,6 +294,40 @@ fn mounts(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     let mut passed = Vec::new();
     judge_mounts(policy, obs, mounts, &mut |id| passed.push(id))?;
     Ok(passed)
+}
+
+/// With a forwarder, the policy itself keeps the proxy's socket dir a required read-only mount
+/// (`egress-readonly`): the mounts check then holds the mount to it, but only to what the policy
+/// says, and a policy without that rule (or with a writable one) would let the forwarder's socket
+/// dir be missing or the agent's to write. The mount itself is the mounts check's.
+fn egress_dir(policy: &Policy, _: &Observations) -> Result<Vec<Id>, Refusal> {
+    if policy.egress.is_none() {
+        return Ok(Vec::new());
+    }
+    let rule = policy
+        .mounts
+        .iter()
+        .find(|r| !r.beneath && r.path == paths::EGRESS_DIR);
+    let held = rule.is_some_and(|r| {
+        r.required && r.access == Access::ReadOnly && r.protection == Id::EgressReadonly
+    });
+    if !held {
+        return Err(refuse(
+            Id::EgressReadonly,
+            format!(
+                "a required read-only mount rule for {} (the forwarder's socket dir)",
+                paths::EGRESS_DIR
+            ),
+            match rule {
+                Some(r) => format!(
+                    "rule {:?}, required: {}, protection {}",
+                    r.access, r.required, r.protection
+                ),
+                None => "no rule".to_owned(),
+            },
+        ));
+    }
+    Ok(vec![Id::EgressReadonly])
 }
 
 /// The engine's masked and read-only paths are in place wherever they exist (a missing one is

@@ -721,3 +721,70 @@ fn a_skipped_check_is_passed_over_and_not_attested() {
     }
     assert!(!preflight(&p, &o).unwrap().contains(&Id::NonRootUser));
 }
+
+/// With a forwarder, the proxy's socket dir must be a required read-only mount of the policy
+/// (the mounts check holds the mount itself to that rule).
+#[test]
+fn a_forwarder_needs_its_socket_dir_a_read_only_mount_of_the_policy() {
+    let forwarding = |rule: Option<policy::MountRule>| {
+        let mut p = good_policy();
+        p.egress = Some(policy::EgressForward {
+            port: cordon_contract::egress::FORWARD_PORT,
+            socket: cordon_contract::egress::SOCKET.into(),
+        });
+        p.mounts.extend(rule);
+        p
+    };
+    let ro_rule = || {
+        rule(
+            paths::EGRESS_DIR,
+            Access::ReadOnly,
+            Id::EgressReadonly,
+            None,
+        )
+    };
+    let mount = |options: &str| {
+        let mut o = good_observations();
+        let text = format!(
+            "{MOUNTINFO}92 71 0:50 / {} {options},nosuid,nodev,noexec,relatime - tmpfs tmpfs rw\n",
+            paths::EGRESS_DIR
+        );
+        o.mounts = parse_mountinfo(&text);
+        o
+    };
+
+    // No forwarder, no rule: nothing to hold.
+    assert!(preflight(&good_policy(), &good_observations()).is_ok());
+    // A forwarder and no rule for its dir.
+    let refusal = preflight(&forwarding(None), &good_observations()).unwrap_err();
+    assert_eq!(refusal.id, Id::EgressReadonly);
+    assert_eq!(refusal.observed, "no rule");
+    // A writable rule: the mounts check alone would pass the writable mount.
+    let writable = rule(
+        paths::EGRESS_DIR,
+        Access::Writable,
+        Id::WritableNosuidNodevNoexec,
+        None,
+    );
+    assert_eq!(
+        preflight(&forwarding(Some(writable)), &mount("rw"))
+            .unwrap_err()
+            .id,
+        Id::EgressReadonly
+    );
+    // The read-only rule and a read-only mount pass; a writable mount is the mounts check's.
+    let passed = preflight(&forwarding(Some(ro_rule())), &mount("ro")).unwrap();
+    assert!(passed.contains(&Id::EgressReadonly));
+    assert_eq!(
+        preflight(&forwarding(Some(ro_rule())), &mount("rw"))
+            .unwrap_err()
+            .id,
+        Id::EgressReadonly
+    );
+    // The gate's probe layer skips it like any other init check.
+    let mut p = forwarding(None);
+    p.skip = vec![Id::EgressReadonly];
+    assert!(!preflight(&p, &good_observations())
+        .unwrap()
+        .contains(&Id::EgressReadonly));
+}

@@ -1,8 +1,9 @@
 //! cordon-init: PID 1 of every cordon agent container.
 //!
 //! observe (read /proc, statfs, the environment) -> judge (a pure function from the policy and the
-//! observations to ordered verdicts) -> act (Landlock, seccomp, then supervise the workload). Every
-//! refusal is one JSON line on stderr and exit code 120; see `cordon_contract::report`.
+//! observations to ordered verdicts) -> act (Landlock, seccomp, the egress forwarder when the
+//! policy has one, then supervise the workload). Every refusal is one JSON line on stderr and exit
+//! code 120; see `cordon_contract::report`.
 //!
 //! Roles (argv[1]): none is the agent role. `keeper` holds task storage mounted (a tmpfs volume
 //! lives only while some container mounts it) until it is told to stop, and prints the digest of
@@ -12,6 +13,7 @@
 //! the container down.
 
 mod digest;
+mod forward;
 mod judge;
 mod landlock;
 mod observe;
@@ -170,6 +172,17 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
         checks.push(Id::SeccompStacked);
     }
 
+    // The forwarder listens before the workload exists (it can use HTTPS_PROXY at once and can
+    // never squat the port), and only now: every thread it starts inherits, at clone(2), the
+    // Landlock domain restrict_self gave this thread alone and the filters the TSYNC install
+    // gave it, and the canaries above ran before any other thread existed. Without it the
+    // workload never starts.
+    let forwarder = policy.egress.as_ref().map(|egress| {
+        forward::start(forward::Config::new(egress))
+            .map(|f| (f, egress))
+            .unwrap_or_else(|e| fail(format!("egress forwarder: {e}")))
+    });
+
     emit(&InitLine::Attestation {
         policy_digest: digest,
         checks,
@@ -177,6 +190,12 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
         landlock_abi: abi,
         preflight_us: started.elapsed().as_micros() as u64,
     });
+    // After the attestation, which must stay the first line; still before any workload process.
+    if let Some((forwarder, egress)) = &forwarder {
+        let mut text = forward::listening_line(forwarder, &egress.socket);
+        text.push('\n');
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    }
 
     let fault = || {
         if panic_after_start {

@@ -3,7 +3,8 @@
 //! `cordon-probe all [--without-init]` runs every probe (or name one probe instead of `all`) and
 //! prints one JSON report per probe: `{"probe", "breaches": [{"id", "action", "evidence"}],
 //! "checks", "errors", "skipped"}`; it exits 1 when any breach or error was found. The probes read
-//! what they expect from the policy in the read-only control dir. `--without-init` marks a run with
+//! what they expect from the policy in the read-only control dir (and the egress probe its fixture
+//! from the read-only input dir, when the gate wrote one). `--without-init` marks a run with
 //! no cordon-init (the gate's container-level cases): operations only the init enforces are
 //! skipped and counted.
 //!
@@ -15,6 +16,7 @@
 //! - `workload ...`: workloads for the init's supervision tests (see `workload.rs`).
 
 mod capacity;
+mod egress;
 mod exec;
 mod hostile;
 mod isolation;
@@ -68,6 +70,7 @@ fn run_probe(name: &str, ctx: &Ctx) -> Option<cordon_contract::probe::ProbeRepor
         "task-capacity" => capacity::task(&mut probe),
         "exec-policy" => exec::run(&mut probe),
         "network" => network::run(&mut probe),
+        "egress" => egress::run(&mut probe),
         "hostile-repo" => hostile::run(&mut probe),
         _ => return None,
     }

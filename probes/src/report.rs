@@ -111,6 +111,26 @@ impl<'a> Probe<'a> {
         }
     }
 
+    /// As [`Probe::deny`], for an action whose success is an answer: Ok carries what answered (a
+    /// status line, a byte count; never the data), which the breach's evidence names.
+    pub fn deny_answered(
+        &mut self,
+        op: &Operation,
+        what: &str,
+        attempt: impl FnOnce() -> io::Result<String>,
+    ) -> bool {
+        if !self.runs(op) {
+            return false;
+        }
+        match attempt() {
+            Ok(answer) => {
+                self.breach(op, op.id(), format!("{what}: {answer}"));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// The id a breach of `op` gets here: privileged mode is named as the cause where it is one.
     pub fn id_for(&self, op: &Operation) -> Id {
         if self.ctx.privileged && op.ids.contains(&Id::NotPrivileged) {

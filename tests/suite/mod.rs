@@ -1,4 +1,5 @@
 mod docs;
+mod egress;
 mod engine;
 mod gate;
 mod image;

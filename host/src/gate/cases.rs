@@ -24,6 +24,8 @@ pub struct Mutable<'a> {
     pub create: &'a mut ContainerCreateBody,
     pub policy: &'a mut Policy,
     pub volumes: &'a mut BTreeMap<Kind, VolumeCreateRequest>,
+    /// The invocation's network and proxy, in a case with egress.
+    pub egress: Option<&'a mut crate::launch::egress::EgressPlan>,
 }
 
 /// Facts about the gate's host a removal may need.
@@ -35,6 +37,8 @@ pub struct GateEnv {
     pub host_dir: String,
     /// The probe fixture as a git repository, for the task seeder.
     pub fixture_repo: std::path::PathBuf,
+    /// The test CA and the fake vendor's certificate for the egress cases.
+    pub vendor_ca: cordon_fake_vendor::ca::TestCa,
 }
 
 /// Which task storage a case mounts.
@@ -70,6 +74,8 @@ pub struct Case {
     /// removal applied too (a container-level protection whose other half the init holds: a
     /// writable mount's `noexec`, where Landlock alone must refuse the exec).
     pub under_init: bool,
+    /// The case runs with egress: a network, the proxy, the fake vendor and its DNS server.
+    pub egress: bool,
     pub validator: bool,
     pub init: bool,
     pub probe: bool,
@@ -200,6 +206,7 @@ fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case
         hostile: false,
         metadata_in_work: false,
         under_init: false,
+        egress: cordon_contract::egress::rule_name(removed).is_some() || removed == Id::ProxyContainer,
         validator: layers.validator,
         init: layers.init,
         probe: layers.probe,
@@ -226,6 +233,8 @@ fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
         hostile: false,
         metadata_in_work: false,
         under_init: false,
+        // Every Claude C0 proves the egress path holds (and the probes' positive control passes).
+        egress: vendor == Vendor::Claude && !gitlinks,
         also: vec![],
         facet: None,
         validator: true,
@@ -629,6 +638,29 @@ pub fn all() -> Vec<Case> {
             m.create.user = Some("0:0".into());
         },
     )));
+    // Egress: the proxy told to leave out one rule (its attestation names it), its container
+    // changed after the profile built it, and the agent put on the invocation network itself
+    // (where the gateway, the proxy and the endpoint become reachable directly).
+    for (id, rule) in cordon_contract::egress::PROXY_RULES {
+        cases.push(case(&format!("proxy/{rule}"), id, |_, _| {}).with_phase(Phase::Questions));
+    }
+    cases.push(case("proxy-container", Id::ProxyContainer, |m, _| {
+        if let Some(egress) = m.egress.as_mut() {
+            egress.edit_proxy = Some(|body| {
+                if let Some(host) = body.host_config.as_mut() {
+                    host.readonly_rootfs = Some(false);
+                }
+            });
+        }
+    }));
+    let mut on_network = case("network-none/egress", Id::NetworkNone, |m, _| {
+        let network = m.egress.as_ref().map(|e| e.network.name.clone());
+        m.host().network_mode = network;
+    })
+    .with_phase(Phase::Questions)
+    .probe_only();
+    on_network.egress = true;
+    cases.push(on_network);
     // A repository whose links leave the checkout (what the seeder refuses).
     let mut hostile = case("repo-links", Id::RepoLinks, |_, _| {}).probe_only();
     hostile.hostile = true;

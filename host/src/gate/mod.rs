@@ -295,9 +295,94 @@ fn remove(case: &Case, prepared: &mut Prepared, env: &GateEnv) {
             create: &mut prepared.plan.create,
             policy: &mut prepared.plan.policy,
             volumes: &mut prepared.volumes,
+            egress: prepared.egress.as_mut(),
         },
         env,
     );
+}
+
+/// The names of the egress cases: the allowed (mapped) one, an unlisted one the proxy maps too,
+/// an allowed one the test DNS server answers with the endpoint's private address.
+const UNLISTED_HOST: &str = "other.vendor.test";
+const PRIVATE_HOST: &str = "private.vendor.test";
+/// A port the allowlist names, but not for the vendor's name.
+const OTHER_PORT: u16 = 8443;
+
+/// A case's egress: the proxy on an internal network (no route off the machine), the fake vendor
+/// and the DNS server beside it, and the rule the case leaves out.
+fn case_egress(case: &Case) -> Option<crate::profile::EgressSpec> {
+    let vendor = cordon_contract::probe::fixture::VENDOR_HOST;
+    case.egress.then(|| crate::profile::EgressSpec {
+        internal: true,
+        skip: match probe::mode(case) {
+            probe::Mode::ProxySkipping(id) => vec![id],
+            _ => vec![],
+        },
+        ..crate::profile::EgressSpec::allowing(&[
+            vendor.to_owned(),
+            PRIVATE_HOST.to_owned(),
+            format!("{PRIVATE_HOST}:{OTHER_PORT}"),
+        ])
+    })
+}
+
+fn case_fixtures(env: &GateEnv) -> launch::egress::Fixtures {
+    launch::egress::Fixtures {
+        cert_pem: env.vendor_ca.cert_pem.clone(),
+        key_pem: env.vendor_ca.key_pem.clone(),
+        mapped: vec![
+            cordon_contract::probe::fixture::VENDOR_HOST.to_owned(),
+            UNLISTED_HOST.to_owned(),
+        ],
+        resolved: vec![PRIVATE_HOST.to_owned()],
+    }
+}
+
+/// The egress probe's input files, once the proxy runs and every address is known.
+fn probe_inputs(egress: &launch::egress::Egress, env: &GateEnv) -> Result<Vec<(String, Vec<u8>)>> {
+    let missing = |what: &str| Error::Internal(format!("the egress case has no {what} address"));
+    let fixture = cordon_contract::egress::ProbeFixture {
+        allowed: cordon_contract::probe::fixture::VENDOR_HOST.to_owned(),
+        port: 443,
+        unlisted: UNLISTED_HOST.to_owned(),
+        other_port: OTHER_PORT,
+        private_name: PRIVATE_HOST.to_owned(),
+        gateway: egress.gateway.ok_or_else(|| missing("gateway"))?,
+        proxy: egress.proxy_ip.ok_or_else(|| missing("proxy"))?,
+        endpoint: egress.vendor.ok_or_else(|| missing("endpoint"))?,
+        endpoint_port: crate::profile::egress::VENDOR_PORT,
+    };
+    Ok(vec![
+        (
+            cordon_contract::egress::PROBE_FIXTURE.to_owned(),
+            serde_json::to_vec(&fixture).map_err(|e| Error::Internal(e.to_string()))?,
+        ),
+        (
+            cordon_contract::egress::PROBE_CA.to_owned(),
+            env.vendor_ca.ca_pem.clone().into_bytes(),
+        ),
+    ])
+}
+
+/// What the proxy's attestation must say it skipped: exactly the case's rule, or nothing.
+fn check_proxy_attestation(case: &Case, launch: &launch::Launch) -> std::result::Result<(), String> {
+    let Some(egress) = &launch.egress else {
+        return Ok(());
+    };
+    let want: Vec<String> = match probe::mode(case) {
+        probe::Mode::ProxySkipping(id) => cordon_contract::egress::rule_name(id)
+            .map(|n| vec![n.to_owned()])
+            .unwrap_or_default(),
+        _ => vec![],
+    };
+    match &egress.attestation {
+        Some(a) if a.skipped == want => Ok(()),
+        Some(a) => Err(format!(
+            "the proxy attested skipping {:?}, not {want:?}",
+            a.skipped
+        )),
+        None => Err("the proxy never attested".to_owned()),
+    }
 }
 
 /// The probe layer of a case: its own storage, cordon-probe as the agent.
@@ -344,11 +429,15 @@ async fn run_probe_case(
             // Something in the input dir for the probes to try to map executable.
             input_files: vec![("note.txt".to_owned(), b"probe input\n".to_vec())],
             landlock_abi: DEFAULT_LANDLOCK_ABI,
-            egress: None,
+            egress: case_egress(case),
         })?;
         let mut prepared = Prepared::new(engine, &profile)?;
+        if let Some(plan) = prepared.egress.as_mut() {
+            plan.fixtures = Some(case_fixtures(env));
+        }
         match probe::mode(case) {
             probe::Mode::Init => {}
+            probe::Mode::ProxySkipping(_) => {}
             probe::Mode::InitSkipping(id) => {
                 prepared.plan.policy.skip = vec![id];
                 if case.under_init {
@@ -372,9 +461,17 @@ async fn run_probe_case(
         }
         let mut launch = launch::create(ctl, &profile, prepared).await?;
         let ran = async {
+            // Started past the validator on purpose (a container-level case's removal is in
+            // the read-back); the probes are what this layer judges.
+            if let Some(egress) = launch.egress.as_mut() {
+                launch::egress::start_proxy(engine, egress).await?;
+                let extra = probe_inputs(egress, env)?;
+                launch.add_inputs(profile.input_files(), &extra)?;
+            }
             launch.start(engine).await?;
             let code = launch.wait(engine, Duration::from_secs(150)).await?;
             let output = launch.output(engine).await?;
+            check_proxy_attestation(case, &launch).map_err(Error::Internal)?;
             Ok::<_, Error>((code, output))
         }
         .await;
@@ -531,7 +628,7 @@ fn case_profile(
         pins: vec![],
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
-        egress: None,
+        egress: case_egress(case),
     })
 }
 
@@ -580,6 +677,9 @@ async fn run_validator_init(
     let created = async {
         let profile = case_profile(owner, image_id, storage, case)?;
         let mut prepared = Prepared::new(engine, &profile)?;
+        if let Some(plan) = prepared.egress.as_mut() {
+            plan.fixtures = Some(case_fixtures(env));
+        }
         remove(case, &mut prepared, env);
         launch::create(ctl, &profile, prepared).await
     };
@@ -691,6 +791,8 @@ pub async fn run_with_progress(
         socket: engine.info().socket.clone(),
         host_dir: host_dir.to_string_lossy().into_owned(),
         fixture_repo: fixture_repo.clone(),
+        vendor_ca: cordon_fake_vendor::ca::generate(&[cordon_contract::probe::fixture::VENDOR_HOST])
+            .map_err(|e| Error::Internal(format!("the gate's test CA: {e}")))?,
     };
     let result = match probe::fixture_repository(&fixture_repo) {
         Ok(()) => run_owned(ctl, image_id, options, &owner, &env, progress).await,

@@ -25,12 +25,15 @@ pub enum Mode {
     InitSkipping(Id),
     /// cordon-probe is the entrypoint; there is no init.
     WithoutInit,
+    /// Under cordon-init, everything enforced, the egress proxy told to leave one rule out.
+    ProxySkipping(Id),
 }
 
 /// How `case` runs its probes.
 pub fn mode(case: &Case) -> Mode {
     match case.removed {
         None => Mode::Init,
+        Some(id) if cordon_contract::egress::rule_name(id).is_some() => Mode::ProxySkipping(id),
         Some(id) if id.layers().init_only() || case.under_init => Mode::InitSkipping(id),
         Some(_) => Mode::WithoutInit,
     }
@@ -45,6 +48,8 @@ fn reached(op: &Operation, id: Id, case: &Case) -> bool {
     let writable_phase = case.phase.work_writable();
     let root = removed.contains(&Id::NonRootUser);
     match (op.probe, op.action) {
+        // The egress probe tries nothing without the invocation's network.
+        ("egress", _) if !case.egress => false,
         // Under the init, Landlock refuses the exec even from an exec-capable mount; the mapping
         // is no exec, and nothing but the mount's noexec refuses it.
         ("exec-policy", "exec-scratch-copy") => mode(case) == Mode::WithoutInit,

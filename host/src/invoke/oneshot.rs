@@ -33,6 +33,10 @@ pub struct OneShot {
     pub work: Area,
     /// Where the storage's uid comes from.
     pub uids: crate::uids::UidRange,
+    /// The network allowlist (empty: no network, no proxy).
+    pub allow: Vec<String>,
+    /// How its egress is set up.
+    pub egress: super::EgressOptions,
 }
 
 /// Where the time went (milliseconds).
@@ -91,7 +95,7 @@ pub async fn oneshot(
                 .or_else(|| storage.head.clone())
                 .unwrap_or_default(),
             deadline: Instant::now() + run.deadline,
-            network_allowlist: vec![],
+            network_allowlist: run.allow.clone(),
             attempt: run.attempt.clone(),
             storage: storage.clone(),
         };
@@ -101,7 +105,10 @@ pub async fn oneshot(
             ctl,
             captured,
             run.credential.clone(),
-            Options::new(ImageSource::Id(image_id.to_owned())),
+            Options {
+                egress: run.egress.clone(),
+                ..Options::new(ImageSource::Id(image_id.to_owned()))
+            },
         )
         .await?;
         tokio::pin!(shutdown);

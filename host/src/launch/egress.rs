@@ -78,6 +78,8 @@ pub struct Egress {
     pub gateway: Option<Ipv4Addr>,
     pub vendor: Option<Ipv4Addr>,
     pub resolver: Option<Ipv4Addr>,
+    /// The proxy's address, once it started.
+    pub proxy_ip: Option<Ipv4Addr>,
     /// What the proxy was told.
     pub spec: EgressSpec,
     /// What the proxy said once started.
@@ -188,6 +190,7 @@ pub async fn create(
         gateway,
         vendor: None,
         resolver: None,
+        proxy_ip: None,
         spec: egress_plan.spec.clone(),
         attestation: None,
     };
@@ -246,8 +249,12 @@ pub async fn create(
     Ok((egress, refusals))
 }
 
-/// Start the proxy and read its attestation (its first stdout line) within [`ATTEST_WITHIN`].
+/// Start the proxy and read its attestation (its first stdout line) within [`ATTEST_WITHIN`]. A
+/// proxy that attested already is left as it is.
 pub async fn start_proxy(engine: &Engine, egress: &mut Egress) -> Result<()> {
+    if egress.attestation.is_some() {
+        return Ok(());
+    }
     start(engine, &egress.proxy).await?;
     let options = LogsOptions {
         stdout: true,
@@ -288,6 +295,7 @@ pub async fn start_proxy(engine: &Engine, egress: &mut Egress) -> Result<()> {
             })
         }
     };
+    egress.proxy_ip = Some(address(engine, &egress.proxy, &egress.network_name).await?);
     egress.attestation = Some(parse_attestation(&line)?);
     Ok(())
 }

@@ -148,6 +148,19 @@ impl Uploads {
     }
 }
 
+impl Uploads {
+    /// The input files replaced by `files` (the gate's probe fixture, known only once the
+    /// invocation's network exists).
+    pub fn replace_inputs(&mut self, files: &[(&str, &[u8])]) -> Result<()> {
+        self.input = if files.is_empty() {
+            None
+        } else {
+            Some(tar_of(files)?)
+        };
+        Ok(())
+    }
+}
+
 /// Start the loader (it holds control and input mounted: a tmpfs volume lives only while some
 /// container mounts it, and the agent container may start at the same time) and write into it,
 /// the ready marker last. The loader runs no agent code and stays until cleanup.

@@ -164,6 +164,10 @@ pub fn networked_body(
     env: Vec<String>,
     egress_volume: Option<&VolumeSpec>,
 ) -> ContainerCreateBody {
+    // PATH named, or the engine adds its own default.
+    let env = std::iter::once("PATH=/usr/bin:/bin".to_owned())
+        .chain(env)
+        .collect();
     let mut body = hardened_body(Hardened {
         image_id,
         labels: allocation.labels(kind),
@@ -181,6 +185,7 @@ pub fn networked_body(
     });
     if let Some(host) = body.host_config.as_mut() {
         host.network_mode = Some(allocation.name(Kind::Network));
+        host.runtime = Some("runc".to_owned());
     }
     body
 }

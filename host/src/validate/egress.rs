@@ -16,10 +16,10 @@ fn refusal(field: &str, expected: &Value, observed: &Value) -> Refusal {
     Refusal::of_field(Id::ProxyContainer, field, show(expected), show(observed))
 }
 
-/// `null`, an empty list and an empty map all mean "none" to the engine.
+/// `null`, `false`, an empty list and an empty map all mean "none" to the engine.
 fn none_like(v: &Value) -> bool {
     match v {
-        Value::Null => true,
+        Value::Null | Value::Bool(false) => true,
         Value::Array(a) => a.is_empty(),
         Value::Object(o) => o.is_empty(),
         Value::String(s) => s.is_empty(),

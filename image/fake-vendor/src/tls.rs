@@ -1,0 +1,162 @@
+//! The vendor's HTTPS endpoint: one certificate for every connection (whatever the SNI, so a
+//! client that asks for another name still gets a handshake, and fails its own verification), the
+//! bounded HTTP/1.1 of `http` behind it, and a record of every request. The same handler serves
+//! plain TCP for a benchmark baseline without TLS.
+
+mod head;
+mod http;
+
+use crate::{echo, lock, Error};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::timeout;
+use tokio_rustls::TlsAcceptor;
+
+/// Connections served at once; more are closed on accept (a fixture, not a load balancer).
+const MAX_CONNECTIONS: usize = 512;
+
+/// The server's certificate chain and key, PEM.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The leaf first, then any intermediates.
+    pub cert_pem: String,
+    /// PKCS#8, PKCS#1 or SEC1.
+    pub key_pem: String,
+}
+
+/// One request the endpoint answered (for tests to assert on).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Seen {
+    /// The client's SNI; `None` over plain TCP or when the client sent none (an IP address).
+    pub sni: Option<String>,
+    pub method: String,
+    /// The request target as sent: path and query (`/source?bytes=10`).
+    pub path: String,
+}
+
+/// A running endpoint. Dropping it stops the accept loop and every connection.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    task: JoinHandle<()>,
+}
+
+impl Server {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request answered so far, in the order their heads arrived.
+    pub fn seen(&self) -> Vec<Seen> {
+        lock(&self.seen).clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serve TLS on `listener` in the background (a tokio task) until the Server is dropped.
+pub fn start(listener: TcpListener, identity: &Identity) -> Result<Server, Error> {
+    let acceptor = TlsAcceptor::from(Arc::new(server_config(identity)?));
+    spawn(listener, Some(acceptor))
+}
+
+/// Serve the same HTTP over plain TCP on `listener` (the benchmark's baseline), until dropped.
+pub fn start_plain(listener: TcpListener) -> Result<Server, Error> {
+    spawn(listener, None)
+}
+
+/// rustls on ring (explicitly, whatever other crates in the same build enable), TLS 1.2 and 1.3,
+/// ALPN `http/1.1` only.
+fn server_config(identity: &Identity) -> Result<rustls::ServerConfig, Error> {
+    let chain = CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::Identity(format!("the certificate PEM: {e}")))?;
+    if chain.is_empty() {
+        return Err(Error::Identity("no certificate in the PEM".to_owned()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes())
+        .map_err(|e| Error::Identity(format!("the key PEM: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| Error::Tls(e.to_string()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+fn spawn(listener: TcpListener, acceptor: Option<TlsAcceptor>) -> Result<Server, Error> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+    let addr = listener.local_addr()?;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let task = runtime.spawn(accept_loop(listener, acceptor, seen.clone()));
+    Ok(Server { addr, seen, task })
+}
+
+/// Accept until aborted. The connections live in this task's JoinSet, so aborting it (dropping
+/// the Server) drops them all.
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _peer)) => {
+                    if connections.len() >= MAX_CONNECTIONS {
+                        continue;
+                    }
+                    connections.spawn(connection(tcp, acceptor.clone(), seen.clone()));
+                }
+                // Out of descriptors, or a connection reset before accept: wait a little, go on.
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn connection(tcp: TcpStream, acceptor: Option<TlsAcceptor>, seen: Arc<Mutex<Vec<Seen>>>) {
+    // Round-trip measurements (`/ping`) must not wait on Nagle's algorithm.
+    let _ = tcp.set_nodelay(true);
+    let Some(acceptor) = acceptor else {
+        http::serve(tcp, &recorder(None, seen)).await;
+        return;
+    };
+    let Ok(Ok(stream)) = timeout(http::IO_BOUND, acceptor.accept(tcp)).await else {
+        return;
+    };
+    let sni = stream.get_ref().1.server_name().map(str::to_owned);
+    http::serve(stream, &recorder(sni, seen)).await;
+}
+
+/// What `http::serve` calls for each request: record it, and echo it when running as the binary.
+fn recorder(sni: Option<String>, seen: Arc<Mutex<Vec<Seen>>>) -> impl Fn(&str, &str) + Send + Sync {
+    move |method: &str, path: &str| {
+        let request = Seen {
+            sni: sni.clone(),
+            method: method.to_owned(),
+            path: path.to_owned(),
+        };
+        echo("tls_request", &request);
+        lock(&seen).push(request);
+    }
+}
+
+#[cfg(test)]
+#[path = "tls_tests.rs"]
+mod tests;
