@@ -39,7 +39,7 @@ use crate::network;
 use crate::report::Probe;
 
 /// Each exchange's deadline: the connect, a response head, a handshake, the wait for bytes back.
-const STEP: Duration = Duration::from_secs(3);
+pub(crate) const STEP: Duration = Duration::from_secs(3);
 /// The most an input file may hold.
 const MAX_INPUT: u64 = 64 * 1024;
 /// The most a response head may hold.
@@ -107,13 +107,17 @@ fn load_fixture(dir: &Path) -> Result<Option<ProbeFixture>, String> {
 fn load_roots(dir: &Path) -> Result<rustls::RootCertStore, String> {
     let shown = dir.join(PROBE_CA).display().to_string();
     let pem = read_input(dir, PROBE_CA).map_err(|e| format!("{shown}: {e}"))?;
+    roots_from_pem(&pem).map_err(|e| format!("{shown}: {e}"))
+}
+
+/// The certificates of a PEM as the only roots.
+pub(crate) fn roots_from_pem(pem: &[u8]) -> Result<rustls::RootCertStore, String> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| format!("{shown}: {e}"))?;
-        roots.add(cert).map_err(|e| format!("{shown}: {e}"))?;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        roots.add(cert.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
     }
     if roots.is_empty() {
-        return Err(format!("{shown}: no certificate"));
+        return Err("no certificate".into());
     }
     Ok(roots)
 }
@@ -190,13 +194,13 @@ fn refused(why: impl Into<String>) -> io::Error {
 }
 
 /// A TCP connection whose every read has to finish before the current exchange's deadline.
-struct Conn {
+pub(crate) struct Conn {
     sock: TcpStream,
     deadline: Instant,
 }
 
 impl Conn {
-    fn open(addr: SocketAddr) -> io::Result<Conn> {
+    pub(crate) fn open(addr: SocketAddr) -> io::Result<Conn> {
         let sock = TcpStream::connect_timeout(&addr, STEP)?;
         sock.set_write_timeout(Some(STEP))?;
         sock.set_nodelay(true)?;
@@ -207,7 +211,7 @@ impl Conn {
     }
 
     /// The next exchange: a fresh [`STEP`].
-    fn step(&mut self) {
+    pub(crate) fn step(&mut self) {
         self.deadline = Instant::now() + STEP;
     }
 }
@@ -286,7 +290,7 @@ fn plain_get_answer(proxy: SocketAddr, authority: &str) -> io::Result<String> {
 
 /// A tunnel to `authority`, which the proxy must open (`HTTP/1.1 200`): its failure is the
 /// setup's, not a protection's.
-fn tunnel(proxy: SocketAddr, authority: &str) -> Result<Conn, String> {
+pub(crate) fn tunnel(proxy: SocketAddr, authority: &str) -> Result<Conn, String> {
     let (conn, head) =
         ask(proxy, &connect_request(authority)).map_err(|e| format!("CONNECT {authority}: {e}"))?;
     if !tunnel_open(&head) {
@@ -307,7 +311,7 @@ fn bytes_back(mut conn: Conn, payload: &[u8]) -> io::Result<String> {
     }
 }
 
-fn client_config(roots: rustls::RootCertStore) -> Result<rustls::ClientConfig, String> {
+pub(crate) fn client_config(roots: rustls::RootCertStore) -> Result<rustls::ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

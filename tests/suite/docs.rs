@@ -60,6 +60,13 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("tls::tests::", "../egress/src"),
     ("proxy::tests::", "../egress/src"),
     ("resolver::tests::", "../egress/src"),
+    ("args::tests::", "../egress/src"),
+    ("egress_binary::", "../egress/tests"),
+    ("forward::tests::", "../init/src"),
+    ("probes::egress::tests::", "../probes/src"),
+    ("probes::network::tests::", "../probes/src"),
+    ("fake_vendor::", "../image/fake-vendor"),
+    ("profile::egress::tests::", "../host/src/profile"),
     ("cli_task::", "../cli/tests"),
 ];
 
@@ -81,11 +88,18 @@ fn gate_md_names_only_existing_tests() {
             let Some((module, test)) = rest.split_once("::") else {
                 continue;
             };
-            let file = root.join("suite").join(format!("{module}.rs"));
-            let source = std::fs::read_to_string(&file).unwrap_or_else(|e| {
-                panic!("docs/gate.md names {word}, but {}: {e}", file.display())
-            });
-            (vec![source], test)
+            // A module with submodules (`suite::egress::engine::test`) is a directory.
+            let dir = root.join("suite").join(module);
+            if dir.is_dir() {
+                let test = test.rsplit("::").next().unwrap_or(test);
+                (rust_sources(&dir), test)
+            } else {
+                let file = root.join("suite").join(format!("{module}.rs"));
+                let source = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+                    panic!("docs/gate.md names {word}, but {}: {e}", file.display())
+                });
+                (vec![source], test)
+            }
         } else if let Some((prefix, dir)) = TEST_FILES.iter().find(|(p, _)| word.starts_with(p)) {
             (rust_sources(&root.join(dir)), &word[prefix.len()..])
         } else {
