@@ -67,7 +67,11 @@ pub async fn image(engine: &Engine) -> String {
 /// (the engine makes a missing named volume for a create that outlived it: such a volume carries
 /// no owner, so only its name shows it); remove what it finds so one failure does not leak.
 pub async fn assert_clean(engine: &Engine, owner: &Owner) {
-    let objects::Owned { containers, volumes, networks } = objects::list_owned(engine, owner)
+    let objects::Owned {
+        containers,
+        volumes,
+        networks,
+    } = objects::list_owned(engine, owner)
         .await
         .expect("listing objects by owner");
     let unlabelled = {
@@ -76,7 +80,10 @@ pub async fn assert_clean(engine: &Engine, owner: &Owner) {
             .await
             .expect("listing volumes by name")
     };
-    if !containers.is_empty() || !volumes.is_empty() || !networks.is_empty() || !unlabelled.is_empty()
+    if !containers.is_empty()
+        || !volumes.is_empty()
+        || !networks.is_empty()
+        || !unlabelled.is_empty()
     {
         let _ = pending::remove_owned(engine, owner).await;
         let _ = pending::Created {

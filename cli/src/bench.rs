@@ -1,4 +1,4 @@
-//! `cordon bench`: launch, gate, invoke and seed benchmarks.
+//! `cordon bench`: launch, gate, invoke, seed and egress benchmarks.
 
 use std::process::ExitCode;
 
@@ -29,6 +29,19 @@ pub enum BenchAction {
         #[arg(long, default_value_t = 10)]
         launch_runs: usize,
     },
+    /// The egress path (forwarder, proxy) against a direct TLS connection to the same endpoint:
+    /// throughput, added round-trip latency, and the proxy's memory with 32 tunnels open.
+    Egress {
+        /// Interleaved pairs (one proxied and one direct container each).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// MiB of each upload and each download.
+        #[arg(long, default_value_t = 64)]
+        mib: u64,
+        /// Measured `/ping`s per container (after 50 unmeasured).
+        #[arg(long, default_value_t = 500)]
+        pings: usize,
+    },
     /// Seeding a generated repository against a plain upload of the same tree.
     Seed {
         #[arg(long, default_value_t = 20_000)]
@@ -48,6 +61,13 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             let report = bench::seed(engine, &built.id, files, mib * 1024 * 1024, runs)
                 .await
                 .context("benchmarking seeding")?;
+            print(ctx.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchAction::Egress { runs, mib, pings } => {
+            let report = cordon::bench_egress::egress(engine, &built.id, runs, mib << 20, pings)
+                .await
+                .context("benchmarking egress")?;
             print(ctx.json, &report, || report.text())?;
             Ok(ExitCode::SUCCESS)
         }

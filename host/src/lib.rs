@@ -16,10 +16,12 @@
 //! - [`storage`], [`task`]: task storage (volumes and keeper); staging, seeding, removal,
 //!   recovery.
 //! - [`invoke`]: capture, start, supervise, settle one invocation.
-//! - [`gate`], [`bench`], [`doctor`]: the truth table, the benchmarks, the environment check.
+//! - [`gate`], [`bench`], [`bench_egress`], [`doctor`]: the truth table, the benchmarks (the egress
+//!   path in its own), the environment check.
 
 pub mod archive;
 pub mod bench;
+pub mod bench_egress;
 pub mod caller_file;
 pub mod controller;
 pub mod doctor;

@@ -114,7 +114,9 @@ fn load_roots(dir: &Path) -> Result<rustls::RootCertStore, String> {
 pub(crate) fn roots_from_pem(pem: &[u8]) -> Result<rustls::RootCertStore, String> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(pem) {
-        roots.add(cert.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
     }
     if roots.is_empty() {
         return Err("no certificate".into());

@@ -7,7 +7,17 @@
 //!   init has reaped them all; prints `{"orphans":N,"zombies":Z}` and exits 0 only when Z is 0.
 //! - `ignore-term-grandchild`: leave a grandchild that logs and ignores SIGTERM, then exit 0.
 //! - `setsid-child`: leave a child in its own session that logs SIGTERM and exits, then exit 0.
+//! - `egress-load (--ca PATH | --ca-env NAME) --name HOST (--proxy ADDR | --direct ADDR)
+//!   [--bytes N] [--runs R] [--pings P] [--warmup W] [--hold K]`: `cordon bench egress`'s load
+//!   against the fake vendor endpoint, through a CONNECT tunnel (`--proxy`, the init's forwarder)
+//!   or straight to it (`--direct`), TLS verified against the given CA alone. Without `--hold`:
+//!   R runs of an upload (`POST /sink`, N bytes) and a download (`GET /source?bytes=N`) on one
+//!   keep-alive connection each, then W unmeasured and P measured `GET /ping` on one more; prints
+//!   one JSON line `{"upload_mib_s":[..],"download_mib_s":[..],"ping_median_us","ping_p90_us",
+//!   "pings"}`. With `--hold K`: opens K connections at once, one `/ping` on each, prints
+//!   `{"holding":K}`, keeps them open [`HOLD_FOR`], then closes them. Every read has a deadline.
 
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
@@ -135,6 +145,270 @@ fn leave_behind(setup: impl FnOnce(), via_grandchild: bool) -> i32 {
     }
 }
 
+/// How long `egress-load --hold` keeps its connections open (the host reads the proxy's memory).
+const HOLD_FOR: Duration = Duration::from_secs(8);
+/// The bulk transfers' write size.
+const CHUNK: usize = 64 * 1024;
+
+/// `egress-load`'s arguments.
+struct Load {
+    roots: rustls::RootCertStore,
+    name: String,
+    via: Via,
+    bytes: u64,
+    runs: u64,
+    pings: u64,
+    warmup: u64,
+    hold: Option<u64>,
+}
+
+enum Via {
+    Proxy(std::net::SocketAddr),
+    Direct(std::net::SocketAddr),
+}
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, crate::egress::Conn>;
+
+fn load_args(args: &[String]) -> Result<Load, String> {
+    let mut value = std::collections::BTreeMap::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let v = it.next().ok_or_else(|| format!("{flag} without a value"))?;
+        value.insert(flag.as_str(), v.as_str());
+    }
+    let get = |k: &str| value.get(k).copied();
+    let num = |k: &str, default: u64| -> Result<u64, String> {
+        get(k).map_or(Ok(default), |v| v.parse().map_err(|e| format!("{k}: {e}")))
+    };
+    let pem = match (get("--ca"), get("--ca-env")) {
+        (Some(path), None) => std::fs::read(path).map_err(|e| format!("{path}: {e}"))?,
+        (None, Some(var)) => std::env::var(var)
+            .map_err(|e| format!("{var}: {e}"))?
+            .into_bytes(),
+        _ => return Err("one of --ca or --ca-env".into()),
+    };
+    let addr = |v: &str| v.parse().map_err(|e| format!("{v}: {e}"));
+    let via = match (get("--proxy"), get("--direct")) {
+        (Some(p), None) => Via::Proxy(addr(p)?),
+        (None, Some(d)) => Via::Direct(addr(d)?),
+        _ => return Err("one of --proxy or --direct".into()),
+    };
+    Ok(Load {
+        roots: crate::egress::roots_from_pem(&pem)?,
+        name: get("--name").ok_or("--name")?.to_owned(),
+        via,
+        bytes: num("--bytes", 64 << 20)?,
+        runs: num("--runs", 1)?,
+        pings: num("--pings", 500)?,
+        warmup: num("--warmup", 50)?,
+        hold: get("--hold").map(|_| num("--hold", 0)).transpose()?,
+    })
+}
+
+/// A TLS connection to the endpoint (through a tunnel or straight), its handshake done.
+fn connect(load: &Load) -> Result<Tls, String> {
+    let conn = match load.via {
+        Via::Proxy(proxy) => crate::egress::tunnel(proxy, &format!("{}:443", load.name))?,
+        Via::Direct(addr) => crate::egress::Conn::open(addr).map_err(|e| format!("{addr}: {e}"))?,
+    };
+    let name =
+        rustls::pki_types::ServerName::try_from(load.name.clone()).map_err(|e| e.to_string())?;
+    let config = crate::egress::client_config(load.roots.clone())?;
+    let client = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+        .map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(client, conn);
+    tls.sock.step();
+    while tls.conn.is_handshaking() {
+        tls.conn
+            .complete_io(&mut tls.sock)
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+    }
+    Ok(tls)
+}
+
+/// One HTTP/1.1 exchange's response: its status and the length of its body, read and dropped
+/// (`keep` bytes of it kept). `buf` carries bytes read past the response (none: one request at a
+/// time, but kept honest).
+fn response(tls: &mut Tls, buf: &mut Vec<u8>, keep: usize) -> Result<(u16, Vec<u8>), String> {
+    let mut chunk = vec![0u8; CHUNK];
+    let head_end = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        if buf.len() > 16 * 1024 {
+            return Err("a response head over 16 KiB".into());
+        }
+        tls.sock.step();
+        match tls
+            .read(&mut chunk)
+            .map_err(|e| format!("response head: {e}"))?
+        {
+            0 => return Err("the connection ended before a response".into()),
+            n => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let code: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status in {:?}", head.lines().next()))?;
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .ok_or("no Content-Length")?;
+    buf.drain(..head_end);
+    let mut kept = Vec::new();
+    let mut left = length;
+    let take = |from: &[u8], kept: &mut Vec<u8>| {
+        let room = keep.saturating_sub(kept.len()).min(from.len());
+        kept.extend_from_slice(&from[..room]);
+    };
+    let first = buf.len().min(left);
+    take(&buf[..first], &mut kept);
+    buf.drain(..first);
+    left -= first;
+    while left > 0 {
+        tls.sock.step();
+        let want = left.min(chunk.len());
+        match tls
+            .read(&mut chunk[..want])
+            .map_err(|e| format!("response body: {e}"))?
+        {
+            0 => return Err(format!("the body ended {left} bytes short")),
+            n => {
+                take(&chunk[..n], &mut kept);
+                left -= n;
+            }
+        }
+    }
+    Ok((code, kept))
+}
+
+fn send(tls: &mut Tls, bytes: &[u8]) -> Result<(), String> {
+    tls.sock.step();
+    tls.write_all(bytes)
+        .and_then(|()| tls.flush())
+        .map_err(|e| format!("write: {e}"))
+}
+
+fn mib_s(bytes: u64, took: Duration) -> f64 {
+    bytes as f64 / 1_048_576.0 / took.as_secs_f64()
+}
+
+/// One upload and one download of `load.bytes` on a fresh connection: MiB/s of each.
+fn bulk(load: &Load) -> Result<(f64, f64), String> {
+    let mut tls = connect(load)?;
+    let mut buf = Vec::new();
+    let n = load.bytes;
+    let body = [b'u'; CHUNK];
+    let t = Instant::now();
+    send(
+        &mut tls,
+        format!(
+            "POST /sink HTTP/1.1\r\nHost: {}\r\nContent-Length: {n}\r\n\r\n",
+            load.name
+        )
+        .as_bytes(),
+    )?;
+    let mut left = n;
+    while left > 0 {
+        let k = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
+        tls.sock.step();
+        tls.write_all(&body[..k])
+            .map_err(|e| format!("upload: {e}"))?;
+        left -= k as u64;
+    }
+    send(&mut tls, &[])?;
+    let (code, answer) = response(&mut tls, &mut buf, 32)?;
+    let up = mib_s(n, t.elapsed());
+    if code != 200 || answer != n.to_string().as_bytes() {
+        return Err(format!(
+            "POST /sink answered {code} {:?}",
+            String::from_utf8_lossy(&answer)
+        ));
+    }
+    let t = Instant::now();
+    send(
+        &mut tls,
+        format!(
+            "GET /source?bytes={n} HTTP/1.1\r\nHost: {}\r\n\r\n",
+            load.name
+        )
+        .as_bytes(),
+    )?;
+    let (code, _) = response(&mut tls, &mut buf, 0)?;
+    let down = mib_s(n, t.elapsed());
+    if code != 200 {
+        return Err(format!("GET /source answered {code}"));
+    }
+    Ok((up, down))
+}
+
+/// One `GET /ping` on `tls`, timed.
+fn ping(tls: &mut Tls, buf: &mut Vec<u8>, name: &str) -> Result<Duration, String> {
+    let t = Instant::now();
+    send(
+        tls,
+        format!("GET /ping HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes(),
+    )?;
+    let (code, body) = response(tls, buf, 16)?;
+    let took = t.elapsed();
+    if code != 200 || body != b"pong" {
+        return Err(format!("GET /ping answered {code}"));
+    }
+    Ok(took)
+}
+
+fn egress_load(args: &[String]) -> Result<String, String> {
+    let load = load_args(args)?;
+    if let Some(k) = load.hold {
+        let mut held = Vec::new();
+        for _ in 0..k {
+            let mut tls = connect(&load)?;
+            let mut buf = Vec::new();
+            ping(&mut tls, &mut buf, &load.name)?;
+            held.push(tls);
+        }
+        println!("{{\"holding\":{k}}}");
+        std::thread::sleep(HOLD_FOR);
+        drop(held);
+        return Ok(format!("{{\"held\":{k}}}"));
+    }
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    for _ in 0..load.runs {
+        let (u, d) = bulk(&load)?;
+        up.push(u);
+        down.push(d);
+    }
+    let mut tls = connect(&load)?;
+    let mut buf = Vec::new();
+    for _ in 0..load.warmup {
+        ping(&mut tls, &mut buf, &load.name)?;
+    }
+    let mut us: Vec<f64> = Vec::new();
+    for _ in 0..load.pings {
+        us.push(ping(&mut tls, &mut buf, &load.name)?.as_secs_f64() * 1e6);
+    }
+    us.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| {
+        us.get(((us.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+    };
+    let line = serde_json::json!({
+        "upload_mib_s": up,
+        "download_mib_s": down,
+        "ping_median_us": at(0.5),
+        "ping_p90_us": at(0.9),
+        "pings": us.len(),
+    });
+    Ok(line.to_string())
+}
+
 /// Run one workload.
 pub fn run(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
@@ -160,6 +434,16 @@ pub fn run(args: &[String]) -> i32 {
             },
             false,
         ),
+        Some("egress-load") => match egress_load(&args[1..]) {
+            Ok(line) => {
+                println!("{line}");
+                0
+            }
+            Err(e) => {
+                eprintln!("cordon-probe: egress-load: {e}");
+                1
+            }
+        },
         _ => 2,
     }
 }

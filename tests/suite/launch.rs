@@ -101,7 +101,11 @@ async fn subpath_profile_is_refused_on_api_1_41() {
         }) => assert!(reason.contains("1.45"), "{reason}"),
         other => panic!("expected a pinned-dirs refusal, got {other:?}"),
     }
-    let cordon::engine::objects::Owned { containers, volumes, networks } = cordon::engine::objects::list_owned(&f.engine, &f.owner)
+    let cordon::engine::objects::Owned {
+        containers,
+        volumes,
+        networks,
+    } = cordon::engine::objects::list_owned(&f.engine, &f.owner)
         .await
         .unwrap();
     assert_eq!(

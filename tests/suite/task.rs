@@ -1153,7 +1153,11 @@ async fn a_test_that_panics_midway_leaves_nothing_of_its_owner() {
         ));
         std::fs::create_dir_all(staging.join("objects/ab")).unwrap();
         std::fs::write(staging.join("objects/ab/cdef"), b"x").unwrap();
-        let cordon::engine::objects::Owned { containers, volumes, networks } = cordon::engine::objects::list_owned(&s.engine, &s.owner)
+        let cordon::engine::objects::Owned {
+            containers,
+            volumes,
+            networks,
+        } = cordon::engine::objects::list_owned(&s.engine, &s.owner)
             .await
             .unwrap();
         assert_eq!(
@@ -1170,7 +1174,11 @@ async fn a_test_that_panics_midway_leaves_nothing_of_its_owner() {
         Some(&"midway, on purpose"),
         "the panic is the test's own"
     );
-    let cordon::engine::objects::Owned { containers, volumes, networks } = cordon::engine::objects::list_owned(&safety.engine, &safety.owner)
+    let cordon::engine::objects::Owned {
+        containers,
+        volumes,
+        networks,
+    } = cordon::engine::objects::list_owned(&safety.engine, &safety.owner)
         .await
         .unwrap();
     assert!(

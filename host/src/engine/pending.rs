@@ -232,15 +232,11 @@ impl Created {
             }
         }
         let containers_unresolved = left.pending.iter().any(|p| p.kind == ObjectKind::Container);
-        let networks = self
-            .networks
-            .iter()
-            .map(|id| (id.clone(), None))
-            .chain(
-                pending_networks
-                    .iter()
-                    .map(|(id, p)| (id.clone(), Some(p.labels.clone()))),
-            );
+        let networks = self.networks.iter().map(|id| (id.clone(), None)).chain(
+            pending_networks
+                .iter()
+                .map(|(id, p)| (id.clone(), Some(p.labels.clone()))),
+        );
         for (id, labels) in networks {
             // A network still holding a container refuses removal: kept for the next pass.
             if containers_unresolved

@@ -206,7 +206,8 @@ fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case
         hostile: false,
         metadata_in_work: false,
         under_init: false,
-        egress: cordon_contract::egress::rule_name(removed).is_some() || removed == Id::ProxyContainer,
+        egress: cordon_contract::egress::rule_name(removed).is_some()
+            || removed == Id::ProxyContainer,
         validator: layers.validator,
         init: layers.init,
         probe: layers.probe,

@@ -365,7 +365,10 @@ fn probe_inputs(egress: &launch::egress::Egress, env: &GateEnv) -> Result<Vec<(S
 }
 
 /// What the proxy's attestation must say it skipped: exactly the case's rule, or nothing.
-fn check_proxy_attestation(case: &Case, launch: &launch::Launch) -> std::result::Result<(), String> {
+fn check_proxy_attestation(
+    case: &Case,
+    launch: &launch::Launch,
+) -> std::result::Result<(), String> {
     let Some(egress) = &launch.egress else {
         return Ok(());
     };
@@ -587,10 +590,13 @@ async fn run_case(
 ) -> Vec<CaseResult> {
     let mut results = Vec::new();
     if case.validator || case.init {
-        results.extend(run_validator_init(ctl, owner, image_id, storage, env, case).await);
+        // Boxed: a case's future is large (the launch, its egress, the probes' fixtures), and the
+        // gate may run on a thread with a small stack (a test's).
+        results
+            .extend(Box::pin(run_validator_init(ctl, owner, image_id, storage, env, case)).await);
     }
     if case.probe {
-        results.push(run_probe_case(ctl, owner, image_id, env, case).await);
+        results.push(Box::pin(run_probe_case(ctl, owner, image_id, env, case)).await);
     }
     results
 }
@@ -791,8 +797,10 @@ pub async fn run_with_progress(
         socket: engine.info().socket.clone(),
         host_dir: host_dir.to_string_lossy().into_owned(),
         fixture_repo: fixture_repo.clone(),
-        vendor_ca: cordon_fake_vendor::ca::generate(&[cordon_contract::probe::fixture::VENDOR_HOST])
-            .map_err(|e| Error::Internal(format!("the gate's test CA: {e}")))?,
+        vendor_ca: cordon_fake_vendor::ca::generate(&[
+            cordon_contract::probe::fixture::VENDOR_HOST,
+        ])
+        .map_err(|e| Error::Internal(format!("the gate's test CA: {e}")))?,
     };
     let result = match probe::fixture_repository(&fixture_repo) {
         Ok(()) => run_owned(ctl, image_id, options, &owner, &env, progress).await,
@@ -859,7 +867,7 @@ async fn run_owned(
                     };
                     progress(at(done.load(Ordering::Relaxed), false));
                     let rows = match storages.get(&case.storage) {
-                        Some(s) => run_case(ctl, owner, image_id, s, env, case).await,
+                        Some(s) => Box::pin(run_case(ctl, owner, image_id, s, env, case)).await,
                         None => vec![],
                     };
                     progress(at(done.fetch_add(1, Ordering::Relaxed) + 1, true));

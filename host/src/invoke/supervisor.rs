@@ -70,7 +70,9 @@ pub async fn start(
     let mut allocation = Allocation::new(&owner, &request.attempt, request.storage.uid)?;
     allocation.id = options.allocation.unwrap_or_else(uuid::Uuid::new_v4);
     if allocation.id.is_nil() {
-        return Err(Error::Invalid("the invocation's allocation id is nil".into()));
+        return Err(Error::Invalid(
+            "the invocation's allocation id is nil".into(),
+        ));
     }
     let image_id = match &options.image {
         ImageSource::Id(id) => id.clone(),

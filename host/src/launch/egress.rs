@@ -172,8 +172,7 @@ pub async fn create(
     record: &Shared<'_>,
 ) -> Result<(Egress, Vec<Refusal>)> {
     let name = egress_plan.network.name.clone();
-    let network_id =
-        objects::create_network(engine, egress_plan.network.clone(), record).await?;
+    let network_id = objects::create_network(engine, egress_plan.network.clone(), record).await?;
     let observed = objects::inspect_network(engine, &network_id)
         .await?
         .ok_or_else(|| Error::Internal(format!("network {name} vanished after create")))?;
@@ -196,8 +195,7 @@ pub async fn create(
     };
     if let Some(fixtures) = &egress_plan.fixtures {
         let body = plan::vendor_body(image_id, allocation, &fixtures.cert_pem, &fixtures.key_pem);
-        let (id, r) =
-            networked(engine, allocation.name(Kind::Vendor), body, &name, record).await?;
+        let (id, r) = networked(engine, allocation.name(Kind::Vendor), body, &name, record).await?;
         refusals.extend(r);
         start(engine, &id).await?;
         let vendor = address(engine, &id, &name).await?;

@@ -85,7 +85,11 @@ impl EgressSpec {
             Mapping::parse(mapping)
                 .map_err(|e| Error::Invalid(format!("egress mapping {mapping:?}: {e}")))?;
         }
-        if let Some(id) = self.skip.iter().find(|id| egress::rule_name(**id).is_none()) {
+        if let Some(id) = self
+            .skip
+            .iter()
+            .find(|id| egress::rule_name(**id).is_none())
+        {
             return invalid(format!("{id} is not a proxy rule"));
         }
         Ok(())
@@ -254,7 +258,10 @@ pub fn resolver_body(
 }
 
 /// The agent's side: the init's forwarder and the proxy URL in the environment.
-pub fn agent_forward() -> (cordon_contract::policy::EgressForward, Vec<(String, String)>) {
+pub fn agent_forward() -> (
+    cordon_contract::policy::EgressForward,
+    Vec<(String, String)>,
+) {
     let url = egress::proxy_url(egress::FORWARD_PORT);
     (
         cordon_contract::policy::EgressForward {

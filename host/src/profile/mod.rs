@@ -24,8 +24,8 @@ mod policy;
 mod spec;
 mod volumes;
 
-pub use egress::EgressSpec;
 pub use body::{hardened_body, masked_paths, start_capability_names, Hardened};
+pub use egress::EgressSpec;
 pub use spec::{
     mountable, ProfileSpec, ENV_ALLOWED_EXTRA, MAX_INPUT_BYTES, MAX_INPUT_FILES, SCHEMA_FILE,
 };

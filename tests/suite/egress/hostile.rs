@@ -444,14 +444,14 @@ impl Hold {
         self.connections.lock().unwrap().clone()
     }
 
-    /// The connections made since the first `from`, once `want` of them have ended (or the
-    /// bound has passed).
+    /// The connections made since the first `from`, once `want` of them have ended and a moment
+    /// has passed in which one more would have shown (or the bound has passed).
     async fn since(&self, from: usize, want: usize) -> Vec<Held> {
         let started = Instant::now();
         loop {
             let new: Vec<Held> = self.connections()[from..].to_vec();
             let done = new.len() >= want && new.iter().all(|h| h.ended);
-            if (done && started.elapsed() > Duration::from_millis(50)) || started.elapsed() > BOUND
+            if (done && started.elapsed() > Duration::from_millis(20)) || started.elapsed() > BOUND
             {
                 return new;
             }
