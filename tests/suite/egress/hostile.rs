@@ -3,10 +3,11 @@
 //! not admitted reaches an upstream, and nothing is left open.
 //!
 //! Each test starts a [`Fixture`]: the fake vendor's DNS server (scripted per test) and TLS server,
-//! a [`Hold`] listener and a [`Trap`], all on 127.0.0.1, and the proxy twice over: [`serve_unix`]
-//! on a socket in a fresh directory (what a client sees) and [`handle`] on one end of a
-//! [`UnixStream::pair`] (its [`Outcome`], which is where the refusal id is: `serve_unix` reports
-//! none). Every case runs both ways, and both must answer the same bytes.
+//! a [`Hold`] listener and a [`Trap`], all on 127.0.0.1, and the proxy twice over:
+//! [`serve_unix_with`] on a socket in a fresh directory (what a client sees) and
+//! [`handle_reported`] on one end of a [`UnixStream::pair`]. Every case runs both ways: both must
+//! answer the same bytes and report the same [`Outcome`] (where the refusal id is) and the same
+//! address dialed (none, for everything refused before the dial).
 //!
 //! The rules: `api.vendor.test` (443) is mapped to the fake vendor, `hold.vendor.test` (443) to the
 //! hold listener (it records what it is sent and never answers), and `*.resolve.test` on the
@@ -17,15 +18,17 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_egress::allowlist::{Allowlist, Mapping};
 use cordon_egress::decide::Rules;
 use cordon_egress::head::{MAX_HEAD, MAX_HEADERS};
-use cordon_egress::proxy::{handle, serve_unix, Config, End, Outcome, Resolve};
+use cordon_egress::proxy::{
+    handle_reported, serve_unix_with, Config, End, Observe, Outcome, Report, Resolve,
+};
 use cordon_egress::resolver::UpstreamResolver;
 use cordon_egress::Refusal;
 use cordon_fake_vendor::dns::{self, Answer, Script};
@@ -466,6 +469,43 @@ impl Drop for Hold {
     }
 }
 
+/// What the proxy on the socket tells: that it listens, and each connection's [`Report`] as it
+/// ends.
+#[derive(Default)]
+struct Reports {
+    listening: AtomicBool,
+    ended: Mutex<Vec<Report>>,
+}
+
+impl Observe for Reports {
+    fn listening(&self, _path: &Path) {
+        self.listening.store(true, Ordering::SeqCst);
+    }
+
+    fn ended(&self, report: &Report) {
+        self.ended.lock().unwrap().push(report.clone());
+    }
+}
+
+impl Reports {
+    fn len(&self) -> usize {
+        self.ended.lock().unwrap().len()
+    }
+
+    /// The reports after the first `from`, once there is one.
+    async fn after(&self, from: usize) -> Vec<Report> {
+        let started = Instant::now();
+        loop {
+            let ended = self.ended.lock().unwrap()[from..].to_vec();
+            if !ended.is_empty() {
+                return ended;
+            }
+            assert!(started.elapsed() < BOUND, "no report of a connection");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 /// The proxy (on its socket and by `handle`), its resolver, the fake vendor's DNS and TLS
 /// servers, the hold listener and the trap, for one test. Dropped, it stops the proxy and removes
 /// its directory whatever happened; [`Fixture::finish`] also checks that nothing was left.
@@ -479,6 +519,7 @@ struct Fixture {
     tls: tokio_rustls::TlsConnector,
     trap: Trap,
     hold: Hold,
+    reports: Arc<Reports>,
     /// TLS requests the vendor answered through a tunnel: exactly what its `seen()` must list.
     answered: AtomicUsize,
     stop: Option<oneshot::Sender<()>>,
@@ -552,16 +593,16 @@ impl Fixture {
         std::fs::create_dir(&dir).unwrap();
         let socket = dir.join("egress.sock");
         let (stop, stopped) = oneshot::channel::<()>();
+        let reports = Arc::new(Reports::default());
         let server = tokio::spawn({
             let socket = socket.clone();
             let config = config.clone();
             let resolver: Arc<dyn Resolve> = resolver.clone();
-            async move {
-                serve_unix(&socket, config, resolver, async {
-                    let _ = stopped.await;
-                })
-                .await
-            }
+            let observer: Arc<dyn Observe> = reports.clone();
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            async move { serve_unix_with(&socket, config, resolver, shutdown, observer).await }
         });
         let fixture = Fixture {
             dir,
@@ -573,14 +614,15 @@ impl Fixture {
             tls,
             trap,
             hold,
+            reports,
             answered: AtomicUsize::new(0),
             stop: Some(stop),
             server: Some(server),
         };
         let started = Instant::now();
-        while UnixStream::connect(&fixture.socket).await.is_err() {
+        while !fixture.reports.listening.load(Ordering::SeqCst) {
             assert!(started.elapsed() < BOUND, "the proxy never listened");
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         fixture
     }
@@ -592,45 +634,44 @@ impl Fixture {
         }
     }
 
-    /// Run one case by `handle` (the outcome) and then over the socket (the same answer), and
-    /// check what it looked up, what the hold listener got, and that the trap was not dialed.
+    /// Run one case by `handle` and then over the socket, and check the answer, the outcome and
+    /// the address dialed (the same both ways), what it looked up, what the hold listener got,
+    /// and that the trap was not dialed.
     async fn check(&self, case: &Case) {
         let what = &case.what;
         let asked = self.dns.queries().len();
         let held = self.hold.connections().len();
+        let dialed = if case.want == Want::Tunnel {
+            Some(self.vendor.addr())
+        } else if !case.held.is_empty() {
+            Some(self.hold.addr)
+        } else {
+            None
+        };
 
-        let (answer, outcome, took) = self.by_handle(case).await;
+        let (answer, report, took) = self.by_handle(case).await;
         assert_eq!(shown(&answer), shown(&case.answer()), "{what}: the answer");
-        match &case.want {
-            Want::Refused(refusal) => assert_eq!(outcome, Outcome::Refused(*refusal), "{what}"),
-            Want::Unanswered(want) => assert_eq!(&outcome, want, "{what}"),
-            Want::Hello(why) => assert_eq!(outcome, Outcome::HelloRefused(why), "{what}"),
-            Want::Tunnel => assert!(
-                matches!(outcome, Outcome::Relayed { up, down, end: End::Closed } if up > 0 && down > 0),
-                "{what}: {outcome:?}"
-            ),
-            Want::Relayed(end) => {
-                let up: usize = case.held.iter().map(Vec::len).sum();
-                assert_eq!(
-                    outcome,
-                    Outcome::Relayed {
-                        up: up as u64,
-                        down: 0,
-                        end: *end
-                    },
-                    "{what}"
-                );
-            }
-        }
+        assert_eq!(report.dialed, dialed, "{what}: the address dialed");
+        assert_outcome(case, &report.outcome, "by handle");
         let (least, most) = case.took;
         assert!(least <= took && took < most, "{what}: took {took:?}");
 
+        let reported = self.reports.len();
         let (again, took) = self.over_socket(case).await;
         assert_eq!(shown(&again), shown(&answer), "{what}: over the socket");
         assert!(
             least <= took && took < most,
             "{what}: took {took:?} over the socket"
         );
+        let reports = self.reports.after(reported).await;
+        let [again] = reports.as_slice() else {
+            panic!("{what}: one connection, reported {reports:?}");
+        };
+        assert_eq!(
+            again.dialed, dialed,
+            "{what}: the address dialed over the socket"
+        );
+        assert_outcome(case, &again.outcome, "over the socket");
 
         let mut got: Vec<String> = self.dns.queries()[asked..]
             .iter()
@@ -667,19 +708,19 @@ impl Fixture {
         assert_eq!(self.trap.accepted(), 0, "{what}: an answer was dialed");
     }
 
-    /// One run by `handle` on a socket pair: the answer, the outcome, how long it took.
-    async fn by_handle(&self, case: &Case) -> (Vec<u8>, Outcome, Duration) {
+    /// One run by `handle` on a socket pair: the answer, the report, how long it took.
+    async fn by_handle(&self, case: &Case) -> (Vec<u8>, Report, Duration) {
         let (mut client, server) = UnixStream::pair().unwrap();
         let config = self.config.clone();
         let resolver = self.resolver.clone();
         let started = Instant::now();
-        let task = tokio::spawn(async move { handle(server, &config, &*resolver).await });
+        let task = tokio::spawn(async move { handle_reported(server, &config, &*resolver).await });
         let answer = self.drive(&mut client, case).await;
-        let outcome = timeout(BOUND, task)
+        let report = timeout(BOUND, task)
             .await
             .unwrap_or_else(|_| panic!("{}: handle never returned", case.what))
             .unwrap();
-        (answer, outcome, started.elapsed())
+        (answer, report, started.elapsed())
     }
 
     /// One run over the proxy's socket: the answer, how long it took.
@@ -824,6 +865,30 @@ impl Fixture {
         assert!(!self.socket.exists(), "the socket is removed at shutdown");
         // Only the socket was ever in it: `remove_dir` fails on anything left.
         std::fs::remove_dir(&self.dir).unwrap();
+    }
+}
+
+/// The outcome a case wants (`how` it ran, for the message).
+fn assert_outcome(case: &Case, outcome: &Outcome, how: &str) {
+    let what = &case.what;
+    match &case.want {
+        Want::Refused(refusal) => assert_eq!(outcome, &Outcome::Refused(*refusal), "{what} {how}"),
+        Want::Unanswered(want) => assert_eq!(outcome, want, "{what} {how}"),
+        Want::Hello(why) => assert_eq!(outcome, &Outcome::HelloRefused(why), "{what} {how}"),
+        // TLS's own byte counts vary (a resumed session is shorter): bytes went both ways.
+        Want::Tunnel => assert!(
+            matches!(outcome, Outcome::Relayed { up, down, end: End::Closed } if *up > 0 && *down > 0),
+            "{what} {how}: {outcome:?}"
+        ),
+        Want::Relayed(end) => {
+            let up: usize = case.held.iter().map(Vec::len).sum();
+            let want = Outcome::Relayed {
+                up: up as u64,
+                down: 0,
+                end: *end,
+            };
+            assert_eq!(outcome, &want, "{what} {how}");
+        }
     }
 }
 
@@ -1340,13 +1405,14 @@ async fn c5_look_alike_hosts_are_refused_and_case_and_one_dot_are_folded() {
             .unwrap();
     let (mut client, server) = UnixStream::pair().unwrap();
     let config = fx.config.clone();
-    let task = tokio::spawn(async move { handle(server, &config, &resolver).await });
+    let task = tokio::spawn(async move { handle_reported(server, &config, &resolver).await });
     let target = format!("Loopback.RESOLVE.Test.:{trap}");
     client.write_all(&connect(&target)).await.unwrap();
     let answer = read_to_close(&mut client, &target).await;
     assert_eq!(shown(&answer), shown(&status_answer(502)));
-    let outcome = timeout(BOUND, task).await.unwrap().unwrap();
-    assert_eq!(outcome, Outcome::Refused(Refusal::Resolve));
+    let report = timeout(BOUND, task).await.unwrap().unwrap();
+    assert_eq!(report.outcome, Outcome::Refused(Refusal::Resolve));
+    assert_eq!(report.dialed, None);
     let mut datagram = [0u8; 512];
     let mut queries = 0;
     while let Ok(Ok((n, _))) =
@@ -1908,6 +1974,7 @@ async fn c9_tunnels_are_bounded_in_number_and_idle_time() {
     let name = || ServerName::try_from(VENDOR).unwrap();
 
     // max_tunnels real TLS sessions over the socket, held open.
+    let reported = fx.reports.len();
     let mut sessions = Vec::new();
     for i in 0..MAX_TUNNELS {
         let mut client = UnixStream::connect(&fx.socket).await.unwrap();
@@ -1937,6 +2004,14 @@ async fn c9_tunnels_are_bounded_in_number_and_idle_time() {
     while let Some(answer) = extra.join_next().await {
         assert_eq!(shown(&answer.unwrap()), shown(&status_answer(503)));
     }
+    let busy = fx.reports.ended.lock().unwrap()[reported..].to_vec();
+    assert!(
+        busy.len() == 3
+            && busy
+                .iter()
+                .all(|r| r.outcome == Outcome::Busy && r.dialed.is_none()),
+        "{busy:?}"
+    );
     // Every held session still works, then ends.
     for (i, mut tls) in sessions.into_iter().enumerate() {
         tls.write_all(
@@ -1958,12 +2033,29 @@ async fn c9_tunnels_are_bounded_in_number_and_idle_time() {
         let (mut client, _) = tls.into_inner();
         read_to_close(&mut client, "a held tunnel").await;
     }
+    let started = Instant::now();
+    while fx.reports.len() < reported + 3 + MAX_TUNNELS {
+        assert!(started.elapsed() < BOUND, "a held tunnel never ended");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for report in &fx.reports.ended.lock().unwrap()[reported + 3..] {
+        assert!(
+            matches!(
+                report.outcome,
+                Outcome::Relayed {
+                    end: End::Closed,
+                    ..
+                }
+            ) && report.dialed == Some(fx.vendor.addr()),
+            "{report:?}"
+        );
+    }
 
     // A real TLS session left idle ends at the idle deadline (by handle: its outcome).
     let (mut client, server) = UnixStream::pair().unwrap();
     let config = fx.config.clone();
     let resolver = fx.resolver.clone();
-    let task = tokio::spawn(async move { handle(server, &config, &*resolver).await });
+    let task = tokio::spawn(async move { handle_reported(server, &config, &*resolver).await });
     client.write_all(&head).await.unwrap();
     assert_eq!(read_established(&mut client, "idle").await, ESTABLISHED);
     let mut tls = timeout(BOUND, fx.tls.connect(name(), &mut client))
@@ -1976,10 +2068,10 @@ async fn c9_tunnels_are_bounded_in_number_and_idle_time() {
     drop(tls);
     read_to_close(&mut client, "an idle tunnel").await;
     let took = started.elapsed();
-    let outcome = timeout(BOUND, task).await.unwrap().unwrap();
+    let report = timeout(BOUND, task).await.unwrap().unwrap();
     assert!(
-        matches!(outcome, Outcome::Relayed { end: End::Idle, .. }),
-        "{outcome:?}"
+        matches!(report.outcome, Outcome::Relayed { end: End::Idle, .. }),
+        "{report:?}"
     );
     assert!(
         took >= idle - Duration::from_millis(100) && took < idle + Duration::from_secs(3),
