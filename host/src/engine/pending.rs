@@ -79,6 +79,11 @@ pub struct Pending {
 /// volume whose create was cut by the deadline appeared after an immediate lookup had missed it).
 pub const PENDING_GRACE: Duration = Duration::from_secs(3);
 
+/// The pause after removing a container that may be on a user-defined network, before the next
+/// (the engine finishes the endpoint's deletion in a background loop; see
+/// [`Created::remove_once`]).
+pub const NETWORK_SETTLE: Duration = Duration::from_millis(100);
+
 /// An object whose removal could not be confirmed: its create-time id when known, and the owner
 /// labels a caller must find on it before removing it later.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -177,6 +182,11 @@ impl Created {
         }
     }
 
+    /// The record made (or may have made) a network: its containers may be on it.
+    fn holds_network(&self) -> bool {
+        !self.networks.is_empty() || self.pending.iter().any(|p| p.kind == ObjectKind::Network)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.containers.is_empty()
             && self.volumes.is_empty()
@@ -221,14 +231,28 @@ impl Created {
                 left.labels.insert(id.clone(), pending.labels.clone());
             }
         }
-        // Side by side: a running one (the loader) takes the engine a kill and a wait.
-        let removals = self
-            .containers
-            .iter()
-            .map(|id| async move { (id, objects::remove_container(engine, id).await.is_err()) });
-        for (id, failed) in futures_util::future::join_all(removals).await {
-            if failed {
-                left.containers.push(id.clone());
+        if self.holds_network() {
+            // One at a time, with a pause: on this engine (20.10.24) two containers leaving one
+            // user-defined network at once can deadlock the daemon for good (libnetwork takes
+            // the network's and the controller's locks in opposite orders in `getSvcRecords`
+            // and `processEndpointDelete`; moby/libnetwork#2649, fixed in 20.10.27). Seen here:
+            // an invocation's proxy, fake vendor and DNS server removed side by side wedged
+            // every later container exit.
+            for id in &self.containers {
+                if objects::remove_container(engine, id).await.is_err() {
+                    left.containers.push(id.clone());
+                }
+                tokio::time::sleep(NETWORK_SETTLE).await;
+            }
+        } else {
+            // Side by side: a running one (the loader) takes the engine a kill and a wait.
+            let removals = self.containers.iter().map(|id| async move {
+                (id, objects::remove_container(engine, id).await.is_err())
+            });
+            for (id, failed) in futures_util::future::join_all(removals).await {
+                if failed {
+                    left.containers.push(id.clone());
+                }
             }
         }
         let containers_unresolved = left.pending.iter().any(|p| p.kind == ObjectKind::Container);

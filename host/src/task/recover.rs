@@ -311,6 +311,10 @@ pub async fn act(engine: &Engine, owner: &Owner, plan: Plan) -> Result<RecoveryR
                 Ok(()) => report.removed.push(format!("{} {id}", kind.as_str())),
                 Err(e) => failed.push(format!("{} {id}: {e}", kind.as_str())),
             }
+            // One container at a time off a network (see `Created::remove_once`).
+            if kind == ObjectKind::Container && !remove.networks.is_empty() {
+                tokio::time::sleep(crate::engine::pending::NETWORK_SETTLE).await;
+            }
         }
     }
     let volumes = Created {
