@@ -274,6 +274,7 @@ mod tests {
                     checks: vec![],
                     landlock_abi: 6,
                     preflight_us: 1,
+                    egress_forward: None,
                 }),
                 unreleased: vec![],
                 timings: Timings::default(),

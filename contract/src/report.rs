@@ -35,6 +35,10 @@ pub enum InitLine {
         skipped: Vec<Id>,
         landlock_abi: u8,
         preflight_us: u64,
+        /// The loopback port of the egress forwarder, listening before the workload starts
+        /// (absent when the policy has no egress).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        egress_forward: Option<u16>,
     },
     /// The deadline passed; the workload is being killed.
     Deadline { deadline_ms: u64 },
@@ -86,6 +90,7 @@ mod tests {
                 skipped: vec![],
                 landlock_abi: 6,
                 preflight_us: 10,
+                egress_forward: Some(3128),
             },
             InitLine::Exit {
                 code: 0,

@@ -100,8 +100,9 @@ pub fn parse_with(head: &[u8], any_method: bool) -> Result<Connect, Refusal> {
                 return Err(Refusal::Malformed);
             }
             host_seen = true;
-            // The Host header of a CONNECT names the same authority (RFC 9110 9.3.6).
-            if form == Form::Authority && authority(value)? != connect {
+            // The Host header of a CONNECT names the same authority (RFC 9110 9.3.6); anything
+            // else in it, however it fails, is a malformed header, not a second target.
+            if form == Form::Authority && !names_target(value, &connect) {
                 return Err(Refusal::Malformed);
             }
         }
@@ -174,10 +175,29 @@ fn absolute(rest: &str, default_port: u16) -> Result<Connect, Refusal> {
     Ok(Connect { name, port })
 }
 
+/// Whether a Host header names the CONNECT's authority: `host:port` as the request line has it,
+/// or the name alone when the port is 443 (clients that leave out the default port: the target
+/// is the request line's either way).
+fn names_target(value: &str, connect: &Connect) -> bool {
+    match authority(value) {
+        Ok(named) => named == *connect,
+        Err(_) => {
+            connect.port == 443
+                && !value.contains(':')
+                && Name::parse(value).is_ok_and(|name| name == connect.name)
+        }
+    }
+}
+
 /// `host:port` in authority form: no scheme, no path, no userinfo; the port required.
 fn authority(target: &str) -> Result<Connect, Refusal> {
     if target.starts_with('/') || target.contains("://") || target.contains(['/', '?', '#']) {
         return Err(Refusal::Target);
+    }
+    if target.starts_with('[') {
+        // An IPv6 literal, with or without a port: the host rule, before any port is looked for
+        // (its last `:` may be inside the brackets).
+        return Err(Refusal::Host);
     }
     let (host, port) = target.rsplit_once(':').ok_or(Refusal::Target)?;
     let port = parse_port(port)?;

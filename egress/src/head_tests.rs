@@ -190,8 +190,24 @@ fn line_endings_sizes_and_headers_are_bounded() {
     let literal = "CONNECT a.com:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n";
     assert_eq!(
         parsed(literal),
-        Err(Refusal::Host),
-        "a Host header is held to the same rules"
+        Err(Refusal::Malformed),
+        "a Host header naming anything but the target is malformed, however it fails"
+    );
+    // The default port may be left out of the Host header (older clients do), nothing else.
+    for (host, want) in [
+        ("Host: a.com", Ok(())),
+        ("Host: A.com.", Ok(())),
+        ("Host: b.com", Err(Refusal::Malformed)),
+        ("Host: a.com:", Err(Refusal::Malformed)),
+    ] {
+        let text = format!("CONNECT a.com:443 HTTP/1.1\r\n{host}\r\n\r\n");
+        assert_eq!(parsed(&text).map(drop), want, "{host}");
+    }
+    let elsewhere = "CONNECT a.com:8443 HTTP/1.1\r\nHost: a.com\r\n\r\n";
+    assert_eq!(
+        parsed(elsewhere),
+        Err(Refusal::Malformed),
+        "only the default port may be left out"
     );
 }
 

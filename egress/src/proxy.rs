@@ -395,10 +395,17 @@ async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
         Err(refusal) => return refuse(client, refusal).await,
     };
 
-    // 3. The addresses, and the dial.
+    // 3. The addresses, and the dial. The client is watched meanwhile: one that closes (or
+    // sends before the 200) gives its slot back at once, not after the resolver's bound.
     let dialed = tokio::select! {
-        dialed = connect(&admitted, config, resolver) => dialed,
+        // The client first: one already gone, or already sending, dials nothing.
+        biased;
+        early = input(client) => return match early {
+            Early::Bytes => refuse(client, Refusal::Malformed).await,
+            Early::Closed | Early::Nothing => Outcome::ClosedBeforeHead,
+        },
         () = stop.fired() => return Outcome::Shutdown,
+        dialed = connect(&admitted, config, resolver) => dialed,
     };
     let upstream = match dialed {
         Ok((upstream, addr)) => {
@@ -553,6 +560,15 @@ enum Early {
 }
 
 /// Whether the client has sent anything (or closed) since its head, without waiting.
+/// Wait for the client's next input: bytes, or its end.
+async fn input<S: AsyncRead + Unpin>(client: &mut S) -> Early {
+    let mut byte = [0u8; 1];
+    match client.read(&mut byte).await {
+        Ok(0) | Err(_) => Early::Closed,
+        Ok(_) => Early::Bytes,
+    }
+}
+
 async fn early_input<S: AsyncRead + Unpin>(client: &mut S) -> Early {
     let mut byte = [0u8; 1];
     poll_fn(|cx| {

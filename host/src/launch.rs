@@ -69,6 +69,8 @@ pub enum InitVerdict {
         skipped: Vec<Id>,
         landlock_abi: u8,
         preflight_us: u64,
+        /// The egress forwarder's port, listening before the workload started.
+        egress_forward: Option<u16>,
     },
     Refused {
         check: Id,
@@ -391,12 +393,14 @@ pub fn verdict(output: &Output, policy_digest: &str, tty: bool) -> InitVerdict {
             skipped,
             landlock_abi,
             preflight_us,
+            egress_forward,
         }) => InitVerdict::Attested {
             digest_matches: digest == policy_digest,
             checks,
             skipped,
             landlock_abi,
             preflight_us,
+            egress_forward,
         },
         Some(InitLine::Refusal(refusal)) => InitVerdict::Refused {
             check: refusal.id,

@@ -124,16 +124,6 @@ pub fn start(config: Config) -> Result<Forwarder, String> {
     Ok(Forwarder { local, stats })
 }
 
-/// The forwarder's own line once it listens (the attestation has no field for it).
-pub fn listening_line(forwarder: &Forwarder, socket: &str) -> String {
-    serde_json::json!({
-        "egress_forward": "listening",
-        "port": forwarder.local.port(),
-        "socket": socket,
-    })
-    .to_string()
-}
-
 /// A slot of the bound, given back when its connection ends (or never started).
 struct Slot(Arc<Stats>);
 

@@ -179,7 +179,6 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     // workload never starts.
     let forwarder = policy.egress.as_ref().map(|egress| {
         forward::start(forward::Config::new(egress))
-            .map(|f| (f, egress))
             .unwrap_or_else(|e| fail(format!("egress forwarder: {e}")))
     });
 
@@ -189,13 +188,9 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
         skipped: policy.skip.clone(),
         landlock_abi: abi,
         preflight_us: started.elapsed().as_micros() as u64,
+        // Listening already: the workload can use its proxy at once.
+        egress_forward: forwarder.as_ref().map(|f| f.local.port()),
     });
-    // After the attestation, which must stay the first line; still before any workload process.
-    if let Some((forwarder, egress)) = &forwarder {
-        let mut text = forward::listening_line(forwarder, &egress.socket);
-        text.push('\n');
-        let _ = std::io::stderr().lock().write_all(text.as_bytes());
-    }
 
     let fault = || {
         if panic_after_start {

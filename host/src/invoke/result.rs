@@ -33,6 +33,9 @@ pub struct Attestation {
     pub checks: Vec<Id>,
     pub landlock_abi: u8,
     pub preflight_us: u64,
+    /// The loopback port of the agent's egress forwarder (absent: no egress).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress_forward: Option<u16>,
 }
 
 /// Why there is no answer: a stable id and the evidence.
@@ -190,12 +193,14 @@ pub fn assemble(facts: Facts) -> InvocationResult {
                 skipped,
                 landlock_abi,
                 preflight_us,
+                egress_forward,
             } if skipped.is_empty() => {
                 result.attestation = Some(Attestation {
                     policy_digest: facts.policy_digest.clone(),
                     checks,
                     landlock_abi,
                     preflight_us,
+                    egress_forward,
                 });
             }
             InitVerdict::Refused {

@@ -70,7 +70,18 @@ async fn an_invocation_with_egress_has_its_own_network_and_proxy_and_leaves_noth
         .expect("wait");
     let output = launch.output(&f.engine).await.expect("output");
     assert_eq!(code, 0, "{output:?}");
-    assert!(launch.verdict(&output).trusted(), "{output:?}");
+    let verdict = launch.verdict(&output);
+    assert!(verdict.trusted(), "{output:?}");
+    assert!(
+        matches!(
+            verdict,
+            launch::InitVerdict::Attested {
+                egress_forward: Some(3128),
+                ..
+            }
+        ),
+        "the init attests its forwarder: {verdict:?}"
+    );
     let egress = launch.egress.clone().expect("egress");
     let attested = egress.attestation.clone().expect("the proxy attested");
     assert!(attested.skipped.is_empty(), "{attested:?}");
