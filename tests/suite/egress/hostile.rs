@@ -1036,12 +1036,7 @@ async fn c2_ipv6_literals_in_any_form_are_refused_unresolved() {
         Refusal::Host,
     ));
     // Bracketed, with or without a port: the host rule, before any port is looked for.
-    for literal in [
-        "[::1]",
-        "[::ffff:127.0.0.1]",
-        "[fe80::1%25eth0]",
-        "[::1]:",
-    ] {
+    for literal in ["[::1]", "[::ffff:127.0.0.1]", "[fe80::1%25eth0]", "[::1]:"] {
         cases.push(Case::refused(literal, Refusal::Host));
     }
     // Unbracketed, the last colon splits off what is no port.
@@ -1164,9 +1159,10 @@ async fn c3_names_resolving_to_denied_addresses_are_refused_and_never_dialed() {
         cases.push(match answer {
             // Within the resolver's bound: two tries of its timeout (and slack for a loaded
             // machine), not three.
-            Answer::Silent => case
-                .looks_up_retried(&name, *tries)
-                .taking(RESOLVE_TIMEOUT, RESOLVE_TIMEOUT * 2 + Duration::from_millis(1200)),
+            Answer::Silent => case.looks_up_retried(&name, *tries).taking(
+                RESOLVE_TIMEOUT,
+                RESOLVE_TIMEOUT * 2 + Duration::from_millis(1200),
+            ),
             _ => case.looks_up_times(&name, *tries),
         });
     }
@@ -1517,8 +1513,14 @@ async fn c6_userinfo_and_port_games_are_refused() {
         ("Host: api.vendor.test:0443", Refusal::Malformed),
         ("Host: api.vendor.test:8443", Refusal::Malformed),
         ("Host: user@api.vendor.test:443", Refusal::Malformed),
-        ("Host: api.vendor.test:443@evil.test:443", Refusal::Malformed),
-        ("Host: evil.test:443@api.vendor.test:443", Refusal::Malformed),
+        (
+            "Host: api.vendor.test:443@evil.test:443",
+            Refusal::Malformed,
+        ),
+        (
+            "Host: evil.test:443@api.vendor.test:443",
+            Refusal::Malformed,
+        ),
     ] {
         cases.push(Case::head(
             host,
