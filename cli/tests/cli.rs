@@ -104,7 +104,7 @@ fn egress_proxy_answers_raw_requests_by_its_rules() {
             .args(["egress", "proxy", "--allow", "fake.vendor.test"])
             .arg(format!("--listen=unix:{}", socket.display()))
             .arg(format!("--map=fake.vendor.test=127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap(),
         dir.clone(),
@@ -154,20 +154,39 @@ fn egress_proxy_answers_raw_requests_by_its_rules() {
     let status = proxy.wait().unwrap();
     let mut log = String::new();
     proxy
-        .stderr
+        .stdout
         .take()
         .unwrap()
         .read_to_string(&mut log)
         .unwrap();
     assert!(status.success(), "{status}: {log}");
-    for id in [
-        "egress-method",
-        "egress-not-allowed",
-        "egress-port",
-        "egress-host",
-        "egress-malformed",
-    ] {
-        assert!(log.contains(id), "the log names {id}: {log}");
-    }
+    // The proxy's own JSON lines: its attestation first, one line per connection, its stop.
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert_eq!(lines[0]["egress"], "listening", "{log}");
+    assert_eq!(lines[0]["allow"][0], "fake.vendor.test:443", "{log}");
+    let refused: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["egress"] == "refused")
+        .filter_map(|l| l["id"].as_str())
+        // The test's own connects while it waited for the socket.
+        .filter(|id| *id != "egress-closed")
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            "egress-method",
+            "egress-not-allowed",
+            "egress-port",
+            "egress-host",
+            "egress-malformed",
+            // The admitted CONNECT, closed before any ClientHello.
+            "egress-sni"
+        ],
+        "{log}"
+    );
+    assert_eq!(lines[lines.len() - 1]["egress"], "stopped", "{log}");
     assert!(!socket.exists(), "the socket is removed on shutdown");
 }

@@ -32,6 +32,7 @@ pub mod host;
 pub mod journal;
 pub mod proxy;
 pub mod resolver;
+pub mod serve;
 pub mod tls;
 
 /// Why the proxy refused a request: a stable id, and the status the client gets.
