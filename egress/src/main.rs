@@ -36,4 +36,3 @@ fn main() -> ExitCode {
     };
     runtime.block_on(serve(args))
 }
-
