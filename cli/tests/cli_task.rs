@@ -250,6 +250,32 @@ fn run_prints_a_settled_attested_result() {
     assert!(leftovers(&owner).is_empty());
 }
 
+/// `--allow` gives the run a network and a proxy of its own (the fake CLI dials nothing): the
+/// init attests its forwarder, and the proxy and network go with the run.
+#[test]
+fn run_with_an_allowlist_has_its_own_proxy_and_leaves_nothing() {
+    let repo = small_repository("run-egress");
+    let owner = format!("t-run-egress-{}", std::process::id());
+    let out = succeeded(run_command(&repo, &owner, "hello").args([
+        "--allow",
+        "api.vendor.test",
+        "--map",
+        "api.vendor.test=127.0.0.1:9",
+    ]));
+    let result = &json(&out)["result"];
+    assert!(result["answer"].is_string(), "{result}");
+    assert_eq!(result["attestation"]["egress_forward"], 3128, "{result}");
+    // An entry not written canonically is refused (at capture: the storage goes too).
+    let odd = run_command(&repo, &owner, "hello")
+        .args(["--allow", "API.vendor.test"])
+        .output()
+        .unwrap();
+    assert_eq!(odd.status.code(), Some(2));
+    assert_eq!(json(&odd)["error"], "invalid-input");
+    let _ = std::fs::remove_dir_all(&repo);
+    assert!(leftovers(&owner).is_empty());
+}
+
 /// The controller killed with SIGKILL while its agent runs: `cordon recover` removes the agent
 /// container and its invocation volumes and hands back the storage; nothing is left.
 #[test]
