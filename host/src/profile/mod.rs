@@ -44,7 +44,7 @@ pub struct Area {
 impl Area {
     fn check(self, name: &str) -> Result<()> {
         // tmpfs rounds sizes up to whole pages; exact statfs totals need page-aligned sizes.
-        if self.bytes == 0 || self.bytes % 4096 != 0 || self.inodes < 2 {
+        if self.bytes == 0 || !self.bytes.is_multiple_of(4096) || self.inodes < 2 {
             return Err(Error::Invalid(format!(
                 "{name}: {} bytes / {} inodes (bytes must be a positive multiple of 4096, inodes at least 2)",
                 self.bytes, self.inodes
