@@ -789,6 +789,10 @@ pub async fn run_with_progress(
 ) -> Result<GateReport> {
     let engine = ctl.engine();
     let owner = Owner::random("gate");
+    // Made first: a CA that cannot be made leaves nothing behind.
+    let vendor_ca =
+        cordon_fake_vendor::ca::generate(&[cordon_contract::probe::fixture::VENDOR_HOST])
+            .map_err(|e| Error::Internal(format!("the gate's test CA: {e}")))?;
     let host_dir = std::env::temp_dir().join(format!("cordon-gate-{}", owner.as_str()));
     std::fs::create_dir(&host_dir)
         .map_err(|e| Error::io(format!("creating {}", host_dir.display()), e))?;
@@ -797,10 +801,7 @@ pub async fn run_with_progress(
         socket: engine.info().socket.clone(),
         host_dir: host_dir.to_string_lossy().into_owned(),
         fixture_repo: fixture_repo.clone(),
-        vendor_ca: cordon_fake_vendor::ca::generate(&[
-            cordon_contract::probe::fixture::VENDOR_HOST,
-        ])
-        .map_err(|e| Error::Internal(format!("the gate's test CA: {e}")))?,
+        vendor_ca,
     };
     let result = match probe::fixture_repository(&fixture_repo) {
         Ok(()) => run_owned(ctl, image_id, options, &owner, &env, progress).await,
