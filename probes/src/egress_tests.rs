@@ -23,12 +23,28 @@ fn fixture() -> ProbeFixture {
     }
 }
 
-/// A fresh, empty directory for one test.
-fn dir(name: &str) -> PathBuf {
+/// A fresh, empty directory for one test, removed when the test ends however it ends.
+struct TestDir(PathBuf);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dir(name: &str) -> TestDir {
     let dir = std::env::temp_dir().join(format!("cordon-egress-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TestDir(dir)
 }
 
 // --- HTTPS_PROXY ---

@@ -97,15 +97,30 @@ fn unused_storage() -> StorageHandle {
     }
 }
 
-fn schema_file(name: &str, text: &str) -> std::path::PathBuf {
+/// A `schema.json` in a directory of its own, removed when the test is done with it.
+struct SchemaFile(std::path::PathBuf);
+
+impl SchemaFile {
+    fn path(&self) -> std::path::PathBuf {
+        self.0.join("schema.json")
+    }
+}
+
+impl Drop for SchemaFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn schema_file(name: &str, text: &str) -> SchemaFile {
     let dir = std::env::temp_dir().join(format!(
         "cordon-schema-{name}-{}",
         uuid::Uuid::new_v4().simple()
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("schema.json");
-    std::fs::write(&path, text).unwrap();
-    path
+    let file = SchemaFile(dir);
+    std::fs::write(file.path(), text).unwrap();
+    file
 }
 
 /// Capture freezes a request once per attempt id (per controller: another controller is another
@@ -137,17 +152,19 @@ async fn capture_refuses_bad_requests_and_a_second_capture() {
     no_schema.phase = Phase::Planning;
     assert_eq!(capture(&ctl, no_schema).unwrap_err().id(), "schema-invalid");
     let mut schema_in_questions = base();
-    schema_in_questions.schema = Some(schema_file("q", r#"{"type":"object"}"#));
+    let questions_schema = schema_file("q", r#"{"type":"object"}"#);
+    schema_in_questions.schema = Some(questions_schema.path());
     assert_eq!(
         capture(&ctl, schema_in_questions).unwrap_err().id(),
         "schema-invalid"
     );
     let mut bad_schema = base();
     bad_schema.phase = Phase::Planning;
-    bad_schema.schema = Some(schema_file(
+    let draft_2020_schema = schema_file(
         "2020",
         r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object"}"#,
-    ));
+    );
+    bad_schema.schema = Some(draft_2020_schema.path());
     assert_eq!(
         capture(&ctl, bad_schema).unwrap_err().id(),
         "schema-invalid"
@@ -234,7 +251,8 @@ async fn questions_and_planning_answer_with_attestation_and_identity() {
 
     let mut planning = request(&storage, Phase::Planning, "plan it");
     let schema = r#"{"type":"object","required":["steps","risk"],"properties":{"steps":{"type":"array","minItems":1,"items":{"type":"string"}},"risk":{"enum":["low","high"]}}}"#;
-    planning.schema = Some(schema_file("plan", schema));
+    let plan_schema = schema_file("plan", schema);
+    planning.schema = Some(plan_schema.path());
     let result = run(&s, planning).await;
     assert_eq!(
         result.answer.as_deref(),
@@ -256,9 +274,11 @@ async fn a_planning_answer_that_ignores_the_schema_is_no_answer() {
     let s = owned("t-ignored").await;
     let storage = storage(&s).await;
     let mut ignored = request(&storage, Phase::Planning, "cordon-fake:schema-ignored");
-    ignored.schema = Some(schema_file("ignored", PLAN_SCHEMA));
+    let ignored_schema = schema_file("ignored", PLAN_SCHEMA);
+    ignored.schema = Some(ignored_schema.path());
     let mut normal = request(&storage, Phase::Planning, "plan it");
-    normal.schema = Some(schema_file("normal", PLAN_SCHEMA));
+    let normal_schema = schema_file("normal", PLAN_SCHEMA);
+    normal.schema = Some(normal_schema.path());
     let (ignored, normal) = tokio::join!(run(&s, ignored), run(&s, normal));
     assert_eq!(
         (ignored.exit_code, ignored.signal, ignored.stop_reason),
@@ -290,9 +310,11 @@ async fn review_with_a_schema_answers_with_validated_structured_output() {
     let storage = storage(&s).await;
     let review_schema = r#"{"type":"object","required":["verdict","findings"],"additionalProperties":false,"properties":{"verdict":{"enum":["approve","reject"]},"findings":{"type":"array","items":{"type":"object","required":["file"],"properties":{"file":{"type":"string"}}}}}}"#;
     let mut structured = request(&storage, Phase::Review, "review it");
-    structured.schema = Some(schema_file("review", review_schema));
+    let review_schema_file = schema_file("review", review_schema);
+    structured.schema = Some(review_schema_file.path());
     let mut ignored = request(&storage, Phase::Review, "cordon-fake:schema-ignored");
-    ignored.schema = Some(schema_file("review-ignored", review_schema));
+    let review_ignored_schema = schema_file("review-ignored", review_schema);
+    ignored.schema = Some(review_ignored_schema.path());
     let plain = request(&storage, Phase::Review, "review it");
     let (structured, ignored, plain) =
         tokio::join!(run(&s, structured), run(&s, ignored), run(&s, plain));
@@ -318,7 +340,8 @@ async fn runs_that_do_not_answer_settle_with_the_reason() {
     let s = owned("t-modes").await;
     let storage = storage(&s).await;
     let mut schema_check = request(&storage, Phase::Planning, "cordon-fake:schema-violation");
-    schema_check.schema = Some(schema_file("violation", r#"{"type":"object"}"#));
+    let violation_schema = schema_file("violation", r#"{"type":"object"}"#);
+    schema_check.schema = Some(violation_schema.path());
     let cases: Vec<(Request, Option<i64>, Option<i32>, &str)> = vec![
         (schema_check, Some(1), None, "exit-nonzero"),
         (
