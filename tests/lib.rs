@@ -100,6 +100,19 @@ pub async fn assert_clean(engine: &Engine, owner: &Owner) {
     }
 }
 
+/// Fail unless what `owner` has is exactly one task storage: its keeper and its two volumes, no
+/// network (a step that failed or was stopped left nothing of its own).
+pub async fn assert_only_storage(engine: &Engine, owner: &Owner, what: &str) {
+    let owned = objects::list_owned(engine, owner)
+        .await
+        .expect("listing objects by owner");
+    assert!(
+        owned.containers.len() == 1 && owned.volumes.len() == 2 && owned.networks.is_empty(),
+        "{what}: only the storage may be left: {:?}",
+        owned.described()
+    );
+}
+
 /// Task storage for one test (its uid picked like any allocation's).
 pub async fn task_storage(engine: &Engine, owner: &Owner, image_id: &str) -> TaskStorage {
     let allocation = cordon::storage::new_allocation(engine, owner, "test")

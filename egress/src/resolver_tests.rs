@@ -6,11 +6,9 @@ use crate::allowlist::Allowlist;
 use crate::decide::Rules;
 use crate::proxy::{handle, Config, Outcome};
 use crate::Refusal;
-use hickory_proto::op::{Message, OpCode};
-use hickory_proto::rr::rdata::{A, AAAA};
-use hickory_proto::rr::{RData, Record, RecordType};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use cordon_fake_vendor::dns::{self, Answer};
+use hickory_proto::rr::RecordType;
+use std::str::FromStr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::time::timeout;
@@ -24,94 +22,48 @@ enum Script {
     ServFail,
     /// NOERROR, no records.
     Empty,
-    /// The first query of a type gets the first list, every later one the second.
+    /// The first lookup (its A and its AAAA query) gets the first list, every later one the
+    /// second.
     Rebind(Vec<IpAddr>, Vec<IpAddr>),
 }
 
-/// A DNS server on 127.0.0.1 (UDP): records every (name, type) asked, answers from its script;
-/// an unscripted name is NXDOMAIN.
-struct DnsServer {
-    addr: SocketAddr,
-    asked: Arc<Mutex<Vec<(String, RecordType)>>>,
+impl Script {
+    fn answer(&self) -> Answer {
+        match self {
+            Script::Addrs(addrs) => Answer::Addresses(addrs.clone()),
+            Script::NxDomain => Answer::NxDomain,
+            Script::ServFail => Answer::ServFail,
+            Script::Empty => Answer::Empty,
+            Script::Rebind(first, later) => {
+                Answer::Sequence(vec![first.clone(), first.clone(), later.clone()])
+            }
+        }
+    }
 }
+
+/// The fake vendor's scripted DNS server on 127.0.0.1: records every (name, type) asked, answers
+/// from its script; an unscripted name is NXDOMAIN.
+struct DnsServer(dns::Server);
 
 impl DnsServer {
     async fn start(script: &[(&str, Script)]) -> DnsServer {
-        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let addr = socket.local_addr().unwrap();
-        let script: HashMap<String, Script> = script
-            .iter()
-            .map(|(name, s)| ((*name).to_owned(), s.clone()))
-            .collect();
-        let asked = Arc::new(Mutex::new(Vec::new()));
-        let record = asked.clone();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            while let Ok((n, from)) = socket.recv_from(&mut buf).await {
-                let Ok(query) = Message::from_vec(&buf[..n]) else {
-                    continue;
-                };
-                let Some(question) = query.queries.first().cloned() else {
-                    continue;
-                };
-                let name = question.name().to_ascii().to_ascii_lowercase();
-                let name = name.trim_end_matches('.').to_owned();
-                let kind = question.query_type();
-                let before = {
-                    let mut asked = record.lock().unwrap();
-                    let before = asked
-                        .iter()
-                        .filter(|(n, t)| *n == name && *t == kind)
-                        .count();
-                    asked.push((name.clone(), kind));
-                    before
-                };
-                let mut answer = Message::response(query.metadata.id, OpCode::Query);
-                answer.metadata.recursion_desired = query.metadata.recursion_desired;
-                answer.metadata.recursion_available = true;
-                answer.add_query(question.clone());
-                let addrs = match script.get(&name) {
-                    None | Some(Script::NxDomain) => {
-                        answer.metadata.response_code = ResponseCode::NXDomain;
-                        vec![]
-                    }
-                    Some(Script::ServFail) => {
-                        answer.metadata.response_code = ResponseCode::ServFail;
-                        vec![]
-                    }
-                    Some(Script::Empty) => vec![],
-                    Some(Script::Addrs(addrs)) => addrs.clone(),
-                    Some(Script::Rebind(first, later)) => {
-                        if before == 0 {
-                            first.clone()
-                        } else {
-                            later.clone()
-                        }
-                    }
-                };
-                for ip in addrs {
-                    let rdata = match (ip, kind) {
-                        (IpAddr::V4(v4), RecordType::A) => RData::A(A(v4)),
-                        (IpAddr::V6(v6), RecordType::AAAA) => RData::AAAA(AAAA(v6)),
-                        _ => continue,
-                    };
-                    answer.add_answer(Record::from_rdata(question.name().clone(), 60, rdata));
-                }
-                let Ok(bytes) = answer.to_vec() else {
-                    continue;
-                };
-                let _ = socket.send_to(&bytes, from).await;
-            }
+        let script = script.iter().fold(dns::Script::new(), |s, (name, answer)| {
+            s.answer(name, answer.answer())
         });
-        DnsServer { addr, asked }
+        let bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        DnsServer(dns::start(bind, script).await.unwrap())
     }
 
     fn resolver(&self) -> UpstreamResolver {
-        UpstreamResolver::with_timeout(self.addr, Duration::from_millis(500)).unwrap()
+        UpstreamResolver::with_timeout(self.0.addr(), Duration::from_millis(500)).unwrap()
     }
 
     fn asked(&self) -> Vec<(String, RecordType)> {
-        self.asked.lock().unwrap().clone()
+        self.0
+            .queries()
+            .into_iter()
+            .map(|q| (q.name, RecordType::from_str(&q.record_type).unwrap()))
+            .collect()
     }
 
     fn asked_of(&self, name: &str, kind: RecordType) -> usize {

@@ -472,18 +472,7 @@ async fn start_fails_only_before_allocating() {
         .await
         .unwrap();
     // Only the storage exists.
-    let cordon::engine::objects::Owned {
-        containers,
-        volumes,
-        networks,
-    } = cordon::engine::objects::list_owned(&s.engine, &s.owner)
-        .await
-        .unwrap();
-    assert_eq!(
-        (containers.len(), volumes.len(), networks.len()),
-        (1, 2, 0),
-        "{containers:?} {volumes:?}"
-    );
+    cordon_tests::assert_only_storage(&s.engine, &s.owner, "a start that allocated nothing").await;
     finish(s, &storage).await;
 }
 
@@ -560,18 +549,7 @@ async fn cancel_during_build_create_and_run() {
         );
         assert_eq!(failure(&result), Some("stopped"), "{step:?}");
         assert!(result.unreleased.is_empty(), "{step:?}");
-        let cordon::engine::objects::Owned {
-            containers,
-            volumes,
-            networks,
-        } = cordon::engine::objects::list_owned(&s.engine, &s.owner)
-            .await
-            .unwrap();
-        assert_eq!(
-            (containers.len(), volumes.len(), networks.len()),
-            (1, 2, 0),
-            "{step:?}: only the storage is left: {containers:?} {volumes:?}"
-        );
+        cordon_tests::assert_only_storage(&s.engine, &s.owner, &format!("{step:?}")).await;
     }
     finish(s, &storage).await;
 }
@@ -1093,18 +1071,7 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
         assert_eq!(err.id(), "gitlink-nested", "{err}");
         assert!(err.to_string().contains("deep/er/module"), "{err}");
     }
-    let cordon::engine::objects::Owned {
-        containers,
-        volumes,
-        networks,
-    } = cordon::engine::objects::list_owned(&s.engine, &s.owner)
-        .await
-        .unwrap();
-    assert_eq!(
-        (containers.len(), volumes.len(), networks.len()),
-        (1, 2, 0),
-        "only the storage"
-    );
+    cordon_tests::assert_only_storage(&s.engine, &s.owner, "refused gitlinks").await;
     let planning = run(&s, request(&nested, Phase::Questions, "hello")).await;
     assert!(planning.answer.is_some(), "{planning:#?}");
     finish(s, &nested).await;

@@ -101,18 +101,7 @@ async fn subpath_profile_is_refused_on_api_1_41() {
         }) => assert!(reason.contains("1.45"), "{reason}"),
         other => panic!("expected a pinned-dirs refusal, got {other:?}"),
     }
-    let cordon::engine::objects::Owned {
-        containers,
-        volumes,
-        networks,
-    } = cordon::engine::objects::list_owned(&f.engine, &f.owner)
-        .await
-        .unwrap();
-    assert_eq!(
-        (containers.len(), volumes.len(), networks.len()),
-        (1, 2, 0),
-        "only the task storage exists"
-    );
+    cordon_tests::assert_only_storage(&f.engine, &f.owner, "a profile refused before create").await;
     // Forced past the plan, the engine drops the Subpath silently; the read-back catches it.
     let mut prepared = Prepared::new(&f.engine, &base).unwrap();
     prepared.plan.create = pinned.create_body();

@@ -1153,18 +1153,7 @@ async fn a_test_that_panics_midway_leaves_nothing_of_its_owner() {
         ));
         std::fs::create_dir_all(staging.join("objects/ab")).unwrap();
         std::fs::write(staging.join("objects/ab/cdef"), b"x").unwrap();
-        let cordon::engine::objects::Owned {
-            containers,
-            volumes,
-            networks,
-        } = cordon::engine::objects::list_owned(&s.engine, &s.owner)
-            .await
-            .unwrap();
-        assert_eq!(
-            (containers.len(), volumes.len(), networks.len()),
-            (1, 2, 0),
-            "the storage exists"
-        );
+        cordon_tests::assert_only_storage(&s.engine, &s.owner, "before the panic").await;
         panic!("midway, on purpose");
     })
     .await;

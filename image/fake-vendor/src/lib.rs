@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod ca;
 pub mod dns;
+pub mod hello;
 pub mod tls;
 
 /// Why a server could not be set up, or an argument was refused.

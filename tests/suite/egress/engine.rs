@@ -151,11 +151,7 @@ async fn a_proxy_container_that_differs_from_its_profile_is_refused() {
             launch.refusals
         );
         launch.finish(&f.engine).await.expect("cleanup");
-        let left = owned_now(&f).await;
-        assert!(
-            left.networks.is_empty() && left.containers.len() == 1,
-            "{field}: only the storage's keeper is left: {left:?}"
-        );
+        cordon_tests::assert_only_storage(&f.engine, &f.owner, field).await;
     }
     f.finish().await;
 }
@@ -184,13 +180,7 @@ async fn recover_removes_a_killed_invocations_proxy_and_network() {
     let report = cordon::task::recover::recover(&f.ctl, &f.owner, false)
         .await
         .expect("recover");
-    let after = owned_now(&f).await;
-    assert!(after.networks.is_empty(), "{report:?} {after:?}");
-    // Only the storage (keeper and its two volumes) is left for `finish` to remove.
-    assert_eq!(
-        (after.containers.len(), after.volumes.len()),
-        (1, 2),
-        "{after:?}"
-    );
+    // Only the storage is left for `finish` to remove.
+    cordon_tests::assert_only_storage(&f.engine, &f.owner, &format!("{report:?}")).await;
     f.finish().await;
 }

@@ -32,7 +32,7 @@ use cordon_egress::proxy::{
 use cordon_egress::resolver::UpstreamResolver;
 use cordon_egress::Refusal;
 use cordon_fake_vendor::dns::{self, Answer, Script};
-use cordon_fake_vendor::{ca, tls};
+use cordon_fake_vendor::{ca, hello, tls};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -275,54 +275,7 @@ fn client_config(roots: rustls::RootCertStore) -> rustls::ClientConfig {
 
 /// The first flight of a real rustls client for `server` (no SNI when it is an IP address).
 fn real_hello(server: &str) -> Vec<u8> {
-    let config = Arc::new(client_config(rustls::RootCertStore::empty()));
-    let name = ServerName::try_from(server.to_owned()).unwrap();
-    let mut client = rustls::ClientConnection::new(config, name).unwrap();
-    let mut out = Vec::new();
-    client.write_tls(&mut out).unwrap();
-    out
-}
-
-/// A hand-made ClientHello record with these extensions (type, payload).
-fn hello_with(extensions: &[(u16, Vec<u8>)]) -> Vec<u8> {
-    let mut ext = Vec::new();
-    for (kind, data) in extensions {
-        ext.extend_from_slice(&kind.to_be_bytes());
-        ext.extend_from_slice(&(data.len() as u16).to_be_bytes());
-        ext.extend_from_slice(data);
-    }
-    let mut body = vec![3, 3];
-    body.extend_from_slice(&[7; 32]);
-    body.push(0);
-    body.extend_from_slice(&[0, 2, 0x13, 0x01]);
-    body.extend_from_slice(&[1, 0]);
-    body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
-    body.extend_from_slice(&ext);
-    let mut handshake = vec![1];
-    handshake.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
-    handshake.extend_from_slice(&body);
-    record(22, &handshake)
-}
-
-/// A server_name extension's payload with these (type, name) entries.
-fn sni(names: &[(u8, &[u8])]) -> Vec<u8> {
-    let mut list = Vec::new();
-    for (kind, name) in names {
-        list.push(*kind);
-        list.extend_from_slice(&(name.len() as u16).to_be_bytes());
-        list.extend_from_slice(name);
-    }
-    let mut data = (list.len() as u16).to_be_bytes().to_vec();
-    data.extend_from_slice(&list);
-    data
-}
-
-/// One TLS record (TLS 1.0 in the header, as ClientHellos are sent).
-fn record(kind: u8, payload: &[u8]) -> Vec<u8> {
-    let mut out = vec![kind, 3, 1];
-    out.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-    out.extend_from_slice(payload);
-    out
+    hello::real(server).unwrap()
 }
 
 /// A real ClientHello's handshake message split over two records (legal TLS, refused here).
@@ -330,7 +283,7 @@ fn split_hello(server: &str) -> Vec<u8> {
     let hello = real_hello(server);
     let payload = &hello[5..];
     let (first, second) = payload.split_at(payload.len() / 2);
-    [record(22, first), record(22, second)].concat()
+    [hello::record(22, first), hello::record(22, second)].concat()
 }
 
 /// A real ClientHello with one more byte in its record, after the handshake message.
@@ -338,7 +291,7 @@ fn hello_with_trailing_byte(server: &str) -> Vec<u8> {
     let hello = real_hello(server);
     let mut payload = hello[5..].to_vec();
     payload.push(0);
-    record(22, &payload)
+    hello::record(22, &payload)
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1863,9 +1816,9 @@ async fn c9_a_tunnel_carries_only_a_client_hello_for_its_host() {
     let one_name = "not exactly one host name";
     let not_handshake = "not a handshake record";
     let (nul, two, twice) = (
-        sni(&[(0, b"hold.vendor.test\0.evil.test")]),
-        sni(&[(0, HOLD.as_bytes()), (0, b"evil.test")]),
-        sni(&[(0, HOLD.as_bytes()), (0, HOLD.as_bytes())]),
+        hello::server_name(&[(0, b"hold.vendor.test\0.evil.test")]),
+        hello::server_name(&[(0, HOLD.as_bytes()), (0, b"evil.test")]),
+        hello::server_name(&[(0, HOLD.as_bytes()), (0, HOLD.as_bytes())]),
     );
     // What the client sends right after the 200, and why the proxy closes without forwarding it.
     #[rustfmt::skip]
@@ -1873,24 +1826,24 @@ async fn c9_a_tunnel_carries_only_a_client_hello_for_its_host() {
         ("another SNI", real_hello("cdn.example.net"), other),
         ("another listed name's SNI", real_hello(VENDOR), other),
         ("a look-alike SNI", real_hello("hold.vendor.test.evil.test"), other),
-        ("an SNI with a NUL", hello_with(&[(0, nul)]), other),
-        ("an IP address as SNI", hello_with(&[(0, sni(&[(0, b"127.0.0.1")]))]), other),
+        ("an SNI with a NUL", hello::with_extensions(&[(0, nul)]), other),
+        ("an IP address as SNI", hello::with_extensions(&[(0, hello::server_name(&[(0, b"127.0.0.1")]))]), other),
         ("no SNI (a client dialing an IP address)", real_hello("127.0.0.1"), "no server name"),
-        ("no extensions", hello_with(&[]), "no server name"),
-        ("two names", hello_with(&[(0, two.clone())]), one_name),
-        ("the name twice", hello_with(&[(0, twice)]), one_name),
-        ("an empty name list", hello_with(&[(0, vec![0, 0])]), one_name),
-        ("two server_name extensions", hello_with(&[(0, sni(&[(0, HOLD.as_bytes())])), (0, two)]), "two server_name extensions"),
+        ("no extensions", hello::with_extensions(&[]), "no server name"),
+        ("two names", hello::with_extensions(&[(0, two.clone())]), one_name),
+        ("the name twice", hello::with_extensions(&[(0, twice)]), one_name),
+        ("an empty name list", hello::with_extensions(&[(0, vec![0, 0])]), one_name),
+        ("two server_name extensions", hello::with_extensions(&[(0, hello::server_name(&[(0, HOLD.as_bytes())])), (0, two)]), "two server_name extensions"),
         ("plain HTTP", b"GET / HTTP/1.1\r\nHost: hold.vendor.test\r\n\r\n".to_vec(), not_handshake),
         ("an SSH banner", b"SSH-2.0-OpenSSH_9.6\r\n".to_vec(), not_handshake),
-        ("an alert record", record(21, &[2, 40]), not_handshake),
-        ("an application-data record", record(23, b"hello"), not_handshake),
-        ("a ChangeCipherSpec record", record(20, &[1]), not_handshake),
+        ("an alert record", hello::record(21, &[2, 40]), not_handshake),
+        ("an application-data record", hello::record(23, b"hello"), not_handshake),
+        ("a ChangeCipherSpec record", hello::record(20, &[1]), not_handshake),
         ("an SSLv2-style hello", vec![0x80, 0x2e, 0x01, 0x03, 0x01], not_handshake),
         ("a bad record version", b"\x16\x02\x00\x00\x05hello".to_vec(), "not a TLS record version"),
         ("an empty record", b"\x16\x03\x01\x00\x00".to_vec(), "a record length out of bounds"),
         ("an oversized record", b"\x16\x03\x01\xff\xff".to_vec(), "a record length out of bounds"),
-        ("a ServerHello", record(22, &[2, 0, 0, 0]), "not a ClientHello"),
+        ("a ServerHello", hello::record(22, &[2, 0, 0, 0]), "not a ClientHello"),
         ("a ClientHello split over two records", split_hello(HOLD), "a length past the end of the record"),
         ("a ClientHello and a byte more in its record", hello_with_trailing_byte(HOLD), "more than a ClientHello in the first record"),
     ];
@@ -1948,7 +1901,7 @@ async fn c9_a_tunnel_carries_only_a_client_hello_for_its_host() {
         .holds(&hello)
         .taking(half_close, half_close + Duration::from_secs(3)),
     );
-    let folded = hello_with(&[(0, sni(&[(0, b"HOLD.Vendor.TEST.")]))]);
+    let folded = hello::with_extensions(&[(0, hello::server_name(&[(0, b"HOLD.Vendor.TEST.")]))]);
     cases.push(
         Case::new(
             "a ClientHello naming the host folded, then a FIN",
