@@ -21,6 +21,7 @@ use cordon_contract::{paths, Phase, Vendor};
 use tokio::sync::{Mutex, MutexGuard, OnceCell, RwLock, RwLockWriteGuard};
 
 static IMAGE: OnceCell<String> = OnceCell::const_new();
+static AGENT_IMAGE: OnceCell<image::agent::AgentImage> = OnceCell::const_new();
 static SERIAL: Mutex<()> = Mutex::const_new(());
 /// Held (for writing) by a test that makes an unlabelled cordon-named volume on purpose, and (for
 /// reading) by every leftover check, which would otherwise count that volume as a leak.
@@ -58,6 +59,28 @@ pub async fn image(engine: &Engine) -> String {
                 .await
                 .unwrap_or_else(|e| panic!("building the test image: {e}"));
             built.id
+        })
+        .await
+        .clone()
+}
+
+/// The production agent image, built once per test process: the pinned Claude Code CLI (fetched
+/// with pip into `target/claude-cli` and verified by its sha256; a missing or mismatching download
+/// fails every test that needs it, nothing is skipped) and this workspace's static binaries.
+pub async fn agent_image(engine: &Engine) -> image::agent::AgentImage {
+    AGENT_IMAGE
+        .get_or_init(|| async {
+            let cache = image::pinned::default_cache(&image::default_workspace());
+            let cli = image::pinned::fetch(&image::pinned::CLAUDE_CLI, &cache, &|_| {})
+                .await
+                .unwrap_or_else(|e| panic!("fetching the pinned Claude Code CLI: {e}"));
+            let spec = image::agent::AgentImageSpec::new(
+                cli,
+                image::BinarySource::Workspace(image::default_workspace()),
+            );
+            image::agent::build_agent_image(engine, &spec, &|_| {})
+                .await
+                .unwrap_or_else(|e| panic!("building the agent image: {e}"))
         })
         .await
         .clone()

@@ -278,6 +278,8 @@ mod tests {
                 }),
                 unreleased: vec![],
                 timings: Timings::default(),
+                egress_log: vec![],
+                vendor_log: vec![],
             },
             storage_left: None,
             timings: Default::default(),
@@ -354,6 +356,8 @@ mod tests {
                 setup_error: None,
                 unreleased: vec![],
                 timings: Default::default(),
+                egress_log: vec![],
+                vendor_log: vec![],
             });
             let mut stopped = report(None, None);
             stopped.result = result;

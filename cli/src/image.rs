@@ -4,14 +4,26 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
-use cordon::image::{self, BinarySource, BuiltImage};
+use std::path::PathBuf;
+
+use cordon::image::agent::{self, AgentImage, AgentImageSpec};
+use cordon::image::{self, pinned, BinarySource, BuiltImage};
 
 use crate::{print, progress, Ctx};
 
 #[derive(Debug, Subcommand)]
 pub enum ImageAction {
-    /// Build the static binaries and the test image; report its tag and size.
-    Build,
+    /// Build the static binaries and the test image, or with `--claude-cli` / `--agent` the
+    /// production agent image; report its tag and size.
+    Build {
+        /// Build the agent image from this Claude Code CLI (any `claude` binary, not checked
+        /// against the pin).
+        #[arg(long)]
+        claude_cli: Option<PathBuf>,
+        /// Build the agent image from the pinned CLI (fetched with pip and verified).
+        #[arg(long, conflicts_with = "claude_cli")]
+        agent: bool,
+    },
 }
 
 /// The in-container binaries, built by `build.rs` when this binary was and carried in it, so an
@@ -59,9 +71,49 @@ pub async fn build(ctx: &Ctx) -> anyhow::Result<BuiltImage> {
     built.context("building the test image")
 }
 
+/// Build (or reuse) the production agent image from `cli` (the pinned CLI, fetched and verified,
+/// when `None`), a spinner on stderr meanwhile unless `--json`.
+pub async fn agent(ctx: &Ctx, cli: Option<PathBuf>) -> anyhow::Result<AgentImage> {
+    let bar = progress::spinner(ctx.json);
+    let say = |step: &str| bar.set_message(step.to_owned());
+    let built = async {
+        let cli = match cli {
+            Some(path) => path,
+            None => {
+                let cache = pinned::default_cache(&image::default_workspace());
+                pinned::fetch(&pinned::CLAUDE_CLI, &cache, &say)
+                    .await
+                    .context("fetching the pinned Claude Code CLI")?
+            }
+        };
+        let spec = AgentImageSpec::new(cli, source(ctx));
+        agent::build_agent_image(ctx.ctl.engine(), &spec, &say)
+            .await
+            .context("building the agent image")
+    }
+    .await;
+    bar.finish_and_clear();
+    built
+}
+
 pub async fn run(ctx: &Ctx, action: ImageAction) -> anyhow::Result<ExitCode> {
     match action {
-        ImageAction::Build => {
+        ImageAction::Build { claude_cli, agent } if agent || claude_cli.is_some() => {
+            let built = self::agent(ctx, claude_cli).await?;
+            print(ctx.json, &built, || {
+                format!(
+                    "{} {} ({} bytes{}, {} ms; exec {})\n",
+                    built.built.tag,
+                    built.built.id,
+                    built.built.size_bytes,
+                    if built.built.reused { ", reused" } else { "" },
+                    built.built.build_ms,
+                    built.exec.join(" ")
+                )
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ImageAction::Build { .. } => {
             let built = build(ctx).await?;
             print(ctx.json, &built, || {
                 format!(

@@ -60,7 +60,7 @@ enum Command {
     },
     /// Run one agent invocation on a repository: prepare its storage, run, settle, remove the
     /// storage, print the result (exit 0 with an answer, 1 without).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Remove what an owner left (containers, networks, interrupted storage) and hand back its
     /// intact task storage.
     Recover(task::RecoverArgs),
@@ -124,7 +124,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor => doctor::run(&ctx).await,
         Command::Bench { action } => bench::run(&ctx, action).await,
         Command::Task { action } => task::run(&ctx, action).await,
-        Command::Run(args) => run::run(&ctx, args).await,
+        Command::Run(args) => run::run(&ctx, *args).await,
         Command::Recover(args) => task::recover(&ctx, args).await,
     }
 }

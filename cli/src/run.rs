@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
 
 use crate::{human, image, print, progress, verdict, Ctx};
@@ -27,13 +26,27 @@ pub struct RunArgs {
     /// The planning answer's JSON schema (`schema.json`).
     #[arg(long)]
     schema: Option<PathBuf>,
-    /// `test` runs the fake vendor CLI of the test image (no credential); `claude` needs
-    /// `--image` with the real CLI and CLAUDE_CODE_OAUTH_TOKEN in the environment.
+    /// `test` runs the fake vendor CLI of the test image (no credential, no network); `claude`
+    /// runs the real Claude Code CLI in the agent image, with CLAUDE_CODE_OAUTH_TOKEN or
+    /// ANTHROPIC_API_KEY from the environment, or against the fake Messages API with
+    /// `--fake-vendor`.
     #[arg(long, default_value = "test")]
     vendor: String,
-    /// The image for `--vendor claude`.
+    /// `--vendor claude`: talk to the fake Messages API (on an internal network, as the API's
+    /// own host, trusting a fresh test CA) instead of the vendor; no credential needed.
+    #[arg(long)]
+    fake_vendor: bool,
+    /// The agent image id for `--vendor claude` (built from the pinned CLI when absent).
     #[arg(long)]
     image: Option<String>,
+    /// With `--image`: what may run in it, the CLI and its ELF interpreter (`cordon image build
+    /// --agent` prints them; repeatable).
+    #[arg(long, requires = "image", value_name = "PATH")]
+    exec: Vec<String>,
+    /// `--vendor claude`: build the agent image from this Claude Code CLI instead of the pinned
+    /// one (any `claude` binary: an npm install's, a native build; it is not checked against a pin).
+    #[arg(long, conflicts_with = "image")]
+    claude_cli: Option<PathBuf>,
     /// Owner token for every object made (generated when absent).
     #[arg(long)]
     owner: Option<String>,
@@ -62,6 +75,21 @@ pub struct RunArgs {
     resolver: Option<std::net::SocketAddr>,
 }
 
+/// The vendor credential from the caller's environment: an OAuth token, or an API key.
+fn credential_from_env() -> anyhow::Result<cordon::invoke::Credential> {
+    use cordon::invoke::{Credential, CredentialKind};
+    if let Ok(token) = std::env::var("CLAUDE_CODE_OAUTH_TOKEN") {
+        return Ok(Credential::of(CredentialKind::OAuthToken, token)?);
+    }
+    if let Ok(key) = std::env::var("ANTHROPIC_API_KEY") {
+        return Ok(Credential::of(CredentialKind::ApiKey, key)?);
+    }
+    anyhow::bail!(
+        "--vendor claude needs CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY in the environment \
+         (or --fake-vendor)"
+    )
+}
+
 pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     let prompt = match (args.prompt, &args.prompt_file) {
         (Some(p), _) => p,
@@ -77,23 +105,45 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(schema) = &args.schema {
         cordon::invoke::claude::read_schema(schema)?;
     }
+    let mut fake = None;
+    let mut exec = None;
     let (vendor, image_id, credential) = match args.vendor.as_str() {
-        "test" => (
-            cordon_contract::Vendor::Claude,
-            image::build(ctx).await?.id,
-            None,
-        ),
-        "claude" => {
-            let Some(image) = args.image else {
-                anyhow::bail!("--vendor claude needs --image (an image with the real Claude CLI)");
-            };
-            let token = std::env::var("CLAUDE_CODE_OAUTH_TOKEN")
-                .context("--vendor claude needs CLAUDE_CODE_OAUTH_TOKEN in the environment")?;
+        "test" => {
+            if args.fake_vendor {
+                anyhow::bail!("--fake-vendor is for --vendor claude (the test CLI needs no API)");
+            }
             (
                 cordon_contract::Vendor::Claude,
-                image,
-                Some(cordon::invoke::Credential::new(token)?),
+                image::build(ctx).await?.id,
+                None,
             )
+        }
+        "claude" => {
+            let vendor = cordon_contract::Vendor::Claude;
+            let image = match args.image {
+                Some(id) => {
+                    exec = Some(if args.exec.is_empty() {
+                        vec![cordon_contract::paths::CLAUDE_CLI.to_owned()]
+                    } else {
+                        args.exec.clone()
+                    });
+                    id
+                }
+                None => {
+                    let built = image::agent(ctx, args.claude_cli.clone()).await?;
+                    exec = Some(built.exec);
+                    built.built.id
+                }
+            };
+            let credential = if args.fake_vendor {
+                let api = cordon::invoke::fake_api::fake_api(vendor, &image::build(ctx).await?.id)?;
+                let credential = api.credential.clone();
+                fake = Some(api);
+                credential
+            } else {
+                credential_from_env()?
+            };
+            (vendor, image, Some(credential))
         }
         other => (
             other
@@ -113,13 +163,29 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         args.allow
     };
+    let (egress, vendor_options) = match fake {
+        Some(api) => {
+            if !args.map.is_empty() || args.resolver.is_some() {
+                anyhow::bail!(
+                    "--fake-vendor sets the proxy's mapping itself: drop --map and --resolver"
+                );
+            }
+            (api.egress, api.vendor)
+        }
+        None => (
+            cordon::invoke::EgressOptions {
+                map: args.map,
+                resolver: args.resolver,
+                ..Default::default()
+            },
+            Default::default(),
+        ),
+    };
     let run = cordon::invoke::oneshot::OneShot {
         allow,
-        egress: cordon::invoke::EgressOptions {
-            map: args.map,
-            resolver: args.resolver,
-            ..Default::default()
-        },
+        egress,
+        vendor_options,
+        exec,
         phase: args.phase,
         vendor,
         repo: args.repo,

@@ -606,6 +606,8 @@ pub async fn invoke(
                 uids: crate::uids::UidRange::default(),
                 allow: Vec::new(),
                 egress: Default::default(),
+                vendor_options: Default::default(),
+                exec: None,
             };
             let report = crate::invoke::oneshot::oneshot(
                 ctl,

@@ -193,6 +193,7 @@ impl Setup<'_> {
             key_pem: self.ca.key_pem.clone(),
             mapped: vec![VENDOR_HOST.to_owned()],
             resolved: vec![],
+            image: None,
         });
         let mut launch = launch::create(self.ctl, &profile, prepared).await?;
         let ready = async {

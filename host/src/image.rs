@@ -15,6 +15,10 @@ use crate::archive::Archive;
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 
+pub mod agent;
+pub mod elf;
+pub mod pinned;
+
 pub use cordon_contract::static_build::{PROFILE, TARGET};
 /// The test image's repository name.
 pub const REPOSITORY: &str = "cordon-test";
@@ -199,12 +203,22 @@ async fn binaries(
     source: &BinarySource,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<(&'static str, Vec<u8>)>> {
+    static_binaries(source, &BINARY_NAMES, progress).await
+}
+
+/// The in-container binaries of `names` (of [`BINARY_NAMES`]) from `source`, in that order, each
+/// checked to be static-pie (a workspace source builds them all, and reads only these).
+pub(crate) async fn static_binaries(
+    source: &BinarySource,
+    names: &[&'static str],
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<Vec<(&'static str, Vec<u8>)>> {
     let mut binaries = Vec::new();
     match source {
         BinarySource::Workspace(workspace) => {
             progress("building the static in-container binaries");
             let dir = build_static_binaries(workspace, true).await?;
-            for name in BINARY_NAMES {
+            for &name in names {
                 let path = dir.join(name);
                 // The workspace is the caller's: its build products are read with the same rules.
                 let from = path.clone();
@@ -218,7 +232,7 @@ async fn binaries(
             }
         }
         BinarySource::Embedded(list) => {
-            for name in BINARY_NAMES {
+            for &name in names {
                 let Some((_, data)) = list.iter().find(|(n, _)| *n == name) else {
                     return Err(Error::Build(format!(
                         "the embedded in-container binaries lack {name} (they hold: {})",
@@ -231,6 +245,72 @@ async fn binaries(
         }
     }
     Ok(binaries)
+}
+
+/// Whether an image tagged `tag` exists: only "no such image" is `false`, any other engine error
+/// stops here.
+pub(crate) async fn image_exists(engine: &Engine, tag: &str) -> Result<bool> {
+    match bounded(
+        "inspect image",
+        CALL_TIMEOUT,
+        engine.docker().inspect_image(tag),
+    )
+    .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if crate::engine::objects::not_found(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// How every cordon image is built: the classic builder, without its cache, tagged `tag`.
+pub(crate) fn build_options(tag: &str) -> BuildImageOptions {
+    BuildImageOptions {
+        dockerfile: "Dockerfile".to_owned(),
+        t: Some(tag.to_owned()),
+        rm: true,
+        forcerm: true,
+        // The classic builder's cache can be poisoned for FROM scratch builds
+        // (CVE-2024-24557, unfixed before 23.x): never use it.
+        nocache: true,
+        version: BuilderVersion::BuilderV1,
+        ..Default::default()
+    }
+}
+
+/// Follow a build to its end: each line the builder prints goes to `progress`, its error is
+/// [`Error::Build`], and no more than `step` may pass between two of its messages.
+pub(crate) async fn drain_build<S>(
+    mut stream: S,
+    step: std::time::Duration,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<()>
+where
+    S: futures_util::Stream<Item = Result<bollard::models::BuildInfo, bollard::errors::Error>>
+        + Unpin,
+{
+    while let Some(item) = tokio::time::timeout(step, stream.next())
+        .await
+        .map_err(|_| Error::Timeout {
+            context: "image build".into(),
+            after: step,
+        })?
+    {
+        let info = item.map_err(|source| Error::Docker {
+            context: "image build".into(),
+            source,
+        })?;
+        if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+            return Err(Error::Build(detail));
+        }
+        if let Some(line) = info.stream.as_deref() {
+            let line = line.trim();
+            if !line.is_empty() {
+                progress(line);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Build the test image from this workspace's static binaries (or reuse it), and report its size.
@@ -258,57 +338,15 @@ pub async fn build_image(
         .iter()
         .map(|(n, d)| ((*n).to_owned(), d.len() as u64))
         .collect();
-    // Only "no such image" means build it; any other engine error stops here.
-    let existing = match bounded(
-        "inspect image",
-        CALL_TIMEOUT,
-        engine.docker().inspect_image(&tag),
-    )
-    .await
-    {
-        Ok(image) => Some(image),
-        Err(e) if crate::engine::objects::not_found(&e) => None,
-        Err(e) => return Err(e),
-    };
-    let reused = existing.is_some();
+    let reused = image_exists(engine, &tag).await?;
     if !reused {
         progress(&format!("building {tag} (classic builder, FROM scratch)"));
-        let options = BuildImageOptions {
-            dockerfile: "Dockerfile".to_owned(),
-            t: Some(tag.clone()),
-            rm: true,
-            forcerm: true,
-            // The classic builder's cache can be poisoned for FROM scratch builds
-            // (CVE-2024-24557, unfixed before 23.x): never use it.
-            nocache: true,
-            version: BuilderVersion::BuilderV1,
-            ..Default::default()
-        };
-        let mut stream =
-            engine
-                .docker()
-                .build_image(options, None, Some(bollard::body_full(ctx.into())));
-        while let Some(item) = tokio::time::timeout(CALL_TIMEOUT, stream.next())
-            .await
-            .map_err(|_| Error::Timeout {
-                context: "image build".into(),
-                after: CALL_TIMEOUT,
-            })?
-        {
-            let info = item.map_err(|source| Error::Docker {
-                context: "image build".into(),
-                source,
-            })?;
-            if let Some(detail) = info.error_detail.and_then(|d| d.message) {
-                return Err(Error::Build(detail));
-            }
-            if let Some(line) = info.stream.as_deref() {
-                let line = line.trim();
-                if !line.is_empty() {
-                    progress(line);
-                }
-            }
-        }
+        let stream = engine.docker().build_image(
+            build_options(&tag),
+            None,
+            Some(bollard::body_full(ctx.into())),
+        );
+        drain_build(stream, CALL_TIMEOUT, progress).await?;
     }
     let inspect = bounded(
         "inspect image",

@@ -1,3 +1,4 @@
+mod claude_cli;
 mod docs;
 mod egress;
 mod engine;

@@ -335,6 +335,7 @@ fn case_fixtures(env: &GateEnv) -> launch::egress::Fixtures {
             UNLISTED_HOST.to_owned(),
         ],
         resolved: vec![PRIVATE_HOST.to_owned()],
+        image: None,
     }
 }
 

@@ -50,18 +50,43 @@ pub fn schema_rule(phase: Phase) -> (bool, bool) {
     }
 }
 
+/// The CLI's documented switches for traffic a session does not need: with them, the CLI talks
+/// only to its API (whatever else it tries is refused by the egress proxy anyway).
+pub const ENV: &[(&str, &str)] = &[
+    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ("DISABLE_AUTOUPDATER", "1"),
+];
+
 /// The vendor command: non-interactive JSON output, the phase's tools, no MCP, the exact schema
 /// text when there is one (planning; review when given one), and the prompt last, after `--`, so
 /// no prompt is read as a flag.
+///
+/// What the real CLI (2.1.332) does with each flag, measured against the fake Messages API:
+/// - `--tools` is the set the model is offered (with `--allowedTools` alone it was also offered
+///   ListAgents, ReportFindings, ScheduleWakeup, Skill, ToolSearch and Workflow); the CLI adds a
+///   `DeferredToolPlaceholder` entry, and calling it gets "No such tool available";
+/// - `--allowedTools` approves the same tools without a prompt (Edit and Write are refused in
+///   `--print` otherwise); `--permission-prompts none` denies whatever would still prompt;
+/// - `--restricted` ignores the user, project and local settings files: without it a
+///   repository's `.claude/settings.json` set `env.ANTHROPIC_BASE_URL` and the CLI sent its
+///   requests there;
+/// - `--disallowedTools` names what no phase may use, should a later CLI offer it regardless.
 pub fn command(phase: Phase, prompt: &str, schema: Option<&str>) -> Vec<String> {
     let (allowed, denied) = tools(phase);
+    let allowed = allowed.join(",");
     let mut argv: Vec<String> = [
         paths::CLAUDE_CLI,
         "--print",
         "--output-format",
         "json",
+        "--restricted",
+        "--permission-prompts",
+        "none",
+        "--no-session-persistence",
+        "--tools",
+        &allowed,
         "--allowedTools",
-        &allowed.join(","),
+        &allowed,
         "--disallowedTools",
         &denied.join(","),
         "--strict-mcp-config",

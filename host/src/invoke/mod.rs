@@ -9,6 +9,7 @@
 //! typed value.
 
 pub mod claude;
+pub mod fake_api;
 mod handle;
 pub mod oneshot;
 mod profile;
@@ -28,7 +29,7 @@ use crate::profile::Limits;
 
 pub use handle::{Handle, Step, StopReason};
 pub use profile::gitlink_masks;
-pub use request::{capture, Capture, Credential, Request};
+pub use request::{capture, Capture, Credential, CredentialKind, Request};
 pub use result::{assemble, Attestation, Facts, Failure, InvocationResult, Timings};
 pub use schema::AnswerSchema;
 pub use supervisor::start;
@@ -52,12 +53,30 @@ pub(crate) fn check_vendor(vendor: Vendor, phase: Phase) -> Result<()> {
     )))
 }
 
-/// Where the image comes from: an id already built, or the workspace to build it from as the
-/// first step of setup (cancellable like every other step).
+/// Where the image comes from: an id already built, or the workspace to build the test image
+/// from as the first step of setup (cancellable like every other step). Each says what may run
+/// in it: the vendor CLI alone (the test image's static fake), or the agent image's CLI and its
+/// ELF interpreter (the kernel opens the interpreter for execution too).
 #[derive(Debug, Clone)]
 pub enum ImageSource {
+    /// An image whose vendor CLI runs alone (the test image).
     Id(String),
+    /// The test image, built from this workspace.
     Build(PathBuf),
+    /// An agent image and its exec allowlist ([`crate::image::agent::AgentImage::exec`]).
+    Agent { id: String, exec: Vec<String> },
+}
+
+impl ImageSource {
+    /// What the workload may execute in this image.
+    pub fn exec(&self) -> Vec<String> {
+        match self {
+            ImageSource::Agent { exec, .. } => exec.clone(),
+            ImageSource::Id(_) | ImageSource::Build(_) => {
+                vec![cordon_contract::paths::CLAUDE_CLI.to_owned()]
+            }
+        }
+    }
 }
 
 /// Knobs of one invocation.
@@ -77,6 +96,21 @@ pub struct Options {
     /// The invocation's allocation id (its agent, proxy and network are named for it); a fresh
     /// one when `None`.
     pub allocation: Option<uuid::Uuid>,
+    /// How the vendor CLI reaches its API.
+    pub vendor: VendorOptions,
+}
+
+/// How the vendor CLI reaches its API, for corporate proxies and LLM gateways (and the tests'
+/// fake Messages API): a CA bundle it trusts besides its own, and another API base URL. Both are
+/// data for the CLI's documented variables; the egress proxy's allowlist still decides where a
+/// connection may go.
+#[derive(Debug, Clone, Default)]
+pub struct VendorOptions {
+    /// PEM certificates, mounted read-only as `extra-ca.pem` in the input dir and named by
+    /// `NODE_EXTRA_CA_CERTS`.
+    pub extra_ca_pem: Option<String>,
+    /// `ANTHROPIC_BASE_URL`: `https://NAME[:PORT][/PATH]`, its host on the allowlist.
+    pub base_url: Option<String>,
 }
 
 /// The egress of an invocation whose request has a network allowlist. The defaults are the
@@ -111,6 +145,7 @@ impl Options {
             first_cleanup: Duration::from_secs(30),
             egress: EgressOptions::default(),
             allocation: None,
+            vendor: VendorOptions::default(),
         }
     }
 }

@@ -37,6 +37,11 @@ pub struct OneShot {
     pub allow: Vec<String>,
     /// How its egress is set up.
     pub egress: super::EgressOptions,
+    /// How the vendor CLI reaches its API.
+    pub vendor_options: super::VendorOptions,
+    /// The image's exec allowlist when it is an agent image ([`ImageSource::Agent`]); `None`
+    /// for the test image ([`ImageSource::Id`]).
+    pub exec: Option<Vec<String>>,
 }
 
 /// Where the time went (milliseconds).
@@ -107,7 +112,14 @@ pub async fn oneshot(
             run.credential.clone(),
             Options {
                 egress: run.egress.clone(),
-                ..Options::new(ImageSource::Id(image_id.to_owned()))
+                vendor: run.vendor_options.clone(),
+                ..Options::new(match &run.exec {
+                    Some(exec) => ImageSource::Agent {
+                        id: image_id.to_owned(),
+                        exec: exec.clone(),
+                    },
+                    None => ImageSource::Id(image_id.to_owned()),
+                })
             },
         )
         .await?;

@@ -64,6 +64,7 @@ pub(super) fn profile(
     capture: &Capture,
     allocation: &Allocation,
     image_id: &str,
+    exec: &[String],
     credential: Option<&Credential>,
     options: &Options,
 ) -> Result<Profile> {
@@ -74,13 +75,27 @@ pub(super) fn profile(
     let left = request.deadline.saturating_duration_since(Instant::now());
     let mut limits = options.limits.clone();
     limits.deadline = left + limits.grace + Duration::from_secs(10);
-    let input_files = capture
+    let mut input_files = capture
         .schema_text()
         .map(|s| vec![(SCHEMA_FILE.to_owned(), s.as_bytes().to_vec())])
         .unwrap_or_default();
-    let env = credential
-        .map(|c| vec![("CLAUDE_CODE_OAUTH_TOKEN".to_owned(), c.0.clone())])
-        .unwrap_or_default();
+    let mut env: Vec<(String, String)> = claude::ENV
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    env.extend(credential.map(Credential::env));
+    if let Some(pem) = &options.vendor.extra_ca_pem {
+        check_ca_bundle(pem)?;
+        input_files.push((EXTRA_CA_FILE.to_owned(), pem.as_bytes().to_vec()));
+        env.push((
+            "NODE_EXTRA_CA_CERTS".to_owned(),
+            format!("{}/{EXTRA_CA_FILE}", paths::INPUT_DIR),
+        ));
+    }
+    if let Some(url) = &options.vendor.base_url {
+        check_base_url(url, &request.network_allowlist)?;
+        env.push(("ANTHROPIC_BASE_URL".to_owned(), url.clone()));
+    }
     Profile::new(ProfileSpec {
         phase: request.phase,
         vendor: request.vendor,
@@ -89,7 +104,7 @@ pub(super) fn profile(
         limits,
         storage: storage.mounts_for(allocation),
         command: claude::command(request.phase, &request.prompt, capture.schema_text()),
-        exec: vec![paths::CLAUDE_CLI.to_owned()],
+        exec: exec.to_vec(),
         env,
         gitlinks: gitlink_masks(request.phase, &request.storage)?,
         pins: vec![],
@@ -97,6 +112,56 @@ pub(super) fn profile(
         egress: egress_spec(&request.network_allowlist, &options.egress),
         input_files,
     })
+}
+
+/// The extra CA bundle's name in the input dir.
+pub const EXTRA_CA_FILE: &str = "extra-ca.pem";
+/// At most this much extra CA bundle.
+pub const MAX_CA_BUNDLE_BYTES: usize = 512 * 1024;
+/// At most this much base URL.
+pub const MAX_BASE_URL_BYTES: usize = 2048;
+
+/// An extra CA bundle is PEM text holding at least one certificate.
+fn check_ca_bundle(pem: &str) -> Result<()> {
+    if pem.len() > MAX_CA_BUNDLE_BYTES
+        || !pem.contains("-----BEGIN CERTIFICATE-----")
+        || pem.contains('\0')
+    {
+        return Err(Error::Invalid(format!(
+            "the extra CA bundle is not PEM certificates of at most {MAX_CA_BUNDLE_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// An API base URL is `https://NAME[:PORT][/PATH]` whose `NAME[:PORT]` the allowlist admits (the
+/// proxy would refuse it anyway; this says so before anything is made), in printable ASCII.
+fn check_base_url(url: &str, allowlist: &[String]) -> Result<()> {
+    let refused = |why: &str| Error::Invalid(format!("the API base URL {url:?} {why}"));
+    if url.len() > MAX_BASE_URL_BYTES || !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(refused("is too long or not printable ASCII"));
+    }
+    let Some(rest) = url.strip_prefix("https://") else {
+        return Err(refused("is not https://"));
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) => (
+            host,
+            cordon_egress::allowlist::parse_port(port).map_err(|_| refused("has a bad port"))?,
+        ),
+        None => (authority, 443),
+    };
+    let name = cordon_egress::host::Name::parse(host)
+        .map_err(|_| refused("does not name a host (never an address or user info)"))?;
+    let admitted = cordon_egress::allowlist::Allowlist::parse(allowlist)
+        .map_err(|_| refused("cannot be checked against an unparsable allowlist"))?
+        .check(&name, port)
+        .is_ok();
+    if !admitted {
+        return Err(refused("names a host the network allowlist does not admit"));
+    }
+    Ok(())
 }
 
 /// The proxy an allowlist asks for; none for an empty one (no network, no proxy, no socket).

@@ -85,6 +85,11 @@ pub struct InvocationResult {
     /// Objects whose removal could not be confirmed: record them and keep them owned.
     pub unreleased: Vec<Leftover>,
     pub timings: Timings,
+    /// The egress proxy's JSON lines (its attestation, then one per tunnel or refusal), as read
+    /// when the agent ended; empty without a network allowlist.
+    pub egress_log: Vec<serde_json::Value>,
+    /// The fake vendor's JSON lines (one per request it answered), with the tests' fixtures only.
+    pub vendor_log: Vec<serde_json::Value>,
 }
 
 impl InvocationResult {
@@ -111,6 +116,8 @@ impl InvocationResult {
             attestation: None,
             unreleased: Vec::new(),
             timings: Timings::default(),
+            egress_log: Vec::new(),
+            vendor_log: Vec::new(),
         }
     }
 }
@@ -132,6 +139,8 @@ pub struct Facts {
     pub setup_error: Option<Error>,
     pub unreleased: Vec<Leftover>,
     pub timings: Timings,
+    pub egress_log: Vec<serde_json::Value>,
+    pub vendor_log: Vec<serde_json::Value>,
 }
 
 /// Strict UTF-8, except that a bound may have cut the last character short.
@@ -176,6 +185,8 @@ pub fn assemble(facts: Facts) -> InvocationResult {
         attestation: None,
         unreleased: facts.unreleased,
         timings: facts.timings,
+        egress_log: facts.egress_log,
+        vendor_log: facts.vendor_log,
     };
     let mut failures: Vec<Failure> = Vec::new();
     if let Some(e) = &facts.setup_error {
@@ -314,6 +325,8 @@ mod tests {
             setup_error: None,
             unreleased: vec![],
             timings: Timings::default(),
+            egress_log: Vec::new(),
+            vendor_log: Vec::new(),
         }
     }
 

@@ -75,7 +75,7 @@ pub async fn start(
         ));
     }
     let image_id = match &options.image {
-        ImageSource::Id(id) => id.clone(),
+        ImageSource::Id(id) | ImageSource::Agent { id, .. } => id.clone(),
         ImageSource::Build(_) => PROVISIONAL_IMAGE.to_owned(),
     };
     // Checked now so that invalid input throws; rebuilt with the real image id after a build.
@@ -83,6 +83,7 @@ pub async fn start(
         &capture,
         &allocation,
         &image_id,
+        &options.image.exec(),
         credential.as_ref(),
         &options,
     )?;
@@ -140,6 +141,8 @@ struct Ran {
     exit_code: Option<i64>,
     output: Option<launch::Output>,
     policy_digest: String,
+    egress_log: Vec<serde_json::Value>,
+    vendor_log: Vec<serde_json::Value>,
 }
 
 impl Supervisor {
@@ -174,6 +177,8 @@ impl Supervisor {
             exit_code: None,
             output: None,
             policy_digest: String::new(),
+            egress_log: Vec::new(),
+            vendor_log: Vec::new(),
         };
 
         let setup_result = {
@@ -225,6 +230,8 @@ impl Supervisor {
             setup_error,
             unreleased,
             timings,
+            egress_log: ran.egress_log,
+            vendor_log: ran.vendor_log,
         })
     }
 
@@ -232,7 +239,7 @@ impl Supervisor {
     /// recorded in `created` as it goes.
     async fn setup(&self, created: &mut Created) -> Result<(launch::Launch, Profile)> {
         let profile = match &self.options.image {
-            ImageSource::Id(_) => self.profile.clone(),
+            ImageSource::Id(_) | ImageSource::Agent { .. } => self.profile.clone(),
             ImageSource::Build(workspace) => {
                 let _ = self.step.send(Step::Building);
                 let built = crate::image::build_test_image(self.ctl.engine(), workspace).await?;
@@ -240,6 +247,7 @@ impl Supervisor {
                     &self.capture,
                     &self.allocation,
                     &built.id,
+                    &self.options.image.exec(),
                     self.credential.as_ref(),
                     &self.options,
                 )?
@@ -306,6 +314,21 @@ impl Supervisor {
             Ok(output) => ran.output = Some(output),
             Err(e) => {
                 error.get_or_insert(e);
+            }
+        }
+        // Read while the proxy and the fixtures still exist (cleanup removes them next).
+        if let Some(egress) = &launch.egress {
+            match launch::egress::proxy_log(engine, egress).await {
+                Ok(lines) => ran.egress_log = lines,
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
+            match launch::egress::vendor_log(engine, egress).await {
+                Ok(lines) => ran.vendor_log = lines,
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
             }
         }
         (stop_reason, error)

@@ -32,6 +32,9 @@ pub struct Fixtures {
     /// Names the test DNS server answers with the fake vendor's address (the proxy resolves them:
     /// only its address check stands between them and the endpoint). None: no DNS server.
     pub resolved: Vec<String>,
+    /// The image the fixtures run from (it must hold `fake-vendor`: the test image); the
+    /// invocation's own image when `None`.
+    pub image: Option<String>,
 }
 
 /// What [`create`] makes: the network, the proxy, and the fixtures when asked for.
@@ -194,7 +197,13 @@ pub async fn create(
         attestation: None,
     };
     if let Some(fixtures) = &egress_plan.fixtures {
-        let body = plan::vendor_body(image_id, allocation, &fixtures.cert_pem, &fixtures.key_pem);
+        let fixture_image = fixtures.image.as_deref().unwrap_or(image_id);
+        let body = plan::vendor_body(
+            fixture_image,
+            allocation,
+            &fixtures.cert_pem,
+            &fixtures.key_pem,
+        );
         let (id, r) = networked(engine, allocation.name(Kind::Vendor), body, &name, record).await?;
         refusals.extend(r);
         start(engine, &id).await?;
@@ -212,7 +221,7 @@ pub async fn create(
                 .iter()
                 .map(|n| format!("{n}={vendor}"))
                 .collect();
-            let body = plan::resolver_body(image_id, allocation, &answers);
+            let body = plan::resolver_body(fixture_image, allocation, &answers);
             let (id, r) =
                 networked(engine, allocation.name(Kind::Resolver), body, &name, record).await?;
             refusals.extend(r);
@@ -315,9 +324,22 @@ pub fn parse_attestation(line: &[u8]) -> Result<ProxyAttestation> {
         .map_err(|e| Error::Internal(format!("the proxy's attestation does not parse: {e}")))
 }
 
-/// The proxy's log lines after its attestation (tests read refusals and tunnels here).
+/// The proxy's log lines, its attestation first (tests read refusals and tunnels here).
 pub async fn proxy_log(engine: &Engine, egress: &Egress) -> Result<Vec<serde_json::Value>> {
-    let mut launch = super::Launch::adopt(egress.proxy.clone());
+    json_lines(engine, &egress.proxy).await
+}
+
+/// The fake vendor's log lines (one per request it answered); none without the fixtures.
+pub async fn vendor_log(engine: &Engine, egress: &Egress) -> Result<Vec<serde_json::Value>> {
+    match egress.fixtures.first() {
+        Some(vendor) => json_lines(engine, vendor).await,
+        None => Ok(Vec::new()),
+    }
+}
+
+/// A container's stdout lines that are JSON, within the launch's output bound.
+async fn json_lines(engine: &Engine, container: &str) -> Result<Vec<serde_json::Value>> {
+    let mut launch = super::Launch::adopt(container.to_owned());
     let output = launch.output(engine).await?;
     Ok(output
         .stdout

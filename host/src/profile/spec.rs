@@ -15,6 +15,11 @@ pub const ENV_ALLOWED_EXTRA: &[&str] = &[
     "http_proxy",
     "no_proxy",
     "CLAUDE_CODE_OAUTH_TOKEN",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "NODE_EXTRA_CA_CERTS",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    "DISABLE_AUTOUPDATER",
 ];
 
 /// Everything a profile is built from. Its `Debug` names environment variables but never shows

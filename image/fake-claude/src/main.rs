@@ -55,6 +55,8 @@ const MODE_PREFIX: &str = "cordon-fake:";
 /// CLI, `-p`/`--print` is boolean and the prompt is the positional argument (after `--`, every
 /// argument is positional, so a prompt may start with a dash).
 const VALUE_FLAGS: &[&str] = &[
+    "--tools",
+    "--permission-prompts",
     "--allowedTools",
     "--disallowedTools",
     "--mcp-config",

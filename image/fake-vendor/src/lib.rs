@@ -2,10 +2,15 @@
 //! vendor's name, and a scripted DNS server, so the egress path can be exercised end to end
 //! without a packet leaving the machine.
 //!
+//! The HTTP server is also a fake Anthropic Messages API (`messages`): `POST /v1/messages`
+//! answers a real vendor CLI as a scripted model would, streaming or not, the scenario picked by a
+//! marker in the prompt (`[[cordon-scenario NAME]]`, `[[cordon-script JSON]]`).
+//!
 //! Each runs in its own FROM-scratch container as the `fake-vendor` binary, or in-process in Rust
-//! tests. Both record what they were asked (`tls::Server::seen`, `dns::Server::queries`); the
-//! binary also prints each record as one JSON line on stdout, so a container's log can be asserted
-//! on.
+//! tests. Both record what they were asked (`tls::Server::seen` and `tls::Server::messages`,
+//! `dns::Server::queries`); the binary also prints each record as one JSON line on stdout
+//! (`{"tls_request":..}`, `{"messages_request":..}` a `messages::MessagesRecord`,
+//! `{"dns_query":..}`), so a container's log can be asserted on.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub mod ca;
 pub mod dns;
 pub mod hello;
+pub mod messages;
 pub mod tls;
 
 /// Why a server could not be set up, or an argument was refused.

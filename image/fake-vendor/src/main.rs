@@ -3,12 +3,17 @@
 //!
 //! - `fake-vendor tls --listen ADDR:PORT [--plain ADDR:PORT]`: HTTPS with the identity in
 //!   `FAKE_VENDOR_CERT` and `FAKE_VENDOR_KEY` (PEM text), and with `--plain` the same HTTP
-//!   without TLS.
+//!   without TLS. Besides its test routes it is a fake Anthropic Messages API
+//!   (`POST /v1/messages`, streaming or not): a scripted model whose scenario a marker in the
+//!   prompt picks (`[[cordon-scenario NAME]]`, `[[cordon-script JSON]]`; see
+//!   `cordon_fake_vendor::messages`), so no flag is needed.
 //! - `fake-vendor dns --listen ADDR:PORT [--answer NAME=ANSWER...]`: the scripted DNS server;
 //!   `--answer` may repeat, or take several arguments.
 //!
 //! Prints `{"fake_vendor":"listening",...}` once bound, then one JSON line per DNS query or HTTP
-//! request, and serves until SIGTERM or SIGINT. Bad arguments: a message on stderr, exit 2.
+//! request (`dns_query`, `tls_request`), and after a Messages API request's `tls_request` one
+//! `{"messages_request":{...}}` (a `cordon_fake_vendor::messages::MessagesRecord`); serves until
+//! SIGTERM or SIGINT. Bad arguments: a message on stderr, exit 2.
 //! Nothing here needs root: binding a low port is the engine's sysctl's business.
 
 use cordon_fake_vendor::{dns, echo_to_stdout, tls};
@@ -20,7 +25,10 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: fake-vendor tls --listen ADDR:PORT [--plain ADDR:PORT]
        fake-vendor dns --listen ADDR:PORT [--answer NAME=ANSWER...]
 ANSWER: IP[,IP...] | IPS/IPS[/...] (a sequence) | servfail | empty | nxdomain | silent
-tls reads its certificate chain and key (PEM) from FAKE_VENDOR_CERT and FAKE_VENDOR_KEY.";
+tls reads its certificate chain and key (PEM) from FAKE_VENDOR_CERT and FAKE_VENDOR_KEY.
+tls also serves a fake Anthropic Messages API on POST /v1/messages; a marker in the prompt
+picks the scenario: [[cordon-scenario default|never-structured|huge:BYTES|hang|error:STATUS]]
+or [[cordon-script [{\"tool\":NAME,\"input\":{...}} | {\"text\":\"...\"}, ...]]].";
 
 #[derive(Debug)]
 enum Command {

@@ -1,11 +1,13 @@
 //! The vendor's HTTPS endpoint: one certificate for every connection (whatever the SNI, so a
 //! client that asks for another name still gets a handshake, and fails its own verification), the
-//! bounded HTTP/1.1 of `http` behind it, and a record of every request. The same handler serves
-//! plain TCP for a benchmark baseline without TLS.
+//! bounded HTTP/1.1 of `http` behind it (with the fake Messages API of `crate::messages` on
+//! `POST /v1/messages`), and a record of every request. The same handler serves plain TCP for a
+//! benchmark baseline without TLS.
 
 mod head;
 mod http;
 
+use crate::messages::MessagesRecord;
 use crate::{echo, lock, Error};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -43,8 +45,15 @@ pub struct Seen {
 #[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
+    log: Arc<Log>,
     task: JoinHandle<()>,
+}
+
+/// What every connection records into.
+#[derive(Debug, Default)]
+struct Log {
+    seen: Mutex<Vec<Seen>>,
+    messages: Mutex<Vec<MessagesRecord>>,
 }
 
 impl Server {
@@ -54,7 +63,13 @@ impl Server {
 
     /// Every request answered so far, in the order their heads arrived.
     pub fn seen(&self) -> Vec<Seen> {
-        lock(&self.seen).clone()
+        lock(&self.log.seen).clone()
+    }
+
+    /// Every Messages API request answered so far, in the order they were answered (a record is
+    /// kept before its answer is sent).
+    pub fn messages(&self) -> Vec<MessagesRecord> {
+        lock(&self.log.messages).clone()
     }
 }
 
@@ -100,18 +115,14 @@ fn server_config(identity: &Identity) -> Result<rustls::ServerConfig, Error> {
 fn spawn(listener: TcpListener, acceptor: Option<TlsAcceptor>) -> Result<Server, Error> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let addr = listener.local_addr()?;
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let task = runtime.spawn(accept_loop(listener, acceptor, seen.clone()));
-    Ok(Server { addr, seen, task })
+    let log = Arc::new(Log::default());
+    let task = runtime.spawn(accept_loop(listener, acceptor, log.clone()));
+    Ok(Server { addr, log, task })
 }
 
 /// Accept until aborted. The connections live in this task's JoinSet, so aborting it (dropping
 /// the Server) drops them all.
-async fn accept_loop(
-    listener: TcpListener,
-    acceptor: Option<TlsAcceptor>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-) {
+async fn accept_loop(listener: TcpListener, acceptor: Option<TlsAcceptor>, log: Arc<Log>) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -120,7 +131,7 @@ async fn accept_loop(
                     if connections.len() >= MAX_CONNECTIONS {
                         continue;
                     }
-                    connections.spawn(connection(tcp, acceptor.clone(), seen.clone()));
+                    connections.spawn(connection(tcp, acceptor.clone(), log.clone()));
                 }
                 // Out of descriptors, or a connection reset before accept: wait a little, go on.
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -130,30 +141,42 @@ async fn accept_loop(
     }
 }
 
-async fn connection(tcp: TcpStream, acceptor: Option<TlsAcceptor>, seen: Arc<Mutex<Vec<Seen>>>) {
+async fn connection(tcp: TcpStream, acceptor: Option<TlsAcceptor>, log: Arc<Log>) {
     // Round-trip measurements (`/ping`) must not wait on Nagle's algorithm.
     let _ = tcp.set_nodelay(true);
     let Some(acceptor) = acceptor else {
-        http::serve(tcp, &recorder(None, seen)).await;
+        http::serve(tcp, &Recorder { sni: None, log }).await;
         return;
     };
     let Ok(Ok(stream)) = timeout(http::IO_BOUND, acceptor.accept(tcp)).await else {
         return;
     };
     let sni = stream.get_ref().1.server_name().map(str::to_owned);
-    http::serve(stream, &recorder(sni, seen)).await;
+    http::serve(stream, &Recorder { sni, log }).await;
 }
 
-/// What `http::serve` calls for each request: record it, and echo it when running as the binary.
-fn recorder(sni: Option<String>, seen: Arc<Mutex<Vec<Seen>>>) -> impl Fn(&str, &str) + Send + Sync {
-    move |method: &str, path: &str| {
+/// What `http::serve` reports to, for one connection: each request is recorded, and echoed when
+/// running as the binary.
+#[derive(Debug)]
+struct Recorder {
+    sni: Option<String>,
+    log: Arc<Log>,
+}
+
+impl http::Observer for Recorder {
+    fn request(&self, method: &str, target: &str) {
         let request = Seen {
-            sni: sni.clone(),
+            sni: self.sni.clone(),
             method: method.to_owned(),
-            path: path.to_owned(),
+            path: target.to_owned(),
         };
         echo("tls_request", &request);
-        lock(&seen).push(request);
+        lock(&self.log.seen).push(request);
+    }
+
+    fn messages(&self, record: MessagesRecord) {
+        echo("messages_request", &record);
+        lock(&self.log.messages).push(record);
     }
 }
 

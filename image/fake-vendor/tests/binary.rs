@@ -184,6 +184,50 @@ async fn b1_tls_and_plain_say_where_they_listen_answer_and_log_each_request() {
 }
 
 #[tokio::test]
+async fn b3_a_messages_request_is_answered_and_logged_as_a_record() {
+    let ca = ca::generate(&["api.vendor.test"]).unwrap();
+    let mut endpoint = Running::spawn(
+        &["tls", "--listen", "127.0.0.1:0", "--plain", "127.0.0.1:0"],
+        &[
+            ("FAKE_VENDOR_CERT", &ca.cert_pem),
+            ("FAKE_VENDOR_KEY", &ca.key_pem),
+        ],
+    );
+    let _tls = endpoint.listening("tls").await;
+    let plain = endpoint.listening("plain").await;
+    let body = json!({
+        "model": "claude-test", "stream": false, "max_tokens": 10, "system": "sys",
+        "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": r#"[[cordon-script [{"tool": "Bash", "input": {"command": "ls"}}]]"#}],
+    })
+    .to_string();
+    let mut io = TcpStream::connect(plain).await.unwrap();
+    let request = format!(
+        "POST /v1/messages?beta=true HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    io.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    timeout(WAIT, io.read_to_end(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    let response = String::from_utf8(response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+    assert!(response.contains(r#""name":"Bash""#), "{response}");
+    assert_eq!(
+        endpoint.line().await,
+        json!({"tls_request": {"sni": null, "method": "POST", "path": "/v1/messages?beta=true"}})
+    );
+    // As text: the record's fields in their declared order, the reply untagged.
+    assert_eq!(
+        endpoint.raw_line().await,
+        r#"{"messages_request":{"path":"/v1/messages?beta=true","model":"claude-test","stream":false,"tools":["Bash"],"scenario":"script","step":0,"tool_results":[],"reply":{"tool":"Bash","input":{"command":"ls"}},"system_bytes":3}}"#
+    );
+    assert_eq!(endpoint.terminate().await, 0);
+}
+
+#[tokio::test]
 async fn b2_bad_arguments_and_a_missing_identity_exit_2() {
     let ca = ca::generate(&["api.vendor.test"]).unwrap();
     let cases: [(&[&str], &[Env]); 5] = [

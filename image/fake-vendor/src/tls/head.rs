@@ -1,6 +1,7 @@
 //! The request head: parsed strictly where a lax reading could frame the next request differently
 //! (line endings, header names, `Content-Length`, `Transfer-Encoding`), leniently elsewhere (no
-//! `Host` required, an absolute-form target taken for its path).
+//! `Host` required, an absolute-form target taken for its path). A body is framed by
+//! `Content-Length` or by `Transfer-Encoding: chunked` alone.
 
 /// The largest body accepted (`Content-Length`), and the most `/source` sends.
 pub(crate) const MAX_BODY: u64 = 1 << 30;
@@ -12,7 +13,10 @@ pub(crate) struct Head {
     /// The request target as sent (origin form, path and query), or the path and query of an
     /// absolute-form target.
     pub(crate) target: String,
+    /// 0 when chunked.
     pub(crate) content_length: u64,
+    /// `Transfer-Encoding: chunked` (and no `Content-Length`).
+    pub(crate) chunked: bool,
     pub(crate) keep_alive: bool,
     pub(crate) expect_continue: bool,
 }
@@ -23,8 +27,8 @@ pub(crate) struct Head {
 pub(crate) enum Refusal {
     Malformed,
     HeadTooLarge,
-    /// `Transfer-Encoding` (chunked bodies are not read).
-    LengthRequired,
+    /// A `Transfer-Encoding` other than `chunked` alone.
+    NotImplemented,
     BodyTooLarge,
 }
 
@@ -33,7 +37,7 @@ impl Refusal {
         match self {
             Refusal::Malformed => 400,
             Refusal::HeadTooLarge => 431,
-            Refusal::LengthRequired => 411,
+            Refusal::NotImplemented => 501,
             Refusal::BodyTooLarge => 413,
         }
     }
@@ -96,7 +100,7 @@ fn parse_lines(head: &[u8]) -> Result<Head, Refusal> {
     };
 
     let mut content_length: Option<u64> = None;
-    let mut transfer_encoding = false;
+    let mut transfer_encodings = Vec::new();
     let mut close = false;
     let mut keep_alive_token = false;
     let mut expect_continue = false;
@@ -121,7 +125,7 @@ fn parse_lines(head: &[u8]) -> Result<Head, Refusal> {
             }
             content_length = Some(length);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            transfer_encoding = true;
+            transfer_encodings.push(value);
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in value.split(|&b| b == b',') {
                 let token = trim_ows(token);
@@ -132,14 +136,17 @@ fn parse_lines(head: &[u8]) -> Result<Head, Refusal> {
             expect_continue = value.eq_ignore_ascii_case(b"100-continue");
         }
     }
-    if transfer_encoding {
-        // With a Content-Length too it is a smuggling attempt; alone, a body this server does
-        // not read.
-        return Err(if content_length.is_some() {
-            Refusal::Malformed
-        } else {
-            Refusal::LengthRequired
-        });
+    let chunked = !transfer_encodings.is_empty();
+    if chunked {
+        // With a Content-Length too it is a smuggling attempt, and HTTP/1.0 has no transfer
+        // codings (RFC 9112 6.1): either way the framing cannot be trusted.
+        if content_length.is_some() || !http11 {
+            return Err(Refusal::Malformed);
+        }
+        // Only `chunked` alone: a coding under it would have to be undone to read the body.
+        if !matches!(&transfer_encodings[..], [only] if only.eq_ignore_ascii_case(b"chunked")) {
+            return Err(Refusal::NotImplemented);
+        }
     }
     let content_length = content_length.unwrap_or(0);
     if content_length > MAX_BODY {
@@ -149,6 +156,7 @@ fn parse_lines(head: &[u8]) -> Result<Head, Refusal> {
         method: method.to_owned(),
         target,
         content_length,
+        chunked,
         keep_alive: !close && (http11 || keep_alive_token),
         expect_continue: http11 && expect_continue,
     })

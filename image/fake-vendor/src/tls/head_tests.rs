@@ -18,6 +18,7 @@ fn h0_a_head_parses_with_keep_alive_by_version_and_connection() {
             method: "GET".to_owned(),
             target: "/ping".to_owned(),
             content_length: 0,
+            chunked: false,
             keep_alive: true,
             expect_continue: false,
         }
@@ -37,6 +38,9 @@ fn h0_a_head_parses_with_keep_alive_by_version_and_connection() {
         parsed("POST /sink HTTP/1.1\r\ncontent-length:  42 \r\nExpect: 100-continue\r\n\r\n")
             .unwrap();
     assert_eq!((post.content_length, post.expect_continue), (42, true));
+    let chunked =
+        parsed("POST /v1/messages HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n").unwrap();
+    assert_eq!((chunked.content_length, chunked.chunked), (0, true));
     // The same length twice is one length.
     assert_eq!(
         parsed("POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n")
@@ -81,14 +85,24 @@ fn h1_malformed_heads_are_refused() {
         "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
         "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
         "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+        "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
         "\r\n\r\n",
     ] {
         assert_eq!(parsed(bad), Err(Refusal::Malformed), "{bad:?}");
     }
-    assert_eq!(
-        parsed("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
-        Err(Refusal::LengthRequired)
-    );
+    for coding in [
+        "gzip",
+        "gzip, chunked",
+        "chunked\r\nTransfer-Encoding: chunked",
+    ] {
+        assert_eq!(
+            parsed(&format!(
+                "POST / HTTP/1.1\r\nTransfer-Encoding: {coding}\r\n\r\n"
+            )),
+            Err(Refusal::NotImplemented),
+            "{coding}"
+        );
+    }
     assert_eq!(
         parsed(&format!(
             "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n",

@@ -2,9 +2,12 @@
 //! body bounded, so a misbehaving client under test can hold a connection task only so long.
 //!
 //! Routes: `GET /ping` (`pong`, for round-trip latency), `POST /sink` (reads the body, answers its
-//! length), `GET /source?bytes=N` (N bytes), anything else `fake-vendor ok\n`.
+//! length), `GET /source?bytes=N` (N bytes), `POST /v1/messages` (the fake Messages API of
+//! `crate::messages`), `POST /v1/messages/count_tokens`, anything else `fake-vendor ok\n`. Bodies
+//! come by `Content-Length` or chunked.
 
-use super::head::{find, parse_head, parse_length, Refusal, MAX_BODY};
+use super::head::{find, parse_head, parse_length, Head, Refusal, MAX_BODY};
+use crate::messages::{self, Answer, MessagesRecord, MAX_REQUEST_BODY};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::timeout;
@@ -18,22 +21,63 @@ pub(crate) const IO_BOUND: Duration = Duration::from_secs(10);
 /// How long, and how much, is read after the last answer before the connection is dropped.
 const LINGER: Duration = Duration::from_secs(1);
 const LINGER_BYTES: usize = 1 << 20;
+/// How long a `hang` answer holds the connection if the client never goes away.
+const HANG: Duration = Duration::from_secs(2 * 60 * 60);
+/// A chunk-size line (with any extensions).
+const MAX_CHUNK_LINE: usize = 4096;
 
 const CHUNK: usize = 64 * 1024;
 /// What `/source` sends, a chunk at a time.
 static SOURCE_BYTES: [u8; CHUNK] = [b'x'; CHUNK];
 
+/// What `serve` reports: each head that parsed (before its body is read), and each Messages API
+/// request answered (before its answer is sent).
+pub(crate) trait Observer: Send + Sync {
+    fn request(&self, method: &str, target: &str);
+    fn messages(&self, record: MessagesRecord);
+}
+
+/// A closure observes heads alone.
+impl<F: Fn(&str, &str) + Send + Sync> Observer for F {
+    fn request(&self, method: &str, target: &str) {
+        self(method, target);
+    }
+
+    fn messages(&self, _record: MessagesRecord) {}
+}
+
 /// Serve requests on `io` until the client closes, a bound is hit or a request is refused.
-/// `on_request(method, target)` is called for each head that parsed, before its body is read.
-pub(crate) async fn serve<S>(io: S, on_request: &(dyn Fn(&str, &str) + Send + Sync))
+pub(crate) async fn serve<S>(io: S, observer: &dyn Observer)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    serve_bounded(io, on_request, IO_BOUND).await;
+    serve_bounded(io, observer, IO_BOUND).await;
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Ping,
+    Sink,
+    Source,
+    Messages,
+    CountTokens,
+    Other,
+}
+
+fn route(method: &str, path: &str) -> Route {
+    match (method, path) {
+        ("GET" | "HEAD", "/ping") => Route::Ping,
+        ("POST" | "PUT", "/sink") => Route::Sink,
+        ("GET" | "HEAD", "/source") => Route::Source,
+        ("POST", "/v1/messages") => Route::Messages,
+        ("POST", "/v1/messages/count_tokens") => Route::CountTokens,
+        _ => Route::Other,
+    }
 }
 
 /// `serve` with `bound` for `IO_BOUND` (tests shorten it).
-async fn serve_bounded<S>(io: S, on_request: &(dyn Fn(&str, &str) + Send + Sync), bound: Duration)
+async fn serve_bounded<S>(io: S, observer: &dyn Observer, bound: Duration)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -66,49 +110,75 @@ where
             }
         };
         conn.buf.drain(..head_end);
-        on_request(&head.method, &head.target);
-        if head.expect_continue
-            && head.content_length > 0
-            && conn.write(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
-        {
-            break;
-        }
-        if conn.read_body(head.content_length).await.is_err() {
-            break;
-        }
+        observer.request(&head.method, &head.target);
         let (path, query) = head
             .target
             .split_once('?')
             .unwrap_or((head.target.as_str(), ""));
-        let body = match (head.method.as_str(), path) {
-            ("GET" | "HEAD", "/ping") => Body::Bytes(b"pong".to_vec()),
-            ("POST" | "PUT", "/sink") => Body::Bytes(head.content_length.to_string().into_bytes()),
-            ("GET" | "HEAD", "/source") => match source_bytes(query) {
+        let route = route(&head.method, path);
+        // The Messages API's bodies are kept (up to a bound); any other is counted and dropped.
+        let keep =
+            matches!(route, Route::Messages | Route::CountTokens).then_some(MAX_REQUEST_BODY);
+        if keep.is_some_and(|limit| head.content_length > limit) {
+            conn.refuse(413).await;
+            break;
+        }
+        if head.expect_continue
+            && (head.content_length > 0 || head.chunked)
+            && conn.write(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
+        {
+            break;
+        }
+        let (length, body) = match conn.read_body(&head, keep).await {
+            Ok(read) => read,
+            Err(BodyError::Closed) => break,
+            Err(BodyError::TooLarge) => {
+                conn.refuse(413).await;
+                break;
+            }
+            Err(BodyError::Malformed) => {
+                conn.refuse(400).await;
+                break;
+            }
+        };
+        let text = |bytes: Vec<u8>| {
+            Body::Answer(Answer::Whole {
+                status: 200,
+                content_type: "text/plain",
+                body: bytes,
+            })
+        };
+        let body = match route {
+            Route::Ping => text(b"pong".to_vec()),
+            Route::Sink => text(length.to_string().into_bytes()),
+            Route::Source => match source_bytes(query) {
                 Some(n) => Body::Source(n),
                 None => {
                     conn.refuse(400).await;
                     break;
                 }
             },
-            _ => Body::Bytes(b"fake-vendor ok\n".to_vec()),
+            Route::Messages => {
+                let (answer, record) = messages::answer(&head.target, &body);
+                observer.messages(record);
+                Body::Answer(answer)
+            }
+            Route::CountTokens => Body::Answer(messages::count_tokens()),
+            Route::Other => text(b"fake-vendor ok\n".to_vec()),
         };
         let keep_alive = head.keep_alive && served < MAX_REQUESTS;
         let head_only = head.method == "HEAD";
-        if conn
-            .respond(200, &body, head_only, keep_alive)
-            .await
-            .is_err()
-            || !keep_alive
-        {
-            break;
+        match conn.respond(body, head_only, keep_alive).await {
+            Ok(true) if keep_alive => {}
+            _ => break,
         }
     }
     conn.close().await;
 }
 
-/// What a 200 carries.
+/// What an answer carries.
 enum Body {
-    Bytes(Vec<u8>),
+    Answer(Answer),
     /// This many bytes of `SOURCE_BYTES`, streamed.
     Source(u64),
 }
@@ -117,6 +187,15 @@ enum HeadError {
     /// The peer closed, reset or failed before a complete head.
     Closed,
     TooLarge,
+}
+
+#[derive(Debug)]
+enum BodyError {
+    /// The peer closed, reset, failed or stalled.
+    Closed,
+    TooLarge,
+    /// A chunked framing that does not parse.
+    Malformed,
 }
 
 /// One connection: the stream, its progress bound, and bytes read past the current request (a
@@ -153,23 +232,114 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
-    /// Read and discard a `length`-byte body, the bytes already in `buf` first; what is in `buf`
-    /// beyond it stays for the next request.
-    async fn read_body(&mut self, length: u64) -> Result<(), ()> {
+    /// Read the body `head` frames: its length, and with `keep` (the most kept) its bytes; what is
+    /// in `buf` beyond it stays for the next request.
+    async fn read_body(
+        &mut self,
+        head: &Head,
+        keep: Option<u64>,
+    ) -> Result<(u64, Vec<u8>), BodyError> {
+        let mut kept = Vec::new();
+        let out = keep.is_some().then_some(&mut kept);
+        let length = if head.chunked {
+            self.read_chunked(keep.unwrap_or(MAX_BODY), out).await?
+        } else {
+            self.read_exactly(head.content_length, out).await?;
+            head.content_length
+        };
+        Ok((length, kept))
+    }
+
+    /// `length` bytes, the ones already in `buf` first, into `out` or dropped.
+    async fn read_exactly(
+        &mut self,
+        length: u64,
+        mut out: Option<&mut Vec<u8>>,
+    ) -> Result<(), BodyError> {
         let buffered = usize::try_from(length)
             .unwrap_or(usize::MAX)
             .min(self.buf.len());
+        if let Some(out) = out.as_deref_mut() {
+            out.extend_from_slice(&self.buf[..buffered]);
+        }
         self.buf.drain(..buffered);
         let mut left = length - buffered as u64;
         let mut chunk = vec![0u8; CHUNK];
         while left > 0 {
             let want = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
             match timeout(self.bound, self.io.read(&mut chunk[..want])).await {
-                Ok(Ok(n)) if n > 0 => left -= n as u64,
-                _ => return Err(()),
+                Ok(Ok(n)) if n > 0 => {
+                    if let Some(out) = out.as_deref_mut() {
+                        out.extend_from_slice(&chunk[..n]);
+                    }
+                    left -= n as u64;
+                }
+                _ => return Err(BodyError::Closed),
             }
         }
         Ok(())
+    }
+
+    /// A chunked body of at most `limit` bytes (RFC 9112 7.1): its length. Extensions are
+    /// ignored, trailers read and dropped.
+    async fn read_chunked(
+        &mut self,
+        limit: u64,
+        mut out: Option<&mut Vec<u8>>,
+    ) -> Result<u64, BodyError> {
+        let mut total: u64 = 0;
+        loop {
+            let line = self.read_line(MAX_CHUNK_LINE).await?;
+            let size = chunk_size(&line).ok_or(BodyError::Malformed)?;
+            if size == 0 {
+                break;
+            }
+            total = total
+                .checked_add(size)
+                .filter(|&total| total <= limit)
+                .ok_or(BodyError::TooLarge)?;
+            self.read_exactly(size, out.as_deref_mut()).await?;
+            if !self.read_line(0).await?.is_empty() {
+                return Err(BodyError::Malformed);
+            }
+        }
+        let mut trailers = 0;
+        loop {
+            let line = self.read_line(MAX_HEAD).await?;
+            if line.is_empty() {
+                return Ok(total);
+            }
+            trailers += line.len() + 2;
+            if trailers > MAX_HEAD {
+                return Err(BodyError::Malformed);
+            }
+        }
+    }
+
+    /// One CRLF-ended line of at most `max` bytes, without its CRLF; a bare CR or LF in it is
+    /// malformed.
+    async fn read_line(&mut self, max: usize) -> Result<Vec<u8>, BodyError> {
+        let mut chunk = [0u8; 8 * 1024];
+        loop {
+            if let Some(at) = find(&self.buf, b"\r\n") {
+                if at > max {
+                    return Err(BodyError::Malformed);
+                }
+                let line = self.buf[..at].to_vec();
+                self.buf.drain(..at + 2);
+                if line.iter().any(|&b| b == b'\r' || b == b'\n') {
+                    return Err(BodyError::Malformed);
+                }
+                return Ok(line);
+            }
+            if self.buf.len() > max + 1 {
+                return Err(BodyError::Malformed);
+            }
+            match timeout(self.bound, self.io.read(&mut chunk)).await {
+                Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                _ => return Err(BodyError::Closed),
+            }
+        }
     }
 
     /// Write all of `bytes` and flush, each step bounded.
@@ -188,41 +358,101 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
-    async fn respond(
-        &mut self,
-        status: u16,
-        body: &Body,
-        head_only: bool,
-        keep_alive: bool,
-    ) -> Result<(), ()> {
-        let length = match body {
-            Body::Bytes(bytes) => bytes.len() as u64,
-            Body::Source(n) => *n,
-        };
-        let mut out = response_head(status, length, keep_alive).into_bytes();
+    /// Send `body`; whether the connection may carry another request (a `hang` answer, or a
+    /// status that has no body, ends it).
+    async fn respond(&mut self, body: Body, head_only: bool, keep_alive: bool) -> Result<bool, ()> {
         match body {
-            _ if head_only => self.write(&out).await,
-            Body::Bytes(bytes) => {
-                out.extend_from_slice(bytes);
-                self.write(&out).await
+            Body::Answer(Answer::Whole {
+                status,
+                content_type,
+                body,
+            }) => {
+                if no_body(status) {
+                    // 1xx, 204 and 304 frame no body: the head alone, then close.
+                    let head = format!(
+                        "HTTP/1.1 {status} {}\r\nConnection: close\r\n\r\n",
+                        reason(status)
+                    );
+                    self.write(head.as_bytes()).await?;
+                    return Ok(false);
+                }
+                let mut out =
+                    response_head(status, content_type, Some(body.len() as u64), keep_alive)
+                        .into_bytes();
+                if !head_only {
+                    out.extend_from_slice(&body);
+                }
+                self.write(&out).await?;
+                Ok(true)
             }
             Body::Source(n) => {
-                self.write_unflushed(&out).await?;
-                let mut left = *n;
+                let out = response_head(200, "text/plain", Some(n), keep_alive);
+                if head_only {
+                    self.write(out.as_bytes()).await?;
+                    return Ok(true);
+                }
+                self.write_unflushed(out.as_bytes()).await?;
+                let mut left = n;
                 while left > 0 {
                     let chunk = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
                     self.write_unflushed(&SOURCE_BYTES[..chunk]).await?;
                     left -= chunk as u64;
                 }
-                self.write(&[]).await
+                self.write(&[]).await?;
+                Ok(true)
+            }
+            Body::Answer(Answer::Streamed {
+                content_type,
+                pieces,
+                hang,
+            }) => {
+                let keep_alive = keep_alive && !hang;
+                self.write(response_head(200, content_type, None, keep_alive).as_bytes())
+                    .await?;
+                for piece in pieces.filter(|p| !p.is_empty()) {
+                    let mut chunk = format!("{:x}\r\n", piece.len()).into_bytes();
+                    chunk.extend_from_slice(&piece);
+                    chunk.extend_from_slice(b"\r\n");
+                    // Flushed piece by piece: a streaming client sees each event as it is sent.
+                    self.write(&chunk).await?;
+                }
+                if hang {
+                    self.wait_for_close().await;
+                    return Ok(false);
+                }
+                self.write(b"0\r\n\r\n").await?;
+                Ok(true)
             }
         }
+    }
+
+    /// Hold the connection, reading and dropping whatever comes, until the client closes it (or
+    /// `HANG` passes). Reads block: no busy loop.
+    async fn wait_for_close(&mut self) {
+        let mut chunk = vec![0u8; CHUNK];
+        let drain = async {
+            loop {
+                match self.io.read(&mut chunk).await {
+                    Ok(n) if n > 0 => {}
+                    _ => return,
+                }
+            }
+        };
+        let _ = timeout(HANG, drain).await;
     }
 
     /// An empty answer with `Connection: close`; the caller then closes.
     async fn refuse(&mut self, status: u16) {
         let _ = self
-            .respond(status, &Body::Bytes(Vec::new()), false, false)
+            .respond(
+                Body::Answer(Answer::Whole {
+                    status,
+                    content_type: "text/plain",
+                    body: Vec::new(),
+                }),
+                false,
+                false,
+            )
             .await;
     }
 
@@ -248,6 +478,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 }
 
+/// A chunk-size line: hex digits, then optional whitespace and `;extensions`.
+fn chunk_size(line: &[u8]) -> Option<u64> {
+    let size = match line.iter().position(|&b| b == b';') {
+        Some(at) => &line[..at],
+        None => line,
+    };
+    let mut size = size;
+    while let [rest @ .., b' ' | b'\t'] = size {
+        size = rest;
+    }
+    if size.is_empty() || size.len() > 16 || !size.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    u64::from_str_radix(std::str::from_utf8(size).ok()?, 16).ok()
+}
+
+/// Statuses whose responses carry no body (RFC 9110 6.4.1).
+fn no_body(status: u16) -> bool {
+    status < 200 || status == 204 || status == 304
+}
+
 /// `bytes=N` from the query, N at most `MAX_BODY`.
 fn source_bytes(query: &str) -> Option<u64> {
     let value = query
@@ -258,20 +509,37 @@ fn source_bytes(query: &str) -> Option<u64> {
 
 fn reason(status: u16) -> &'static str {
     match status {
+        100 => "Continue",
         200 => "OK",
+        204 => "No Content",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
         408 => "Request Timeout",
         411 => "Length Required",
         413 => "Content Too Large",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        529 => "Overloaded",
         _ => "",
     }
 }
 
-fn response_head(status: u16, length: u64, keep_alive: bool) -> String {
+/// The status line and headers; `length` `None` is a chunked body.
+fn response_head(status: u16, content_type: &str, length: Option<u64>, keep_alive: bool) -> String {
     let connection = if keep_alive { "keep-alive" } else { "close" };
+    let framing = match length {
+        Some(length) => format!("Content-Length: {length}"),
+        None => "Transfer-Encoding: chunked".to_owned(),
+    };
     format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain\r\nContent-Length: {length}\r\nConnection: {connection}\r\n\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\n{framing}\r\nConnection: {connection}\r\n\r\n",
         reason(status)
     )
 }

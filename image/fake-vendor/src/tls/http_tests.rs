@@ -97,8 +97,8 @@ async fn h4_refusals_answer_then_close() {
     let cases: [(Vec<u8>, &str); 5] = [
         (b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n".to_vec(), "400"),
         (
-            b"POST /sink HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(),
-            "411",
+            b"POST /sink HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(),
+            "501",
         ),
         (
             format!(
@@ -213,4 +213,49 @@ async fn h7_a_client_that_closes_mid_body_ends_the_connection() {
         .unwrap();
     // It was recorded: its head arrived.
     assert_eq!(log.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn h8_a_chunked_body_is_counted_and_the_next_request_framed_after_it() {
+    let (mut client, log, _task) = serving();
+    client
+        .write_all(
+            b"POST /sink HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\nA \r\n0123456789\r\n0\r\nX-Sum: 1\r\n\r\nGET /ping HTTP/1.1\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let out = all_output(&mut client).await;
+    assert!(out.contains("\r\n\r\n13HTTP/1.1 200 OK\r\n"), "{out}");
+    assert!(out.ends_with("\r\n\r\npong"), "{out}");
+    assert_eq!(log.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn h9_bad_chunked_framing_is_refused_with_400() {
+    for framing in [
+        &b"zz\r\n"[..],
+        b"-1\r\n",
+        b"\r\n",
+        b"12345678901234567\r\n",
+        b"3\r\nabcX\r\n",
+        b"3\nabc\r\n",
+        b"0\r\nBad\rTrailer: x\r\n\r\n",
+    ] {
+        let (mut client, _log, _task) = serving();
+        let mut request = b"POST /sink HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        request.extend_from_slice(framing);
+        client.write_all(&request).await.unwrap();
+        let out = all_output(&mut client).await;
+        assert!(
+            out.starts_with("HTTP/1.1 400 "),
+            "{:?}: {out}",
+            String::from_utf8_lossy(framing)
+        );
+    }
+    // A chunk-size line that never ends is cut off at its bound.
+    let (mut client, _log, _task) = serving();
+    let mut request = b"POST /sink HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1".to_vec();
+    request.extend(std::iter::repeat_n(b'0', MAX_CHUNK_LINE + 10));
+    client.write_all(&request).await.unwrap();
+    assert!(all_output(&mut client).await.starts_with("HTTP/1.1 400 "));
 }
