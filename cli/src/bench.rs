@@ -28,6 +28,12 @@ pub enum BenchAction {
         runs: usize,
         #[arg(long, default_value_t = 10)]
         launch_runs: usize,
+        /// `claude` with `--fake-vendor`: the real CLI (agent image, fake Messages API) against
+        /// the fake CLI, interleaved, and the agent image's build time and size.
+        #[arg(long, default_value = "test")]
+        vendor: String,
+        #[arg(long)]
+        fake_vendor: bool,
     },
     /// The egress path (forwarder, proxy) against a direct TLS connection to the same endpoint:
     /// throughput, added round-trip latency, and the proxy's memory with 32 tunnels open.
@@ -74,7 +80,34 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
         BenchAction::Invoke {
             files,
             runs,
+            vendor,
+            fake_vendor,
+            ..
+        } if vendor == "claude" => {
+            if !fake_vendor {
+                anyhow::bail!(
+                    "bench invoke --vendor claude needs --fake-vendor (no credential is used)"
+                );
+            }
+            let cache = cordon::image::pinned::default_cache(&cordon::image::default_workspace());
+            let cli =
+                cordon::image::pinned::fetch(&cordon::image::pinned::CLAUDE_CLI, &cache, &|_| {})
+                    .await
+                    .context("fetching the pinned Claude Code CLI")?;
+            let spec =
+                cordon::image::agent::AgentImageSpec::new(cli, crate::image::binary_source(ctx));
+            let report =
+                cordon::bench_claude::invoke_claude(&ctx.ctl, &built.id, &spec, files, runs)
+                    .await
+                    .context("benchmarking the real CLI's invocations")?;
+            print(ctx.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchAction::Invoke {
+            files,
+            runs,
             launch_runs,
+            ..
         } => {
             let report = bench::invoke(engine, &built.id, files, runs, launch_runs)
                 .await

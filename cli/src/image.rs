@@ -53,7 +53,7 @@ const EMBEDDED: &[(&str, &[u8])] = &[
 
 /// Where this run's in-container binaries come from: the ones carried here, or a build from
 /// `--workspace`.
-fn source(ctx: &Ctx) -> BinarySource {
+pub fn binary_source(ctx: &Ctx) -> BinarySource {
     match &ctx.workspace {
         Some(workspace) => BinarySource::Workspace(workspace.clone()),
         None => BinarySource::Embedded(EMBEDDED),
@@ -63,7 +63,7 @@ fn source(ctx: &Ctx) -> BinarySource {
 /// Build (or reuse) the test image, a spinner on stderr meanwhile unless `--json`.
 pub async fn build(ctx: &Ctx) -> anyhow::Result<BuiltImage> {
     let bar = progress::spinner(ctx.json);
-    let built = image::build_image(ctx.ctl.engine(), &source(ctx), &|step| {
+    let built = image::build_image(ctx.ctl.engine(), &binary_source(ctx), &|step| {
         bar.set_message(step.to_owned())
     })
     .await;
@@ -86,7 +86,7 @@ pub async fn agent(ctx: &Ctx, cli: Option<PathBuf>) -> anyhow::Result<AgentImage
                     .context("fetching the pinned Claude Code CLI")?
             }
         };
-        let spec = AgentImageSpec::new(cli, source(ctx));
+        let spec = AgentImageSpec::new(cli, binary_source(ctx));
         agent::build_agent_image(ctx.ctl.engine(), &spec, &say)
             .await
             .context("building the agent image")

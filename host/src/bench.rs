@@ -378,7 +378,7 @@ async fn peak_rss<T>(f: impl std::future::Future<Output = T>) -> (T, u64) {
 }
 
 /// Write a repository of `files` files totalling about `bytes`, committed.
-fn generate_repository(dir: &std::path::Path, files: usize, bytes: u64) -> Result<u64> {
+pub(crate) fn generate_repository(dir: &std::path::Path, files: usize, bytes: u64) -> Result<u64> {
     let each = (bytes / files.max(1) as u64) as usize;
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut total = 0;

@@ -21,6 +21,7 @@
 
 pub mod archive;
 pub mod bench;
+pub mod bench_claude;
 pub mod bench_egress;
 pub mod caller_file;
 pub mod controller;
