@@ -16,8 +16,8 @@
 //! - [`storage`], [`task`]: task storage (volumes and keeper); staging, seeding, removal,
 //!   recovery.
 //! - [`invoke`]: capture, start, supervise, settle one invocation.
-//! - [`gate`], [`bench`], [`bench_egress`], [`doctor`]: the truth table, the benchmarks (the egress
-//!   path in its own), the environment check.
+//! - [`gate`], [`bench`], [`bench_egress`], [`bench_claude`], [`doctor`]: the truth table, the
+//!   benchmarks (the egress path and the real CLI in their own), the environment check.
 
 pub mod archive;
 pub mod bench;
