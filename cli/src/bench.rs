@@ -116,7 +116,8 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchAction::Gate { parallel } => {
-            let report = bench::gate(engine, &built.id, parallel)
+            let agent = crate::image::agent(ctx, None).await?;
+            let report = bench::gate(engine, &built.id, Some((&agent).into()), parallel)
                 .await
                 .context("benchmarking the gate")?;
             print(ctx.json, &report, || report.text())?;

@@ -1,4 +1,5 @@
-//! `cordon gate`: build the image, run the truth table, print it.
+//! `cordon gate`: build the images (the test image, and the agent image from the pinned CLI), run
+//! the truth table, print it.
 
 use std::process::ExitCode;
 
@@ -20,9 +21,12 @@ pub struct GateArgs {
 
 pub async fn run(ctx: &Ctx, args: GateArgs) -> anyhow::Result<ExitCode> {
     let built = image::build(ctx).await?;
+    // The C0 rows of the production agent image need it (the pinned CLI, fetched and verified).
+    let agent = image::agent(ctx, None).await?;
     let options = GateOptions {
         parallel: args.parallel,
         filter: args.filter,
+        agent: Some((&agent).into()),
     };
     // Cases done of total and the case being waited on: the gate takes a while.
     let bar = progress::GateBar::new(ctx.json);

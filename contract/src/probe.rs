@@ -219,6 +219,7 @@ pub mod ops {
 
         EXEC_VENDOR_NEIGHBOUR = "exec-policy" / "exec-vendor-neighbour" => [ExecAllowlist];
         EXEC_INIT_BINARY = "exec-policy" / "exec-init-binary" => [ExecAllowlist];
+        EXEC_VIA_INTERPRETER = "exec-policy" / "exec-via-interpreter" => [ExecAllowlist];
         EXEC_SCRATCH_COPY = "exec-policy" / "exec-scratch-copy" => [WritableNosuidNodevNoexec];
         MMAP_EXEC_SCRATCH = "exec-policy" / "mmap-exec-scratch" => [WritableNosuidNodevNoexec];
         EXEC_MEMFD = "exec-policy" / "exec-memfd" => [SeccompStacked];

@@ -285,10 +285,16 @@ pub struct GateBench {
 }
 
 /// Run the whole gate once and time it (target: under 3 minutes on 2 cores).
-pub async fn gate(ctl: &Controller, image_id: &str, parallel: usize) -> Result<GateBench> {
+pub async fn gate(
+    ctl: &Controller,
+    image_id: &str,
+    agent: Option<crate::gate::AgentRef>,
+    parallel: usize,
+) -> Result<GateBench> {
     let options = crate::gate::GateOptions {
         parallel,
         filter: None,
+        agent,
     };
     let started = Instant::now();
     let report = crate::gate::run(ctl, image_id, &options).await?;

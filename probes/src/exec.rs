@@ -1,9 +1,10 @@
 //! `exec-policy`: in every phase, exec of anything the policy does not list fails: the vendor CLI's
 //! neighbours in the image, cordon-init, a copy of a binary in a writable area (directly and as an
 //! mmap(PROT_EXEC)), a binary in a memfd; and no file of the work tree, the metadata, the control
-//! or the input dir can be mapped executable. The listed files still run. (The test image ships no
-//! ELF loader and no interpreter, so there is none to try: the image's contents are the
-//! allowlist's outer bound.)
+//! or the input dir can be mapped executable; with an ELF interpreter on the list (the agent
+//! image's), none of cordon's binaries runs through it. The listed files still run. (The test
+//! image ships no ELF loader and no interpreter, so there is none to try: the image's contents
+//! are the allowlist's outer bound.)
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -30,8 +31,35 @@ fn spawn(program: &str, args: &[&str]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// An ELF to copy into writable areas: this binary, or where it is not readable (the agent image
+/// ships cordon's binaries execute-only) the C library the vendor CLI maps.
 fn own_binary() -> std::io::Result<Vec<u8>> {
-    std::fs::read("/proc/self/exe")
+    match std::fs::read("/proc/self/exe") {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            std::fs::read("/lib/x86_64-linux-gnu/libc.so.6")
+        }
+        other => other,
+    }
+}
+
+/// The ELF loader's own failure (it could not open or map the program it was given).
+const LOADER_FAILED: i32 = 127;
+
+/// Run `program` through the ELF interpreter `interpreter` and wait: Ok (a breach) when the
+/// program ran, whatever it then did; the loader failing to load it exits [`LOADER_FAILED`].
+fn via_interpreter(interpreter: &str, program: &str, args: &[&str]) -> std::io::Result<()> {
+    let status = Command::new(interpreter)
+        .arg(program)
+        .args(args)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if status.code() == Some(LOADER_FAILED) {
+        return Err(std::io::Error::other("the loader could not load it"));
+    }
+    Ok(())
 }
 
 /// Map the first page of `path` PROT_EXEC (what an ELF loader does to run a file): Ok is a
@@ -95,6 +123,17 @@ fn content_noexec(p: &mut Probe<'_>) {
     }
 }
 
+/// The egress proxy's binary, in both images.
+const EGRESS_BINARY: &str = "/usr/bin/cordon-egress";
+
+/// Whether a listed path is an ELF interpreter (the glibc loader's names).
+fn is_interpreter(path: &str) -> bool {
+    std::path::Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("ld-linux") || n.starts_with("ld.so"))
+}
+
 pub fn run(p: &mut Probe<'_>) {
     let listed = p.ctx.policy.landlock.exec.clone();
     let token = p.ctx.token.clone();
@@ -113,6 +152,25 @@ pub fn run(p: &mut Probe<'_>) {
             "exec /sbin/cordon-init (not listed)",
             || spawn(paths::INIT, &["loader"]),
         );
+    }
+
+    // An ELF interpreter on the list (the agent image's, which the kernel opens for execution with
+    // the CLI) runs whatever ELF it can read: none of cordon's own binaries may be one.
+    for interpreter in listed.iter().filter(|l| is_interpreter(l)) {
+        for (program, args) in [
+            // An unknown role: it exits at once, 122, having run.
+            (paths::INIT, &["cordon-probe-no-such-role"][..]),
+            (paths::PROBE, &["workload", "exit", "0"][..]),
+            (EGRESS_BINARY, &["--help"][..]),
+        ] {
+            if std::path::Path::new(program).exists() {
+                p.deny(
+                    &ops::EXEC_VIA_INTERPRETER,
+                    &format!("run {program} through {interpreter}"),
+                    || via_interpreter(interpreter, program, args),
+                );
+            }
+        }
     }
 
     let copy = format!("{}/cordon-exec-{token}", paths::TMP);

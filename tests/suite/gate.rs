@@ -3,7 +3,7 @@
 use cordon::gate::{self, cases, GateOptions, Layer};
 use cordon_contract::probe::ops;
 use cordon_contract::Id;
-use cordon_tests::{controller, image, serial};
+use cordon_tests::{agent_image, controller, image, serial};
 
 /// `cordon gate`: every case in all three layers passes; every protection with a validator, init
 /// or probe column has a passing case in that layer that observed its id; every probe operation
@@ -16,7 +16,12 @@ async fn gate_truth_table_passes_and_covers_every_protection() {
     let image = image(&engine).await;
     // Progress as a terminal shows it: each case starts, then finishes, counted of the total.
     let seen = std::sync::Mutex::new(Vec::new());
-    let report = gate::run_with_progress(&ctl, &image, &GateOptions::default(), &|at| {
+    let agent = agent_image(&engine).await;
+    let options = GateOptions {
+        agent: Some((&agent).into()),
+        ..GateOptions::default()
+    };
+    let report = gate::run_with_progress(&ctl, &image, &options, &|at| {
         if let Ok(mut seen) = seen.lock() {
             seen.push((at.case.to_owned(), at.finished, at.done, at.total));
         }
@@ -109,6 +114,7 @@ async fn gate_json_shape() {
     let options = GateOptions {
         parallel: 3,
         filter: Some("rootfs-readonly".into()),
+        agent: None,
     };
     let report = gate::run(&ctl, &image, &options).await.expect("gate ran");
     let json = serde_json::to_value(&report).unwrap();

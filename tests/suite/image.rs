@@ -58,3 +58,73 @@ async fn doctor_reports_real_facts() {
         assert!(report.facts.iter().any(|f| f.name == name), "{name}");
     }
 }
+
+/// The agent image's ELF interpreter is on the agent's exec allowlist, and it runs any ELF it can
+/// read: cordon's binaries are execute-only in the image, so it runs none of them. The probe
+/// layer of `C0/execute/claude/agent`, in a small agent image around a host CLI (`/bin/true`):
+/// with the binaries at [`image::agent::STATIC_MODE`] nothing runs; made readable (the
+/// protection removed), the exec probe reports exactly `exec-via-interpreter`, once per binary.
+#[tokio::test]
+async fn the_interpreter_runs_no_cordon_binary() {
+    use cordon::gate::{self, AgentRef, GateOptions, Layer};
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
+    let test_image = cordon_tests::image(&engine).await;
+    let probe_row = |mode: u32| {
+        let (ctl, engine, test_image) = (ctl.clone(), engine.clone(), test_image.clone());
+        async move {
+            let spec = image::agent::AgentImageSpec {
+                static_mode: mode,
+                ..image::agent::AgentImageSpec::new(
+                    "/bin/true".into(),
+                    image::BinarySource::Workspace(image::default_workspace()),
+                )
+            };
+            let agent = image::agent::build_agent_image(&engine, &spec, &|_| {})
+                .await
+                .expect("a small agent image");
+            assert_eq!(
+                agent.exec.len(),
+                2,
+                "the CLI and its interpreter: {agent:?}"
+            );
+            let options = GateOptions {
+                parallel: 1,
+                filter: Some("C0/execute/claude/agent".into()),
+                agent: Some(AgentRef::from(&agent)),
+            };
+            let report = gate::run(&ctl, &test_image, &options).await.expect("gate");
+            assert!(report.leftovers.is_empty(), "{:?}", report.leftovers);
+            let row = report
+                .cases
+                .into_iter()
+                .find(|c| c.layer == Layer::Probe)
+                .expect("the probe row");
+            let _ = engine
+                .docker()
+                .remove_image(
+                    &agent.built.id,
+                    None::<bollard::query_parameters::RemoveImageOptions>,
+                    None,
+                )
+                .await;
+            row
+        }
+    };
+    let strict = probe_row(image::agent::STATIC_MODE).await;
+    assert!(strict.pass && strict.observed.is_empty(), "{strict:?}");
+    let readable = probe_row(0o755).await;
+    assert!(!readable.pass, "{readable:?}");
+    assert_eq!(
+        readable.observed.len(),
+        3,
+        "init, probe, egress: {readable:?}"
+    );
+    assert!(
+        readable
+            .observed
+            .iter()
+            .all(|o| o.contains("exec-via-interpreter")),
+        "{readable:?}"
+    );
+}

@@ -39,6 +39,10 @@ pub struct GateEnv {
     pub fixture_repo: std::path::PathBuf,
     /// The test CA and the fake vendor's certificate for the egress cases.
     pub vendor_ca: cordon_fake_vendor::ca::TestCa,
+    /// The test image (the fixtures run from it in every case).
+    pub test_image: String,
+    /// The production agent image the `.../agent` rows run.
+    pub agent: Option<super::AgentRef>,
 }
 
 /// Which task storage a case mounts.
@@ -76,6 +80,9 @@ pub struct Case {
     pub under_init: bool,
     /// The case runs with egress: a network, the proxy, the fake vendor and its DNS server.
     pub egress: bool,
+    /// The case runs the production agent image (the real CLI, its interpreter on the exec
+    /// allowlist) instead of the test image.
+    pub agent: bool,
     pub validator: bool,
     pub init: bool,
     pub probe: bool,
@@ -208,6 +215,7 @@ fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case
         under_init: false,
         egress: cordon_contract::egress::rule_name(removed).is_some()
             || removed == Id::ProxyContainer,
+        agent: false,
         validator: layers.validator,
         init: layers.init,
         probe: layers.probe,
@@ -236,6 +244,7 @@ fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
         under_init: false,
         // Every Claude C0 proves the egress path holds (and the probes' positive control passes).
         egress: vendor == Vendor::Claude && !gitlinks,
+        agent: false,
         also: vec![],
         facet: None,
         validator: true,
@@ -544,11 +553,22 @@ fn storage(mut c: Case, s: StorageVariant) -> Case {
 }
 
 /// Every case of the gate.
+/// C0 in the production agent image: the real CLI's `--version` under the init (its interpreter
+/// on the exec allowlist), and the probe layer in that image.
+fn full_agent(phase: Phase) -> Case {
+    Case {
+        name: format!("C0/{phase}/claude/agent"),
+        agent: true,
+        ..full(phase, Vendor::Claude, false)
+    }
+}
+
 pub fn all() -> Vec<Case> {
     let mut cases: Vec<Case> = Phase::ALL
         .iter()
         .map(|p| full(*p, Vendor::Claude, false))
         .collect();
+    cases.extend(Phase::ALL.iter().map(|p| full_agent(*p)));
     cases.push(full(Phase::Execute, Vendor::Codex, false));
     cases.push(full(Phase::Execute, Vendor::Claude, true));
 

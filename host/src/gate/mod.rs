@@ -147,6 +147,25 @@ pub struct GateOptions {
     pub parallel: usize,
     /// Run only cases whose name contains this.
     pub filter: Option<String>,
+    /// The production agent image for the `.../agent` rows (a row fails without one).
+    pub agent: Option<AgentRef>,
+}
+
+/// A built agent image, as the gate runs it.
+#[derive(Debug, Clone)]
+pub struct AgentRef {
+    pub id: String,
+    /// Its exec allowlist: the CLI and its ELF interpreter.
+    pub exec: Vec<String>,
+}
+
+impl From<&crate::image::agent::AgentImage> for AgentRef {
+    fn from(image: &crate::image::agent::AgentImage) -> AgentRef {
+        AgentRef {
+            id: image.built.id.clone(),
+            exec: image.exec.clone(),
+        }
+    }
 }
 
 impl Default for GateOptions {
@@ -154,8 +173,28 @@ impl Default for GateOptions {
         GateOptions {
             parallel: 6,
             filter: None,
+            agent: None,
         }
     }
+}
+
+/// The image a case runs and what may execute in it besides `extra`: the agent image and its
+/// allowlist for the `.../agent` rows, else the test image and the vendor CLI.
+fn case_image(case: &Case, env: &GateEnv, extra: &[String]) -> Result<(String, Vec<String>)> {
+    if !case.agent {
+        let mut exec = extra.to_vec();
+        exec.push(case.vendor.cli_path().to_owned());
+        return Ok((env.test_image.clone(), exec));
+    }
+    let agent = env.agent.as_ref().ok_or_else(|| {
+        Error::Invalid(format!(
+            "{} runs the production agent image, and the gate was given none",
+            case.name
+        ))
+    })?;
+    let mut exec = extra.to_vec();
+    exec.extend(agent.exec.iter().cloned());
+    Ok((agent.id.clone(), exec))
 }
 
 /// Small areas for the probe layer: its fills write each one to the limit.
@@ -335,7 +374,8 @@ fn case_fixtures(env: &GateEnv) -> launch::egress::Fixtures {
             UNLISTED_HOST.to_owned(),
         ],
         resolved: vec![PRIVATE_HOST.to_owned()],
-        image: None,
+        // The fake vendor is only in the test image.
+        image: Some(env.test_image.clone()),
     }
 }
 
@@ -418,15 +458,22 @@ async fn run_probe_case(
         let allocation = Allocation::new(owner, "gate", storage.storage().allocation.uid)?;
         let probe_path = cordon_contract::paths::PROBE.to_owned();
         let uid = allocation.uid;
+        // The probe runs alone in the test image; in the agent image beside the CLI and its
+        // interpreter, as the agent would.
+        let (case_image_id, exec) = if case.agent {
+            case_image(case, env, std::slice::from_ref(&probe_path))?
+        } else {
+            (image_id.to_owned(), vec![probe_path.clone()])
+        };
         let profile = Profile::new(ProfileSpec {
             phase: case.phase,
             vendor: case.vendor,
-            image_id: image_id.to_owned(),
+            image_id: case_image_id,
             storage: storage.storage().mounts_for(&allocation),
             allocation,
             limits: probe_limits(),
             command: vec![probe_path.clone(), "all".to_owned()],
-            exec: vec![probe_path.clone()],
+            exec,
             env: vec![],
             gitlinks: case_gitlinks(case),
             pins: vec![],
@@ -593,8 +640,7 @@ async fn run_case(
     if case.validator || case.init {
         // Boxed: a case's future is large (the launch, its egress, the probes' fixtures), and the
         // gate may run on a thread with a small stack (a test's).
-        results
-            .extend(Box::pin(run_validator_init(ctl, owner, image_id, storage, env, case)).await);
+        results.extend(Box::pin(run_validator_init(ctl, owner, storage, env, case)).await);
     }
     if case.probe {
         results.push(Box::pin(run_probe_case(ctl, owner, image_id, env, case)).await);
@@ -611,25 +657,27 @@ fn case_gitlinks(case: &Case) -> Vec<String> {
     }
 }
 
-/// The production profile a case starts from: the fake vendor CLI's `--version` over the gate's
-/// storage, with the gate's gitlink when the case asks for one.
+/// The production profile a case starts from: the vendor CLI's `--version` (the test image's
+/// fake, or the agent image's real CLI) over the gate's storage, with the gate's gitlink when the
+/// case asks for one.
 fn case_profile(
     owner: &Owner,
-    image_id: &str,
+    env: &GateEnv,
     storage: &TaskStorage,
     case: &Case,
 ) -> Result<Profile> {
     let allocation = Allocation::new(owner, "gate", storage.allocation.uid)?;
     let cli = case.vendor.cli_path().to_owned();
+    let (image_id, exec) = case_image(case, env, &[])?;
     Profile::new(ProfileSpec {
         phase: case.phase,
         vendor: case.vendor,
-        image_id: image_id.to_owned(),
+        image_id,
         storage: storage.mounts_for(&allocation),
         allocation,
         limits: gate_limits(),
-        command: vec![cli.clone(), "--version".to_owned()],
-        exec: vec![cli],
+        command: vec![cli, "--version".to_owned()],
+        exec,
         env: vec![],
         gitlinks: case_gitlinks(case),
         pins: vec![],
@@ -643,7 +691,6 @@ fn case_profile(
 async fn run_validator_init(
     ctl: &Controller,
     owner: &Owner,
-    image_id: &str,
     storage: &TaskStorage,
     env: &GateEnv,
     case: &Case,
@@ -682,7 +729,7 @@ async fn run_validator_init(
         out
     };
     let created = async {
-        let profile = case_profile(owner, image_id, storage, case)?;
+        let profile = case_profile(owner, env, storage, case)?;
         let mut prepared = Prepared::new(engine, &profile)?;
         if let Some(plan) = prepared.egress.as_mut() {
             plan.fixtures = Some(case_fixtures(env));
@@ -803,6 +850,8 @@ pub async fn run_with_progress(
         host_dir: host_dir.to_string_lossy().into_owned(),
         fixture_repo: fixture_repo.clone(),
         vendor_ca,
+        test_image: image_id.to_owned(),
+        agent: options.agent.clone(),
     };
     let result = match probe::fixture_repository(&fixture_repo) {
         Ok(()) => run_owned(ctl, image_id, options, &owner, &env, progress).await,

@@ -85,7 +85,17 @@ pub struct AgentImageSpec {
     pub ca_bundle: PathBuf,
     /// Where the CLI's libraries are looked for, in order (default: [`elf::default_lib_dirs`]).
     pub lib_dirs: Vec<PathBuf>,
+    /// The mode of cordon's static binaries in the image ([`STATIC_MODE`]; a readable mode is
+    /// only for the test that shows what it would let run).
+    pub static_mode: u32,
 }
+
+/// cordon's static binaries are executable but not readable by the agent: the ELF interpreter
+/// is on the agent's exec allowlist (the kernel opens it for execution with the CLI), and
+/// `ld-linux-x86-64.so.2 FILE` runs any ELF it can read and map, static ones included (measured:
+/// `ld.so cordon-probe workload exit 0` exits 0). The kernel runs a static binary it cannot read
+/// for whoever may execute it; the loader cannot open one.
+pub const STATIC_MODE: u32 = 0o711;
 
 impl AgentImageSpec {
     /// The CLI at `cli`, cordon's binaries from `binaries`, the host's CA bundle and libraries.
@@ -95,6 +105,7 @@ impl AgentImageSpec {
             binaries,
             ca_bundle: PathBuf::from(CA_BUNDLE),
             lib_dirs: elf::default_lib_dirs(),
+            static_mode: STATIC_MODE,
         }
     }
 }
@@ -186,8 +197,9 @@ fn check_place(path: &str) -> Result<()> {
 /// The image's tree for a CLI of `closure`, sorted by path (each directory before what it
 /// holds): the CLI (0755) at [`paths::CLAUDE_CLI`], its interpreter (0755) at its `PT_INTERP`
 /// path, each library at [`LIB_DIR`]`/<soname>` (0644: mapped by the loader, never executed),
-/// the CA bundle (0644), cordon's static binaries (0755), and the directories these need (0755).
-pub fn layout(closure: &Closure) -> Result<Vec<Entry>> {
+/// the CA bundle (0644), cordon's static binaries (`static_mode`: [`STATIC_MODE`]), and the
+/// directories these need (0755).
+pub fn layout(closure: &Closure, static_mode: u32) -> Result<Vec<Entry>> {
     let Some(interpreter) = &closure.interpreter else {
         return Err(Error::Build(
             "the CLI has no interpreter: the agent image is for a dynamically linked CLI".into(),
@@ -211,7 +223,7 @@ pub fn layout(closure: &Closure) -> Result<Vec<Entry>> {
         ));
     }
     for (name, path) in STATIC_BINARIES {
-        files.push(file(path, 0o755, Source::Static(name)));
+        files.push(file(path, static_mode, Source::Static(name)));
     }
     let mut entries = vec![Entry::Dir {
         path: "/".into(),
@@ -537,7 +549,7 @@ async fn prepare(spec: &AgentImageSpec, progress: &(dyn Fn(&str) + Sync)) -> Res
         Ok::<_, Error>((cli, len, closure, ca))
     })
     .await??;
-    let entries = layout(&closure)?;
+    let entries = layout(&closure, spec.static_mode)?;
     let interpreter = closure.interpreter.unwrap_or_default();
     let names: Vec<&'static str> = STATIC_BINARIES.iter().map(|(n, _)| *n).collect();
     let binaries = super::static_binaries(&spec.binaries, &names, progress).await?;
@@ -699,7 +711,7 @@ mod tests {
 
     #[test]
     fn the_layout_is_the_cli_its_loader_libraries_ca_and_cordon_binaries_only() {
-        let entries = layout(&fake_closure("/lib64/ld-linux-x86-64.so.2")).unwrap();
+        let entries = layout(&fake_closure("/lib64/ld-linux-x86-64.so.2"), STATIC_MODE).unwrap();
         let listed: Vec<(&str, bool, u32)> = entries
             .iter()
             .map(|e| (e.path(), matches!(e, Entry::Dir { .. }), e.mode()))
@@ -747,7 +759,7 @@ mod tests {
 
     #[test]
     fn no_entry_is_at_under_or_above_a_mountpoint() {
-        let entries = layout(&fake_closure("/lib64/ld-linux-x86-64.so.2")).unwrap();
+        let entries = layout(&fake_closure("/lib64/ld-linux-x86-64.so.2"), STATIC_MODE).unwrap();
         for entry in &entries {
             let path = entry.path();
             for mount in TMPFS_MOUNTPOINTS {
@@ -777,15 +789,17 @@ mod tests {
             "/work/ld.so",
             "/proc/self/exe",
         ] {
-            let e = layout(&fake_closure(bad)).unwrap_err().to_string();
+            let e = layout(&fake_closure(bad), STATIC_MODE)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("mountpoint"), "{bad}: {e}");
         }
         // The CLI's own path, and a directory that is a file elsewhere.
-        assert!(layout(&fake_closure(paths::CLAUDE_CLI))
+        assert!(layout(&fake_closure(paths::CLAUDE_CLI), STATIC_MODE)
             .unwrap_err()
             .to_string()
             .contains("two files"));
-        assert!(layout(&fake_closure("/usr/bin/claude/ld.so"))
+        assert!(layout(&fake_closure("/usr/bin/claude/ld.so"), STATIC_MODE)
             .unwrap_err()
             .to_string()
             .contains("as a file and as a directory"));
@@ -793,7 +807,7 @@ mod tests {
             interpreter: None,
             libraries: Vec::new(),
         };
-        assert!(layout(&static_cli).is_err());
+        assert!(layout(&static_cli, STATIC_MODE).is_err());
     }
 
     /// Inputs of the test runner's own closure (real host files), with a small stand-in CLI.
@@ -803,7 +817,7 @@ mod tests {
         let path = dir.join("cli");
         std::fs::write(&path, cli).unwrap();
         Inputs {
-            entries: layout(&closure).unwrap(),
+            entries: layout(&closure, STATIC_MODE).unwrap(),
             interpreter: closure.interpreter.clone().unwrap(),
             cli: File::open(&path).unwrap(),
             cli_len: cli.len() as u64,

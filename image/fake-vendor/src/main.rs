@@ -90,6 +90,8 @@ fn main() -> ExitCode {
 /// Bind, say so, serve until told to stop (dropping a server stops it, so each is held to the
 /// end of its arm).
 async fn run(command: Command, identity: Option<tls::Identity>) -> Result<(), String> {
+    // Installed before the listening line: a SIGTERM right after it must stop us, not kill us.
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     match command {
         Command::Tls { listen, plain } => {
             let identity = identity.ok_or("no TLS identity")?;
@@ -105,14 +107,14 @@ async fn run(command: Command, identity: Option<tls::Identity>) -> Result<(), St
             if let Some(plain_server) = &plain_server {
                 listening("plain", plain_server.addr());
             }
-            stopped().await;
+            stopped(term).await;
         }
         Command::Dns { listen, script } => {
             let server = dns::start(listen, script)
                 .await
                 .map_err(|e| format!("binding {listen} (UDP and TCP): {e}"))?;
             listening("dns", server.addr());
-            stopped().await;
+            stopped(term).await;
         }
         Command::Help => {}
     }
@@ -139,9 +141,8 @@ async fn bind_tcp(addr: SocketAddr) -> Result<tokio::net::TcpListener, String> {
 
 /// SIGTERM (`docker stop`: as PID 1 there is no default action, so without this the engine waits
 /// out its grace period) or SIGINT.
-async fn stopped() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
+async fn stopped(term: Option<tokio::signal::unix::Signal>) {
+    let Some(mut term) = term else {
         // No handler: Ctrl-C alone, or forever.
         let _ = tokio::signal::ctrl_c().await;
         return;

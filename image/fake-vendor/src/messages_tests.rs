@@ -731,11 +731,11 @@ async fn m10_a_chunked_body_is_read_and_a_large_one_refused() {
     assert_eq!(read_response(&mut io).await.body, b"pong");
     assert_eq!(server.messages().len(), 1);
 
-    // Beyond 16 MiB in chunks: 413, and the connection closes.
+    // Beyond 64 MiB in chunks: 413, and the connection closes.
     let (_server, mut io) = plain().await;
     send(
         &mut io,
-        b"POST /v1/messages HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1000001\r\n",
+        b"POST /v1/messages HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4000001\r\n",
     )
     .await;
     let response = read_response(&mut io).await;
@@ -756,9 +756,9 @@ async fn m10_a_chunked_body_is_read_and_a_large_one_refused() {
 
 #[tokio::test]
 async fn m11_oversize_and_malformed_bodies_are_refused() {
-    // Content-Length beyond 16 MiB: 413 before any of it is read.
+    // Content-Length beyond 64 MiB: 413 before any of it is read.
     let (server, mut io) = plain().await;
-    send(&mut io, head("/v1/messages", (16 << 20) + 1).as_bytes()).await;
+    send(&mut io, head("/v1/messages", (64 << 20) + 1).as_bytes()).await;
     let response = read_response(&mut io).await;
     assert_eq!(
         (response.status, response.header("connection")),
