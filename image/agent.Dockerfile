@@ -20,9 +20,12 @@
 # yours with `ldd /usr/bin/claude` in VENDOR_BASE, and put each library in a directory the
 # interpreter searches by default.
 #
-# Build the static binaries first and put them in the build context:
+# Build the static binaries first and put them in the build context, execute-only (the classic
+# builder's COPY keeps the context's modes): the interpreter is on the agent's exec allowlist, and
+# `ld-linux-x86-64.so.2 FILE` runs any ELF it can read, static ones included:
 #   RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile static \
 #     --target x86_64-unknown-linux-gnu -p cordon-init -p cordon-probe -p cordon-egress
+#   chmod 0711 cordon-init cordon-probe cordon-egress
 # No USER: the profile starts the init as root and the init drops to the agent's uid.
 ARG VENDOR_BASE
 FROM ${VENDOR_BASE} AS vendor

@@ -250,6 +250,38 @@ fn run_prints_a_settled_attested_result() {
     assert!(leftovers(&owner).is_empty());
 }
 
+/// The README's first thing to try after the gate: the real CLI (the pinned one, in the agent
+/// image) against the fake Messages API, settled and attested; the CLI reached only its API host,
+/// through the proxy; nothing is left.
+#[test]
+fn run_with_the_real_cli_against_the_fake_vendor() {
+    let repo = small_repository("run-real");
+    let owner = format!("t-run-real-{}", std::process::id());
+    let out = succeeded(run_with(&repo, &owner, "hello", "claude").arg("--fake-vendor"));
+    let result = &json(&out)["result"];
+    assert!(
+        result["answer"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("read ")),
+        "{result}"
+    );
+    assert_eq!(result["attestation"]["egress_forward"], 3128, "{result}");
+    let requests = result["vendor_log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l.get("messages_request").is_some())
+        .count();
+    assert!(requests >= 3, "Glob, Read, the answer: {result}");
+    for line in result["egress_log"].as_array().unwrap() {
+        if line["egress"] == "tunnel" {
+            assert_eq!(line["target"], "api.anthropic.com:443", "{line}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&repo);
+    assert!(leftovers(&owner).is_empty());
+}
+
 /// `--allow` gives the run a network and a proxy of its own (the fake CLI dials nothing): the
 /// init attests its forwarder, and the proxy and network go with the run.
 #[test]

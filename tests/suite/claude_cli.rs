@@ -92,7 +92,20 @@ impl Cli {
         schema: Option<&str>,
         deadline: Duration,
     ) -> Arc<InvocationResult> {
-        let api = fake_api(Vendor::Claude, &self.s.image).expect("fake API");
+        self.run_with(phase, prompt, schema, deadline, false).await
+    }
+
+    /// [`Cli::run_for`], with the CLI's non-essential traffic left on when `nonessential`.
+    async fn run_with(
+        &self,
+        phase: Phase,
+        prompt: &str,
+        schema: Option<&str>,
+        deadline: Duration,
+        nonessential: bool,
+    ) -> Arc<InvocationResult> {
+        let mut api = fake_api(Vendor::Claude, &self.s.image).expect("fake API");
+        api.vendor.nonessential_traffic = nonessential;
         let dir = tempdir();
         let schema = schema.map(|text| {
             let path = dir.0.join("schema.json");
@@ -262,6 +275,81 @@ async fn questions_are_answered_in_text_after_glob_grep_and_read() {
             .iter()
             .all(|t| t["target"] == "api.anthropic.com:443"),
         "{tunnels:?}"
+    );
+    c.finish().await;
+}
+
+/// What the CLI sends where. The proxy's allowlist holds only the API host, and the CLI opens no
+/// tunnel to any other (with its switches or without). Its non-essential traffic goes to the API
+/// host itself (measured without the switches: `/api/event_logging/v2/batch` telemetry,
+/// `/api/eval/...`, `/api/claude_cli/bootstrap`, `.../metrics_enabled`), so a host allowlist cannot
+/// refuse it: the switches (`claude::ENV`, set by default) are what keep it off. With them the CLI
+/// asks only for its Messages, its settings and its policy limits; without them it sends its
+/// telemetry, and it answers either way.
+#[tokio::test]
+async fn the_cli_reaches_only_its_api_and_its_switches_keep_telemetry_off() {
+    let c = cli("cli-traffic").await;
+    let tunnels = |result: &InvocationResult| -> Vec<String> {
+        result
+            .egress_log
+            .iter()
+            .filter(|l| l.get("egress").and_then(Value::as_str) != Some("listening"))
+            .map(|l| format!("{} {}", l["egress"], l["target"]))
+            .collect()
+    };
+    let paths = |result: &InvocationResult| -> Vec<String> {
+        result
+            .vendor_log
+            .iter()
+            .filter_map(|l| l.get("tls_request"))
+            .filter_map(|r| r["path"].as_str())
+            .map(|p| p.split('?').next().unwrap_or(p).to_owned())
+            .collect()
+    };
+    let essential = [
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/api/claude_code/settings",
+        "/api/claude_code/policy_limits",
+    ];
+    let quiet = c.run(Phase::Questions, "what is here?", None).await;
+    assert!(quiet.answer.is_some(), "{quiet:#?}");
+    let quiet_tunnels = tunnels(&quiet);
+    assert!(
+        !quiet_tunnels.is_empty()
+            && quiet_tunnels
+                .iter()
+                .all(|t| t == "\"tunnel\" \"api.anthropic.com:443\""),
+        "{quiet_tunnels:?}"
+    );
+    let quiet_paths = paths(&quiet);
+    assert!(
+        quiet_paths.iter().all(|p| essential.contains(&p.as_str())),
+        "{quiet_paths:?}"
+    );
+    let chatty = c
+        .run_with(
+            Phase::Questions,
+            "what is here?",
+            None,
+            Duration::from_secs(120),
+            true,
+        )
+        .await;
+    assert!(chatty.answer.is_some(), "{chatty:#?}");
+    let chatty_tunnels = tunnels(&chatty);
+    assert!(
+        chatty_tunnels
+            .iter()
+            .all(|t| t == "\"tunnel\" \"api.anthropic.com:443\""),
+        "{chatty_tunnels:?}"
+    );
+    let chatty_paths = paths(&chatty);
+    assert!(
+        chatty_paths
+            .iter()
+            .any(|p| p.starts_with("/api/event_logging")),
+        "without the switches the CLI sends telemetry: {chatty_paths:?}"
     );
     c.finish().await;
 }
@@ -850,4 +938,49 @@ async fn an_enormous_write_stops_at_the_work_limit() {
     );
     assert!(result.unreleased.is_empty());
     c.finish().await;
+}
+
+/// Glob and Grep through links: a link inside the checkout is searched where it leads (still in
+/// /work); a path through it that climbs out is refused by the CLI; a link that leaves the
+/// checkout never reaches the agent, since the seeder refuses the repository (every class of such
+/// link: `suite::task::unusable_repositories_are_refused_with_nothing_left`).
+#[tokio::test]
+async fn glob_and_grep_through_links_stay_in_the_checkout() {
+    let repo = repository();
+    repo.symlink("lib", "src");
+    let c = cli_on("cli-links", repo, None).await;
+    let calls = [
+        tool("Glob", json!({ "pattern": "*.rs", "path": "/work/lib" })),
+        tool(
+            "Grep",
+            json!({ "pattern": "fn count", "path": "/work/lib", "output_mode": "files_with_matches" }),
+        ),
+        tool(
+            "Grep",
+            json!({ "pattern": "root", "path": "/work/lib/../../etc/passwd", "output_mode": "content" }),
+        ),
+        tool(
+            "Glob",
+            json!({ "pattern": "**/hosts", "path": "/work/lib/../.." }),
+        ),
+    ];
+    let result = c.run(Phase::Questions, &script(&calls), None).await;
+    let got = results(&result);
+    assert_eq!(got.len(), calls.len(), "{result:#?}");
+    assert!(!got[0].0 && got[0].1.contains("lib.rs"), "{got:?}");
+    assert!(!got[1].0 && got[1].1.contains("lib.rs"), "{got:?}");
+    for (call, (error, content)) in calls[2..].iter().zip(&got[2..]) {
+        assert!(*error && denied_by_cli(content), "{call}: {content}");
+    }
+    c.finish().await;
+    // The escaping link itself: refused before any storage exists.
+    let s = owned("cli-links-out").await;
+    let repo = repository();
+    repo.symlink("etc", "/etc");
+    let head = repo.commit();
+    let refused = task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head))
+        .await
+        .expect_err("a link out of the checkout");
+    assert_eq!(refused.id(), "repo-absolute-link", "{refused}");
+    s.finish().await;
 }

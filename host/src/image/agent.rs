@@ -732,12 +732,12 @@ mod tests {
                 ("/lib64", true, 0o755),
                 ("/lib64/ld-linux-x86-64.so.2", false, 0o755),
                 ("/sbin", true, 0o755),
-                ("/sbin/cordon-init", false, 0o755),
+                ("/sbin/cordon-init", false, 0o711),
                 ("/usr", true, 0o755),
                 ("/usr/bin", true, 0o755),
                 ("/usr/bin/claude", false, 0o755),
-                ("/usr/bin/cordon-egress", false, 0o755),
-                ("/usr/bin/cordon-probe", false, 0o755),
+                ("/usr/bin/cordon-egress", false, 0o711),
+                ("/usr/bin/cordon-probe", false, 0o711),
             ]
         );
         let source = |path: &str| match entries.iter().find(|e| e.path() == path) {

@@ -319,6 +319,28 @@ mod tests {
         assert!(why.contains("\"b\""), "{why}");
     }
 
+    /// What the real CLI (2.1.332) printed for a questions run against the fake Messages API
+    /// (captured from `cordon run --vendor claude --fake-vendor`): the adapter reads its answer,
+    /// and the same envelope with a schema but no `structured_output` (what the CLI prints when
+    /// the model never answers in the schema, measured) is no answer.
+    #[test]
+    fn the_real_clis_envelope_is_read_as_the_adapter_assumes() {
+        let real = include_str!("claude_envelope.json");
+        let envelope: serde_json::Value = serde_json::from_str(real).unwrap();
+        let text = envelope["result"].as_str().unwrap();
+        assert_eq!(answer(Phase::Questions, None, real).unwrap(), text);
+        let any = AnswerSchema::compile(r#"{"type":"object"}"#.to_owned()).unwrap();
+        let why = answer(Phase::Planning, Some(&any), real).unwrap_err();
+        assert!(why.0.contains("structured_output"), "{why:?}");
+        let mut structured = envelope.clone();
+        structured["structured_output"] = serde_json::json!({"plan": "x"});
+        let structured = serde_json::to_string(&structured).unwrap();
+        assert_eq!(
+            answer(Phase::Planning, Some(&any), &structured).unwrap(),
+            r#"{"plan":"x"}"#
+        );
+    }
+
     #[test]
     fn answers_come_only_from_a_successful_envelope() {
         let any = AnswerSchema::compile(r#"{"type":"object"}"#.to_owned()).unwrap();

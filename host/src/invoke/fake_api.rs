@@ -45,7 +45,7 @@ pub fn fake_api(vendor: Vendor, fixture_image: &str) -> Result<FakeApi> {
         },
         vendor: VendorOptions {
             extra_ca_pem: Some(ca.ca_pem),
-            base_url: None,
+            ..VendorOptions::default()
         },
         credential: Credential::of(CredentialKind::ApiKey, FAKE_API_KEY.to_owned())?,
         allow,

@@ -111,6 +111,10 @@ pub struct VendorOptions {
     pub extra_ca_pem: Option<String>,
     /// `ANTHROPIC_BASE_URL`: `https://NAME[:PORT][/PATH]`, its host on the allowlist.
     pub base_url: Option<String>,
+    /// Leave the CLI's non-essential traffic (telemetry, error reports, update checks) on: the
+    /// switches in [`claude::ENV`] are not set, and the egress proxy refuses every host but the
+    /// allowlist's. Off by default; for diagnosis, and the test that shows the CLI still answers.
+    pub nonessential_traffic: bool,
 }
 
 /// The egress of an invocation whose request has a network allowlist. The defaults are the

@@ -79,7 +79,12 @@ pub(super) fn profile(
         .schema_text()
         .map(|s| vec![(SCHEMA_FILE.to_owned(), s.as_bytes().to_vec())])
         .unwrap_or_default();
-    let mut env: Vec<(String, String)> = claude::ENV
+    let switches = if options.vendor.nonessential_traffic {
+        &[][..]
+    } else {
+        claude::ENV
+    };
+    let mut env: Vec<(String, String)> = switches
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
