@@ -80,6 +80,11 @@ async fn gate_truth_table_passes_and_covers_every_protection() {
         }
     }
     for op in ops::all() {
+        // The agent image's file modes guard it, which no gate row can remove: its breach is
+        // shown by `suite::image::the_interpreter_runs_no_cordon_binary`.
+        if op.action == ops::EXEC_VIA_INTERPRETER.action {
+            continue;
+        }
         let suffix = format!("/{}/{}", op.probe, op.action);
         assert!(
             passing(Layer::Probe).any(|c| c.observed.iter().any(|o| o.ends_with(&suffix))),
@@ -88,15 +93,20 @@ async fn gate_truth_table_passes_and_covers_every_protection() {
             op.action
         );
     }
-    // C0 in every phase, all three layers, nothing observed.
+    // C0 in every phase, all three layers, nothing observed: in the test image and in the
+    // production agent image.
     for phase in cordon_contract::Phase::ALL {
-        let name = format!("C0/{phase}/claude");
-        let clean = report
-            .cases
-            .iter()
-            .filter(|c| c.case == name && c.pass && c.observed.is_empty())
-            .count();
-        assert_eq!(clean, 3, "{name}");
+        for name in [
+            format!("C0/{phase}/claude"),
+            format!("C0/{phase}/claude/agent"),
+        ] {
+            let clean = report
+                .cases
+                .iter()
+                .filter(|c| c.case == name && c.pass && c.observed.is_empty())
+                .count();
+            assert_eq!(clean, 3, "{name}");
+        }
     }
     let cells: usize = cases::all()
         .iter()

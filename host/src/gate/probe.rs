@@ -53,6 +53,10 @@ fn reached(op: &Operation, id: Id, case: &Case) -> bool {
         // Under the init, Landlock refuses the exec even from an exec-capable mount; the mapping
         // is no exec, and nothing but the mount's noexec refuses it.
         ("exec-policy", "exec-scratch-copy") => mode(case) == Mode::WithoutInit,
+        // Only an image with an ELF interpreter on the list has a loader to try, and what it
+        // guards (cordon's binaries execute-only in the agent image) is the image's, which no
+        // row removes: its breach is `suite::image::the_interpreter_runs_no_cordon_binary`.
+        ("exec-policy", "exec-via-interpreter") => false,
         // A writable work tree keeps its flags from its volume's options.
         ("exec-policy", "mmap-exec-work") => !writable_phase,
         ("mounts", "host-paths") => case.facet == Some("disk"),
