@@ -220,7 +220,11 @@ mod tests {
     #[test]
     fn every_operation_is_reached_by_some_case() {
         let all = cases::all();
-        for op in &ops::all() {
+        // The one exception, and why: see `reached` (its breach is a suite test).
+        for op in ops::all()
+            .iter()
+            .filter(|op| op.action != ops::EXEC_VIA_INTERPRETER.action)
+        {
             let reached_by: Vec<&str> = all
                 .iter()
                 .filter(|c| c.probe && op.ids.iter().any(|id| reached(op, *id, c)))
