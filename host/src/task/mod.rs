@@ -272,6 +272,15 @@ pub async fn find(
     })
 }
 
+/// The keeper's answer to a digest request: the first line after the `before` it had, skipping
+/// its own "ready" (which may land in its log after `before` was counted: seen under load in CI,
+/// where it was taken for a failed digest).
+fn digest_answer(seen: &[InitLine], before: usize) -> Option<&InitLine> {
+    seen.iter()
+        .skip(before)
+        .find(|l| !matches!(l, InitLine::Ready { .. }))
+}
+
 /// The metadata digest as the keeper computes it on SIGUSR1 (the seeder's baseline: the same
 /// code as [`metadata_digest`], without starting another container). Reads the keeper's log for
 /// the digest line that follows the request.
@@ -285,7 +294,7 @@ pub async fn keeper_digest(engine: &Engine, storage: &TaskStorage) -> Result<Str
     loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
         let seen = lines(&keeper.output(engine).await?.stderr);
-        match seen.get(before) {
+        match digest_answer(&seen, before) {
             Some(InitLine::Digest { digest, .. }) => return Ok(digest.clone()),
             Some(other) => {
                 return Err(Error::Internal(format!(
@@ -397,5 +406,30 @@ pub async fn remove(ctl: &Controller, handle: &StorageHandle) -> Result<()> {
         Ok(())
     } else {
         Err(Error::Unreleased(foreign))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A "ready" counted after the request is not the answer (it was taken for a failed digest).
+    #[test]
+    fn the_keepers_late_ready_line_is_not_its_digest() {
+        let ready = InitLine::Ready {
+            role: "keeper".into(),
+        };
+        let digest = InitLine::Digest {
+            digest: "sha256:1".into(),
+            entries: 3,
+        };
+        let failure = InitLine::Failure {
+            reason: "no".into(),
+        };
+        assert_eq!(digest_answer(std::slice::from_ref(&ready), 0), None);
+        let late = [ready.clone(), digest.clone()];
+        assert_eq!(digest_answer(&late, 0), Some(&digest));
+        assert_eq!(digest_answer(&[ready, failure.clone()], 0), Some(&failure));
+        assert_eq!(digest_answer(&[digest], 1), None);
     }
 }
