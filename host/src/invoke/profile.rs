@@ -183,3 +183,55 @@ fn egress_spec(allowlist: &[String], options: &super::EgressOptions) -> Option<E
 /// before anything is allocated).
 pub(super) const PROVISIONAL_IMAGE: &str =
     "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_url_is_https_to_a_host_the_allowlist_admits() {
+        let allow = vec![
+            "gateway.corp.test:8443".to_owned(),
+            "api.anthropic.com".to_owned(),
+        ];
+        for good in [
+            "https://api.anthropic.com",
+            "https://api.anthropic.com/",
+            "https://gateway.corp.test:8443/anthropic/v1",
+        ] {
+            assert!(check_base_url(good, &allow).is_ok(), "{good}");
+        }
+        for bad in [
+            "http://api.anthropic.com",
+            "https://gateway.corp.test/anthropic",
+            "https://evil.test",
+            "https://user@api.anthropic.com",
+            "https://127.0.0.1:8443",
+            "https://[::1]:443",
+            "https://api.anthropic.com:0443",
+            "https://api.anthropic.com/a b",
+            "https://api.anthropic.com/\u{202e}",
+            "api.anthropic.com",
+            "",
+        ] {
+            let e = check_base_url(bad, &allow).expect_err(bad);
+            assert_eq!(e.id(), "invalid-input", "{bad}");
+        }
+        let long = format!(
+            "https://api.anthropic.com/{}",
+            "a".repeat(MAX_BASE_URL_BYTES)
+        );
+        assert!(check_base_url(&long, &allow).is_err());
+    }
+
+    #[test]
+    fn an_extra_ca_bundle_is_bounded_pem_certificates() {
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        assert!(check_ca_bundle(pem).is_ok());
+        assert!(check_ca_bundle("not a certificate").is_err());
+        assert!(check_ca_bundle("-----BEGIN PRIVATE KEY-----\n").is_err());
+        let big = pem.repeat(MAX_CA_BUNDLE_BYTES / pem.len() + 1);
+        assert!(check_ca_bundle(&big).is_err());
+        assert!(check_ca_bundle(&format!("{pem}\0")).is_err());
+    }
+}
