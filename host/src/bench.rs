@@ -571,6 +571,53 @@ pub struct InvokeBench {
     pub launch_runs: usize,
 }
 
+/// Run `run` of an invocation benchmark: a questions-phase invocation of the fake vendor CLI on
+/// the repository at `dir`, with its own owner and attempt, no network.
+pub(crate) fn questions_run(dir: &std::path::Path, run: usize) -> crate::invoke::oneshot::OneShot {
+    crate::invoke::oneshot::OneShot {
+        phase: Phase::Questions,
+        vendor: Vendor::Claude,
+        repo: dir.to_path_buf(),
+        head: "HEAD".to_owned(),
+        prompt: "what does this repository do?".to_owned(),
+        schema: None,
+        owner: Owner::random("bench"),
+        attempt: format!(
+            "bench-{run}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ),
+        referenced_code_hash: None,
+        deadline: Duration::from_secs(120),
+        credential: None,
+        work: storage::DEFAULT_WORK,
+        uids: crate::uids::UidRange::default(),
+        allow: Vec::new(),
+        egress: Default::default(),
+        vendor_options: Default::default(),
+        exec: None,
+    }
+}
+
+/// A benchmark run that answered with its storage removed, or why not.
+pub(crate) fn answered(
+    report: crate::invoke::oneshot::OneShotReport,
+) -> Result<crate::invoke::oneshot::OneShotReport> {
+    if report.result.answer.is_some() && report.storage_left.is_none() {
+        return Ok(report);
+    }
+    let failure = report
+        .result
+        .failure
+        .as_ref()
+        .map_or("no failure".to_owned(), |f| {
+            format!("{}: {}", f.id, f.message)
+        });
+    Err(Error::Internal(format!(
+        "a benchmark run did not answer cleanly: {failure}; storage left: {}",
+        report.storage_left.as_deref().unwrap_or("none")
+    )))
+}
+
 /// Run the invocation benchmark.
 pub async fn invoke(
     ctl: &Controller,
@@ -593,49 +640,17 @@ pub async fn invoke(
         generated??;
         let mut steps: [Vec<f64>; 6] = Default::default();
         for run in 0..runs {
-            let one = crate::invoke::oneshot::OneShot {
-                phase: Phase::Questions,
-                vendor: Vendor::Claude,
-                repo: dir.clone(),
-                head: "HEAD".to_owned(),
-                prompt: "what does this repository do?".to_owned(),
-                schema: None,
-                owner: Owner::random("bench"),
-                attempt: format!(
-                    "bench-{run}-{}",
-                    &uuid::Uuid::new_v4().simple().to_string()[..8]
-                ),
-                referenced_code_hash: None,
-                deadline: Duration::from_secs(120),
-                credential: None,
-                work: storage::DEFAULT_WORK,
-                uids: crate::uids::UidRange::default(),
-                allow: Vec::new(),
-                egress: Default::default(),
-                vendor_options: Default::default(),
-                exec: None,
-            };
-            let report = crate::invoke::oneshot::oneshot(
-                ctl,
-                image_id,
-                &one,
-                std::future::pending(),
-                &|_| {},
-            )
-            .await?;
-            if report.result.answer.is_none() || report.storage_left.is_some() {
-                let failure = report
-                    .result
-                    .failure
-                    .as_ref()
-                    .map_or("no failure".to_owned(), |f| {
-                        format!("{}: {}", f.id, f.message)
-                    });
-                let left = report.storage_left.as_deref().unwrap_or("none");
-                return Err(Error::Internal(format!(
-                    "a benchmark run did not answer cleanly: {failure}; storage left: {left}"
-                )));
-            }
+            let one = questions_run(&dir, run);
+            let report = answered(
+                crate::invoke::oneshot::oneshot(
+                    ctl,
+                    image_id,
+                    &one,
+                    std::future::pending(),
+                    &|_| {},
+                )
+                .await?,
+            )?;
             let t = report.timings;
             let r = report.result.timings;
             for (i, v) in [

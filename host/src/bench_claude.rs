@@ -6,16 +6,15 @@
 
 use std::time::Duration;
 
-use cordon_contract::{Phase, Vendor};
+use cordon_contract::Vendor;
 
-use crate::bench::{generate_repository, median};
+use crate::bench::{answered, generate_repository, median, questions_run};
 use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::image::agent::{build_agent_image, AgentImageSpec};
 use crate::invoke::fake_api::fake_api;
-use crate::invoke::oneshot::{oneshot, OneShot, OneShotReport};
+use crate::invoke::oneshot::{oneshot, OneShot};
 use crate::labels::Owner;
-use crate::storage;
 
 /// What the benchmark measured (milliseconds).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -63,26 +62,8 @@ pub async fn invoke_claude(
         let (mut fake, mut real, mut real_run) = (Vec::new(), Vec::new(), Vec::new());
         for run in 0..runs {
             let base = OneShot {
-                phase: Phase::Questions,
-                vendor: Vendor::Claude,
-                repo: dir.clone(),
-                head: "HEAD".to_owned(),
-                prompt: "what does this repository do?".to_owned(),
-                schema: None,
-                owner: Owner::random("bench"),
-                attempt: format!(
-                    "bench-{run}-{}",
-                    &uuid::Uuid::new_v4().simple().to_string()[..8]
-                ),
-                referenced_code_hash: None,
                 deadline: Duration::from_secs(300),
-                credential: None,
-                work: storage::DEFAULT_WORK,
-                uids: crate::uids::UidRange::default(),
-                allow: Vec::new(),
-                egress: Default::default(),
-                vendor_options: Default::default(),
-                exec: None,
+                ..questions_run(&dir, run)
             };
             let report =
                 answered(oneshot(ctl, test_image, &base, std::future::pending(), &|_| {}).await?)?;
@@ -131,24 +112,6 @@ pub async fn invoke_claude(
         image_reused_ms: again.built.build_ms,
         image_size_bytes: again.built.size_bytes,
     })
-}
-
-/// A run that answered with its storage removed, or why not.
-fn answered(report: OneShotReport) -> Result<OneShotReport> {
-    if report.result.answer.is_some() && report.storage_left.is_none() {
-        return Ok(report);
-    }
-    let failure = report
-        .result
-        .failure
-        .as_ref()
-        .map_or("no failure".to_owned(), |f| {
-            format!("{}: {}", f.id, f.message)
-        });
-    Err(Error::Internal(format!(
-        "a benchmark run did not answer cleanly: {failure}; storage left: {}",
-        report.storage_left.as_deref().unwrap_or("none")
-    )))
 }
 
 impl ClaudeInvokeBench {

@@ -364,6 +364,28 @@ pub async fn build_image(
     })
 }
 
+/// A directory for a test of the image modules, removed when the test ends, however it ends.
+#[cfg(test)]
+pub(crate) struct TestDir(pub(crate) PathBuf);
+
+#[cfg(test)]
+impl TestDir {
+    #[allow(clippy::unwrap_used)]
+    pub(crate) fn new(name: &str) -> TestDir {
+        let dir =
+            std::env::temp_dir().join(format!("cordon-image-{name}-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir(&dir).unwrap();
+        TestDir(dir)
+    }
+}
+
+#[cfg(test)]
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -678,23 +678,7 @@ mod tests {
     use super::*;
     use crate::image::elf::Library;
 
-    /// A directory removed when the test ends, however it ends.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            let dir =
-                std::env::temp_dir().join(format!("cordon-agent-{name}-{}", uuid::Uuid::new_v4()));
-            std::fs::create_dir(&dir).unwrap();
-            TempDir(dir)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::image::TestDir as TempDir;
 
     fn fake_closure(interpreter: &str) -> Closure {
         Closure {

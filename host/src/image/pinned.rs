@@ -412,23 +412,7 @@ mod tests {
     use super::*;
     use std::fs::File;
 
-    /// A directory removed when the test ends, however it ends.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            let dir =
-                std::env::temp_dir().join(format!("cordon-pinned-{name}-{}", uuid::Uuid::new_v4()));
-            std::fs::create_dir(&dir).unwrap();
-            TempDir(dir)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::image::TestDir as TempDir;
 
     fn leak(s: String) -> &'static str {
         Box::leak(s.into_boxed_str())
