@@ -126,11 +126,16 @@ pub async fn assert_clean(engine: &Engine, owner: &Owner) {
 /// Fail unless what `owner` has is exactly one task storage: its keeper and its two volumes, no
 /// network (a step that failed or was stopped left nothing of its own).
 pub async fn assert_only_storage(engine: &Engine, owner: &Owner, what: &str) {
+    assert_only_storages(engine, owner, 1, what).await;
+}
+
+/// Only `n` task storages (a keeper and two volumes each) of `owner` exist.
+pub async fn assert_only_storages(engine: &Engine, owner: &Owner, n: usize, what: &str) {
     let owned = objects::list_owned(engine, owner)
         .await
         .expect("listing objects by owner");
     assert!(
-        owned.containers.len() == 1 && owned.volumes.len() == 2 && owned.networks.is_empty(),
+        owned.containers.len() == n && owned.volumes.len() == 2 * n && owned.networks.is_empty(),
         "{what}: only the storage may be left: {:?}",
         owned.described()
     );
@@ -480,6 +485,7 @@ pub fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage, run: &Run) 
         env: vec![],
         gitlinks: vec![],
         pins: vec![],
+        pin_mounts: false,
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
         egress: None,
@@ -679,4 +685,32 @@ pub fn prepare_request(owner: &Owner, repo: &Repo, head: &str) -> cordon::task::
 pub fn assert_no_staging(owner: &Owner) {
     let left = staging_dirs(owner);
     assert!(left.is_empty(), "staging directories left: {left:?}");
+}
+
+/// The tree check a request in `phase` over `storage` needs: one made now at the storage's head
+/// for execute and fix (it must pass), none for a read-only phase.
+pub async fn tree_check_for(
+    ctl: &Controller,
+    image_id: &str,
+    storage: &cordon::task::StorageHandle,
+    phase: cordon_contract::Phase,
+) -> Option<cordon::audit::TreeCheck> {
+    if !phase.work_writable() {
+        return None;
+    }
+    let head = storage
+        .head
+        .clone()
+        .expect("a prepared handle has its head");
+    let check = cordon::audit::check_tree(
+        ctl,
+        image_id,
+        storage,
+        &head,
+        &[],
+        cordon::audit::DEFAULT_DEADLINE,
+    )
+    .await
+    .expect("the tree check of a freshly seeded tree passes");
+    Some(check)
 }

@@ -48,6 +48,16 @@ pub enum BenchAction {
         #[arg(long, default_value_t = 500)]
         pings: usize,
     },
+    /// The pre-launch tree check on a generated tree against git's refresh and status of the
+    /// same tree on the host, and what the check adds to an execute invocation's start.
+    Check {
+        #[arg(long, default_value_t = 131_072)]
+        entries: usize,
+        #[arg(long, default_value_t = 64)]
+        mib: u64,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// Seeding a generated repository against a plain upload of the same tree.
     Seed {
         #[arg(long, default_value_t = 20_000)]
@@ -67,6 +77,13 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             let report = bench::seed(engine, &built.id, files, mib * 1024 * 1024, runs)
                 .await
                 .context("benchmarking seeding")?;
+            print(ctx.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchAction::Check { entries, mib, runs } => {
+            let report = cordon::bench_check::check(engine, &built.id, entries, mib << 20, runs)
+                .await
+                .context("benchmarking the tree check")?;
             print(ctx.json, &report, || report.text())?;
             Ok(ExitCode::SUCCESS)
         }

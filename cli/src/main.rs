@@ -1,6 +1,7 @@
 //! The `cordon` CLI: one subcommand per library entry point, `--json` for runners in other
 //! languages. This file parses, dispatches and turns the outcome into an exit code: 0 done (and
-//! good), 1 done but not good (a failed case, no answer), 2 could not do it.
+//! good), 1 done but not good (a failed case, no answer, a refused tree: a person must look), 2
+//! could not do it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cordon::Controller;
 
+mod audit;
 mod bench;
 mod doctor;
 mod egress;
@@ -57,6 +59,12 @@ enum Command {
     Task {
         #[command(subcommand)]
         action: task::TaskAction,
+    },
+    /// The change audit's reads of task storage: the declared-link snapshot, the pre-launch tree
+    /// check.
+    Audit {
+        #[command(subcommand)]
+        action: audit::AuditAction,
     },
     /// Run one agent invocation on a repository: prepare its storage, run, settle, remove the
     /// storage, print the result (exit 0 with an answer, 1 without).
@@ -124,6 +132,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor => doctor::run(&ctx).await,
         Command::Bench { action } => bench::run(&ctx, action).await,
         Command::Task { action } => task::run(&ctx, action).await,
+        Command::Audit { action } => audit::run(&ctx, action).await,
         Command::Run(args) => run::run(&ctx, *args).await,
         Command::Recover(args) => task::recover(&ctx, args).await,
     }
@@ -150,10 +159,15 @@ async fn main() -> ExitCode {
         Err(e) => {
             // The message can quote the repository, git or the engine: escaped, on one line.
             eprintln!("cordon: {}", human::line(&format!("{e:#}")));
+            let library = e.chain().find_map(|c| c.downcast_ref::<cordon::Error>());
+            // A refused tree is an answer, not a failure: the task needs a person.
+            let refused_tree = match library {
+                Some(cordon::Error::TreeRefused { findings, more }) => Some((findings, *more)),
+                _ => None,
+            };
             if json {
                 // Runners in other languages get the stable id and the refusals, if any.
-                let library = e.chain().find_map(|c| c.downcast_ref::<cordon::Error>());
-                let report = serde_json::json!({
+                let mut report = serde_json::json!({
                     "error": library.map_or("failed", cordon::Error::id),
                     "message": format!("{e:#}"),
                     "refusals": match library {
@@ -161,9 +175,20 @@ async fn main() -> ExitCode {
                         _ => serde_json::Value::Null,
                     },
                 });
+                if let Some((findings, more)) = refused_tree {
+                    report["needs_person"] = true.into();
+                    report["findings"] = serde_json::to_value(findings).unwrap_or_default();
+                    report["more"] = more.into();
+                }
                 println!("{report}");
+            } else if refused_tree.is_some() {
+                eprintln!("cordon: the task needs a person: the tree is not base's, or a declared operation does not fit");
             }
-            ExitCode::from(2)
+            if refused_tree.is_some() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::from(2)
+            }
         }
     }
 }

@@ -73,6 +73,14 @@ pub struct RunArgs {
     /// The proxy's resolver (default: the engine's DNS on the invocation network).
     #[arg(long, value_name = "IP:PORT")]
     resolver: Option<std::net::SocketAddr>,
+    /// Execute and fix: the task's declared file operations (a JSON array, as `cordon audit
+    /// check-tree --ops` takes), checked against the tree before the start.
+    #[arg(long)]
+    ops: Option<PathBuf>,
+    /// Execute and fix: a declared path under /work whose link is snapshot before the start (one
+    /// that passes through another link is refused; repeatable).
+    #[arg(long = "path", value_name = "P")]
+    paths: Vec<String>,
 }
 
 /// The vendor credential from the caller's environment: an OAuth token, or an API key.
@@ -201,6 +209,11 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
         credential,
         work: cordon::storage::DEFAULT_WORK,
         uids: args.uid_range,
+        operations: match &args.ops {
+            Some(path) => crate::audit::read_operations(path)?,
+            None => Vec::new(),
+        },
+        declared_paths: args.paths,
     };
     // A refused vendor is refused before anything is prepared.
     if cordon::invoke::allowed_phases(vendor).is_empty() {

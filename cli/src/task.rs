@@ -12,6 +12,19 @@ use crate::{image, print, progress, Ctx};
 /// The most a `cordon task remove @FILE` handle file may hold.
 const MAX_HANDLE_BYTES: usize = 64 * 1024;
 
+/// A storage handle given as JSON, or as `@FILE` holding it.
+pub fn parse_handle(text: &str) -> anyhow::Result<cordon::task::StorageHandle> {
+    let text = match text.strip_prefix('@') {
+        Some(path) => cordon::caller_file::read_utf8(
+            "handle file",
+            std::path::Path::new(path),
+            MAX_HANDLE_BYTES,
+        )?,
+        None => text.to_owned(),
+    };
+    serde_json::from_str(&text).context("the handle is not a storage handle")
+}
+
 #[derive(Debug, Subcommand)]
 pub enum TaskAction {
     /// Give a repository's head its own bounded storage; prints the storage handle.
@@ -106,17 +119,7 @@ pub async fn run(ctx: &Ctx, action: TaskAction) -> anyhow::Result<ExitCode> {
             owner,
         } => {
             let handle: cordon::task::StorageHandle = match (handle, allocation, owner) {
-                (Some(text), None, None) => {
-                    let text = match text.strip_prefix('@') {
-                        Some(path) => cordon::caller_file::read_utf8(
-                            "handle file",
-                            std::path::Path::new(path),
-                            MAX_HANDLE_BYTES,
-                        )?,
-                        None => text,
-                    };
-                    serde_json::from_str(&text).context("the handle is not a storage handle")?
-                }
+                (Some(text), None, None) => parse_handle(&text)?,
                 (None, Some(allocation), owner) => {
                     let allocation = cordon::task::parse_allocation(&allocation)?;
                     // The owner, when not given, is the one every object of the id names.

@@ -250,6 +250,66 @@ fn run_prints_a_settled_attested_result() {
     assert!(leftovers(&owner).is_empty());
 }
 
+/// `cordon run --phase execute` checks the tree before the start (the declared operations
+/// against base) and puts the check in its result; a refused tree is a refusal (exit 1,
+/// `tree-refused`, `needs_person`, every finding), not a failure; nothing is left either way.
+#[test]
+fn run_execute_checks_the_tree_and_reports_a_refusal_as_such() {
+    let repo = small_repository("run-execute");
+    let owner = format!("t-run-execute-{}", std::process::id());
+    let ops = repo.with_extension("ops.json");
+    let execute = |ops_text: &str| {
+        std::fs::write(&ops, ops_text).unwrap();
+        let mut command = cordon();
+        command
+            .args([
+                "run", "--json", "--vendor", "test", "--phase", "execute", "--repo",
+            ])
+            .arg(&repo)
+            .args(["--owner", &owner, "--prompt", "hello", "--ops"])
+            .arg(&ops);
+        command.output().unwrap()
+    };
+    let ran = execute(r#"[{"kind":"add","path":"src/new.rs"},{"kind":"edit","path":"README.md"}]"#);
+    assert_eq!(
+        ran.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let report = json(&ran);
+    assert!(report["result"]["answer"].is_string(), "{report}");
+    let check = &report["tree_check"];
+    assert_eq!(check["gitlinks"], serde_json::json!([]), "{report}");
+    assert_eq!(check["pins"], serde_json::json!([]), "{report}");
+    assert_eq!(check["entries"], 2, "{report}");
+    assert!(
+        check["head"].as_str().is_some_and(|h| h.len() == 40),
+        "{report}"
+    );
+    let refused = execute(r#"[{"kind":"add","path":"README.md"},{"kind":"edit","path":"src"}]"#);
+    assert_eq!(
+        refused.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let answer = json(&refused);
+    assert_eq!(answer["error"], "tree-refused", "{answer}");
+    assert_eq!(answer["needs_person"], true, "{answer}");
+    assert_eq!(
+        answer["findings"],
+        serde_json::json!([
+            {"path": "README.md", "reason": "destination-taken", "detail": answer["findings"][0]["detail"]},
+            {"path": "src", "reason": "source-not-file", "detail": answer["findings"][1]["detail"]},
+        ]),
+        "{answer}"
+    );
+    let _ = std::fs::remove_file(&ops);
+    let _ = std::fs::remove_dir_all(&repo);
+    assert!(leftovers(&owner).is_empty());
+}
+
 /// The README's first thing to try after the gate: the real CLI (the pinned one, in the agent
 /// image) against the fake Messages API, settled and attested; the CLI reached only its API host,
 /// through the proxy; nothing is left.

@@ -164,8 +164,10 @@ protections! {
         "every gitlink in execute/fix is masked by an empty read-only tmpfs (4096 bytes, mode 0555)";
     ProfileDrift = "profile-drift", validator: true, init: false, probe: false,
         "every other created field equals the profile: image id, command, labels, working dir, log bounds, restart policy";
-    PinnedDirs = "pinned-dirs", validator: false, init: false, probe: false,
-        "a profile that pins directories needs VolumeOptions.Subpath (API 1.45); it is refused on older engines, and the read-back refuses a dropped Subpath";
+    PinnedDirs = "pinned-dirs", validator: true, init: true, probe: true,
+        "no directory above a nested gitlink can be renamed or removed during the run (its parent grants no Landlock REMOVE_DIR; a volume-subpath mount as well where the API has it): the policy's pins are exactly those of its gitlink masks";
+    TreeCheck = "tree-check", validator: true, init: false, probe: false,
+        "an execute or fix start redeems exactly one tree check, made for its storage and head, unused, unaltered; a read-only phase takes none; the masks are the check's gitlinks";
     RepoLinks = "repo-links", validator: false, init: false, probe: true,
         "the seeder refuses a repository link that leaves the checkout (absolute, escaping, chained); no link in /work resolves outside it";
     Policy = "policy", validator: false, init: false, probe: false,

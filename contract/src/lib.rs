@@ -3,7 +3,7 @@
 //! Pure data, no I/O: protection ids ([`catalogue`]), phases and vendors ([`phase`]), the policy
 //! file ([`policy`]), the init's report lines and exit codes ([`report`]), the one refusal shape
 //! every layer reports ([`refusal`]) and the fixed paths inside a container ([`paths`]) and how the in-container binaries are built
-//! ([`static_build`]).
+//! ([`static_build`]); the tree reader's requests, answers, limits and pin rules ([`tree`]).
 //!
 //! The facts more than one layer checks, each with its own algorithm, are here as data: the
 //! capability sets ([`capabilities`]), what an engine socket is ([`engine_socket`]), the link
@@ -25,6 +25,7 @@ pub mod refusal;
 pub mod report;
 pub mod seccomp;
 pub mod static_build;
+pub mod tree;
 
 pub use catalogue::{Id, Layers};
 pub use phase::{Phase, Vendor};

@@ -260,6 +260,11 @@ pub struct LandlockPolicy {
     pub devices: Vec<String>,
     /// Regular files that may be executed: the whole process allowlist.
     pub exec: Vec<String>,
+    /// The pinned directories (relative to /work; [`crate::tree::pins_of`] the gitlink masks):
+    /// no pin's parent grants REMOVE_DIR, so no pin can be renamed or removed, and its gitlink
+    /// mask cannot be moved aside. Empty without nested gitlinks.
+    #[serde(default)]
+    pub pins: Vec<String>,
 }
 
 /// cgroup limits as the kernel shows them inside the container.
@@ -687,6 +692,7 @@ mod consistency_tests {
                 write: vec!["/tmp".into()],
                 devices: vec!["/dev/null".into()],
                 exec: vec!["/usr/bin/claude".into()],
+                pins: vec![],
             },
             sockets: SocketPolicy::agent(),
             masked: CORDON_MASKED_PATHS

@@ -187,6 +187,13 @@ pub mod ops {
         WORK_SYMLINK = "phase-worktree" / "symlink" => [WorkReadonly];
         WORK_HARDLINK = "phase-worktree" / "hardlink" => [WorkReadonly];
         GITLINK_WRITE = "phase-worktree" / "gitlink-write" => [GitlinkMasks];
+        GITLINK_MKDIR = "phase-worktree" / "gitlink-mkdir" => [GitlinkMasks];
+        GITLINK_RMDIR = "phase-worktree" / "gitlink-rmdir" => [GitlinkMasks];
+        GITLINK_RENAME = "phase-worktree" / "gitlink-rename" => [GitlinkMasks];
+        // The directories above a nested gitlink (`tree::pins_of` its masks): a rename or an
+        // exchange would carry the mask away. A mask found out of place afterwards is `pin-rename`.
+        PIN_RENAME = "phase-worktree" / "pin-rename" => [PinnedDirs];
+        PIN_EXCHANGE = "phase-worktree" / "pin-exchange" => [PinnedDirs];
 
         METADATA_CREATE = "metadata" / "create" => [MetadataReadonly];
         METADATA_APPEND = "metadata" / "append" => [MetadataReadonly];

@@ -39,6 +39,10 @@ pub enum InitLine {
         /// (absent when the policy has no egress).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         egress_forward: Option<u16>,
+        /// The directories Landlock pinned (relative to /work: the policy's pins, each above a
+        /// nested gitlink); absent when none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pins: Vec<String>,
     },
     /// The deadline passed; the workload is being killed.
     Deadline { deadline_ms: u64 },
@@ -91,6 +95,16 @@ mod tests {
                 landlock_abi: 6,
                 preflight_us: 10,
                 egress_forward: Some(3128),
+                pins: vec!["a".into(), "a/b".into()],
+            },
+            InitLine::Attestation {
+                policy_digest: "sha256:00".into(),
+                checks: vec![Id::Landlock],
+                skipped: vec![],
+                landlock_abi: 6,
+                preflight_us: 10,
+                egress_forward: None,
+                pins: vec![],
             },
             InitLine::Exit {
                 code: 0,
@@ -116,5 +130,15 @@ mod tests {
             None
         );
         assert_eq!(InitLine::parse("hello"), None);
+        // No pins: the key is left out, and a line without it (an older init's) parses.
+        let plain = r#"{"cordon":"attestation","policy_digest":"d","checks":[],"landlock_abi":6,"preflight_us":1}"#;
+        let Some(InitLine::Attestation { pins, .. }) = InitLine::parse(plain) else {
+            panic!("an attestation without pins");
+        };
+        assert!(pins.is_empty());
+        assert_eq!(
+            InitLine::parse(plain).map(|l| l.to_line()).as_deref(),
+            Some(plain)
+        );
     }
 }

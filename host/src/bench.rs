@@ -65,6 +65,7 @@ fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<Profi
         env: vec![],
         gitlinks: vec![],
         pins: vec![],
+        pin_mounts: false,
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
         egress: None,
@@ -595,6 +596,8 @@ pub(crate) fn questions_run(dir: &std::path::Path, run: usize) -> crate::invoke:
         egress: Default::default(),
         vendor_options: Default::default(),
         exec: None,
+        operations: Vec::new(),
+        declared_paths: Vec::new(),
     }
 }
 

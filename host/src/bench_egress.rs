@@ -161,6 +161,7 @@ impl Setup<'_> {
             env: vec![],
             gitlinks: vec![],
             pins: vec![],
+            pin_mounts: false,
             input_files: vec![],
             landlock_abi: DEFAULT_LANDLOCK_ABI,
             egress: Some(EgressSpec {

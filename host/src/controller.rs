@@ -7,6 +7,7 @@
 //!   owner is refused while any is held).
 //! - Retired allocations: an invocation over them settled with objects whose removal could not be
 //!   confirmed, so every launch path refuses them.
+//! - Tree checks issued and not yet redeemed (each one-shot: redeeming takes it out).
 //!
 //! Pending creates are not here: each operation's [`crate::engine::pending::Created`] record holds
 //! its own, and its removal resolves them.
@@ -31,6 +32,8 @@ struct State {
     unsettled: Mutex<BTreeSet<String>>,
     held: Mutex<BTreeMap<uuid::Uuid, String>>,
     retired: Mutex<BTreeSet<uuid::Uuid>>,
+    /// Each issued tree check's id and its canonical text.
+    tree_checks: Mutex<BTreeMap<uuid::Uuid, String>>,
 }
 
 /// A registry whose lock a panicking holder poisoned: every caller is refused from then on (each
@@ -112,6 +115,18 @@ impl Controller {
         lock(&self.state.held, "allocation")
             .map(|h| h.contains_key(id))
             .unwrap_or(true)
+    }
+
+    /// Remember a tree check this controller issued (`text` is its canonical form).
+    pub(crate) fn issue_tree_check(&self, id: uuid::Uuid, text: String) -> Result<()> {
+        lock(&self.state.tree_checks, "tree check")?.insert(id, text);
+        Ok(())
+    }
+
+    /// Take an issued tree check out for good: its canonical text, or `None` when this controller
+    /// never issued it or it was redeemed already.
+    pub(crate) fn redeem_tree_check(&self, id: &uuid::Uuid) -> Result<Option<String>> {
+        Ok(lock(&self.state.tree_checks, "tree check")?.remove(id))
     }
 
     /// Retire an allocation: no launch path of this controller will use it again.

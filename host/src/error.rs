@@ -93,8 +93,35 @@ pub enum Error {
     Retired(String),
     #[error("uid ({id}): {reason}")]
     Uid { id: &'static str, reason: String },
-    #[error("gitlinks ({id}): {reason}")]
-    Gitlink { id: &'static str, reason: String },
+    /// The pre-launch tree check refused: every reason, each with its path (the same answer on
+    /// retry: a person must look).
+    #[error("the pre-launch tree check refused: {}", findings_text(.findings, *.more))]
+    TreeRefused {
+        findings: Vec<cordon_contract::tree::Finding>,
+        more: u64,
+    },
+    /// The tree reader could not do its job (not a refusal).
+    #[error("the tree reader failed: {0}")]
+    TreeReader(String),
+}
+
+/// `reason "path"` for each finding, bounded, with the count of those not listed.
+fn findings_text(findings: &[cordon_contract::tree::Finding], more: u64) -> String {
+    let items: Vec<String> = findings
+        .iter()
+        .map(|f| {
+            if f.detail.is_empty() {
+                format!("{} {:?}", f.reason.id(), f.path)
+            } else {
+                format!("{} {:?} ({})", f.reason.id(), f.path, f.detail)
+            }
+        })
+        .collect();
+    let mut text = bounded_list(&items, 2000);
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    text
 }
 
 /// `items` joined with ", ", cut at a character boundary to at most about `max` bytes, with the
@@ -162,7 +189,9 @@ impl Error {
             Error::VendorRefused(_) => "vendor-refused",
             Error::AttemptCaptured(_) => "attempt-captured",
             Error::AttemptOwned(..) => "attempt-owned",
-            Error::Uid { id, .. } | Error::Gitlink { id, .. } => id,
+            Error::Uid { id, .. } => id,
+            Error::TreeRefused { .. } => "tree-refused",
+            Error::TreeReader(_) => "tree-reader-failed",
         }
     }
 
@@ -240,14 +269,11 @@ mod tests {
         ] {
             all.push(Error::Uid { id, reason: text() });
         }
-        for id in [
-            "gitlinks-unknown",
-            "gitlink-limit",
-            "gitlink-name",
-            "gitlink-nested",
-        ] {
-            all.push(Error::Gitlink { id, reason: text() });
-        }
+        all.push(Error::TreeRefused {
+            findings: vec![],
+            more: 0,
+        });
+        all.push(Error::TreeReader(text()));
         for fault in [
             InputFault::NotRegular("a FIFO"),
             InputFault::TooLarge {
@@ -333,10 +359,8 @@ mod tests {
                 "uid-range-exhausted",
                 "uid-range-host-overlap",
                 "uid-in-use",
-                "gitlinks-unknown",
-                "gitlink-limit",
-                "gitlink-name",
-                "gitlink-nested",
+                "tree-refused",
+                "tree-reader-failed",
                 "input-not-regular",
                 "input-too-large",
                 "input-unreadable",

@@ -71,6 +71,8 @@ pub enum InitVerdict {
         preflight_us: u64,
         /// The egress forwarder's port, listening before the workload started.
         egress_forward: Option<u16>,
+        /// The directories the init pinned (relative to /work).
+        pins: Vec<String>,
     },
     Refused {
         check: Id,
@@ -292,6 +294,7 @@ pub async fn create_into(
     ctl.check_not_retired(&profile.allocation().id)?;
     let mut timings = Timings::default();
     let policy_bytes = prepared.plan.policy.to_bytes();
+    let prepared_policy = prepared.plan.policy.clone();
     let tty = prepared.plan.create.tty == Some(true);
     let policy_digest = policy::digest(&policy_bytes);
     let max_output = prepared.max_output;
@@ -328,7 +331,8 @@ pub async fn create_into(
             let create_ms = ms(t);
             let t = Instant::now();
             let observed = read_back(engine, &id, profile).await?;
-            let refusals = validate::validate(profile, &observed);
+            let mut refusals = validate::validate(profile, &observed);
+            refusals.extend(validate::policy::pins(profile, &prepared_policy));
             let validate_ms = ms(t);
             let capture = attach(engine, &id, max_output).await?;
             Ok::<_, Error>((id, refusals, capture, create_ms, validate_ms))
@@ -394,6 +398,7 @@ pub fn verdict(output: &Output, policy_digest: &str, tty: bool) -> InitVerdict {
             landlock_abi,
             preflight_us,
             egress_forward,
+            pins,
         }) => InitVerdict::Attested {
             digest_matches: digest == policy_digest,
             checks,
@@ -401,6 +406,7 @@ pub fn verdict(output: &Output, policy_digest: &str, tty: bool) -> InitVerdict {
             landlock_abi,
             preflight_us,
             egress_forward,
+            pins,
         },
         Some(InitLine::Refusal(refusal)) => InitVerdict::Refused {
             check: refusal.id,

@@ -15,12 +15,17 @@
 //! - [`launch`]: one container from create to removal, and an invocation's own volumes.
 //! - [`storage`], [`task`]: task storage (volumes and keeper); staging, seeding, removal,
 //!   recovery.
+//! - [`audit`]: the change audit's reads of task storage (the in-container tree reader): the
+//!   declared-link snapshot, the pre-launch tree check and its one-shot capability.
 //! - [`invoke`]: capture, start, supervise, settle one invocation.
-//! - [`gate`], [`bench`], [`bench_egress`], [`bench_claude`], [`doctor`]: the truth table, the
-//!   benchmarks (the egress path and the real CLI in their own), the environment check.
+//! - [`gate`], [`bench`], [`bench_egress`], [`bench_claude`], [`bench_check`], [`doctor`]: the
+//!   truth table, the benchmarks (the egress path, the real CLI and the tree check in their own),
+//!   the environment check.
 
 pub mod archive;
+pub mod audit;
 pub mod bench;
+pub mod bench_check;
 pub mod bench_claude;
 pub mod bench_egress;
 pub mod caller_file;

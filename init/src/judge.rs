@@ -11,7 +11,7 @@ use cordon_contract::policy::{
     Access, MountFlags, MountRule, Policy, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS,
 };
 use cordon_contract::procfs::{MountEntry, Status};
-use cordon_contract::{engine_socket, paths, seccomp, Id, Refusal};
+use cordon_contract::{engine_socket, paths, seccomp, tree, Id, Refusal};
 
 use crate::observe::{Observations, PathFacts};
 
@@ -44,6 +44,7 @@ const CHECKS: &[(&str, Check)] = &[
     ("the engine's no_new_privs and seccomp", engine_restrictions),
     ("network", network),
     ("mounts", mounts),
+    ("pinned dirs", pinned_dirs),
     ("egress socket dir", egress_dir),
     ("engine masks", engine_masks),
     ("host files masked", host_files_masked),
@@ -294,6 +295,49 @@ fn mounts(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     let mut passed = Vec::new();
     judge_mounts(policy, obs, mounts, &mut |id| passed.push(id))?;
     Ok(passed)
+}
+
+/// The policy's pins are exactly the directories above its nested gitlink masks
+/// ([`tree::pins_of`]), and each is a directory reached from /work through no link: Landlock pins
+/// what the policy names, so a pin left out (or a policy that pins nothing) leaves a mask free to
+/// be moved aside with its parent. After the mounts check, which holds the masks themselves.
+/// Nothing is attested here: the pins hold once Landlock is enforced.
+fn pinned_dirs(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let prefix = format!("{}/", paths::WORK);
+    let gitlinks: Vec<String> = policy
+        .mounts
+        .iter()
+        .filter(|r| r.protection == Id::GitlinkMasks)
+        .map(|r| r.path.strip_prefix(&prefix).unwrap_or(&r.path).to_owned())
+        .collect();
+    let want = tree::pins_of(&gitlinks);
+    if policy.landlock.pins != want {
+        return Err(refuse(
+            Id::PinnedDirs,
+            format!("pins {want:?} (above the gitlinks {gitlinks:?})"),
+            format!("pins {:?}", policy.landlock.pins),
+        ));
+    }
+    for pin in &policy.landlock.pins {
+        match obs.pins.get(pin) {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                return Err(refuse(
+                    Id::PinnedDirs,
+                    format!("{}/{pin} a directory reached through no link", paths::WORK),
+                    e.clone(),
+                ))
+            }
+            None => {
+                return Err(refuse(
+                    Id::PinnedDirs,
+                    format!("{}/{pin} a directory reached through no link", paths::WORK),
+                    "not observed",
+                ))
+            }
+        }
+    }
+    Ok(Vec::new())
 }
 
 /// With a forwarder, the policy itself keeps the proxy's socket dir a required read-only mount

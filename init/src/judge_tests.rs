@@ -86,6 +86,7 @@ pub(crate) fn good_policy() -> Policy {
             write: vec!["/tmp".into()],
             devices: vec!["/dev/null".into()],
             exec: vec!["/usr/bin/claude".into()],
+            pins: vec![],
         },
         sockets: policy::SocketPolicy::agent(),
         masked: vec!["/proc/cmdline".into(), "/proc/modules".into()],
@@ -197,6 +198,7 @@ fn good_observations() -> Observations {
                 facts("file", None, false, true, None),
             ),
         ]),
+        pins: BTreeMap::new(),
         env: vec!["HOSTNAME=cordon".into(), "PATH=/usr/bin".into()],
         cgroup_limits: CgroupObs {
             version: 1,
@@ -787,4 +789,96 @@ fn a_forwarder_needs_its_socket_dir_a_read_only_mount_of_the_policy() {
     assert!(!preflight(&p, &good_observations())
         .unwrap()
         .contains(&Id::EgressReadonly));
+}
+
+/// A policy masking `gitlinks` and pinning `pins`, and observations with every mask mounted and
+/// every pin a directory reached through no link.
+fn pinning(gitlinks: &[&str], pins: &[&str]) -> (Policy, Observations) {
+    let mut p = good_policy();
+    let mut text = MOUNTINFO.to_owned();
+    for (i, gitlink) in gitlinks.iter().enumerate() {
+        let path = format!("/work/{gitlink}");
+        p.mounts.push(policy::MountRule::required(
+            &path,
+            Access::ReadOnly,
+            Id::GitlinkMasks,
+            Some("tmpfs"),
+            None,
+        ));
+        text.push_str(&format!(
+            "{} 87 0:{} / {path} ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=4k,mode=555\n",
+            100 + i,
+            60 + i
+        ));
+    }
+    p.landlock.pins = pins.iter().map(|s| (*s).to_owned()).collect();
+    let mut o = good_observations();
+    o.mounts = parse_mountinfo(&text);
+    o.pins = pins.iter().map(|s| ((*s).to_owned(), Ok(()))).collect();
+    (p, o)
+}
+
+#[test]
+fn the_pins_are_exactly_those_above_the_nested_gitlinks() {
+    // Equal: passes (nothing attested here: the pins hold once Landlock is enforced).
+    let (p, o) = pinning(&["a/b/sub", "top"], &["a", "a/b"]);
+    assert!(!preflight(&p, &o).unwrap().contains(&Id::PinnedDirs));
+    // Only top-level gitlinks: no pins.
+    let (p, o) = pinning(&["top"], &[]);
+    assert!(preflight(&p, &o).is_ok());
+
+    let refused_pins = |p: &Policy, o: &Observations| {
+        let refusal = preflight(p, o).expect_err("must refuse");
+        assert_eq!(refusal.id, Id::PinnedDirs, "{refusal:?}");
+        refusal
+    };
+    // A pin missing.
+    let (mut p, o) = pinning(&["a/b/sub"], &["a", "a/b"]);
+    p.landlock.pins = vec!["a".into()];
+    let refusal = refused_pins(&p, &o);
+    assert_eq!(refusal.observed, r#"pins ["a"]"#);
+    assert!(
+        refusal.expected.starts_with(r#"pins ["a", "a/b"]"#),
+        "{}",
+        refusal.expected
+    );
+    // Every pin missing: a policy that pins nothing.
+    p.landlock.pins = vec![];
+    refused_pins(&p, &o);
+    // An extra pin.
+    let (mut p, o) = pinning(&["a/b/sub"], &["a", "a/b"]);
+    p.landlock.pins.push("c".into());
+    refused_pins(&p, &o);
+    // Out of pins_of's order.
+    p.landlock.pins = vec!["a/b".into(), "a".into()];
+    refused_pins(&p, &o);
+    // Pins with no gitlinks at all.
+    let (p, o) = pinning(&[], &["a"]);
+    refused_pins(&p, &o);
+    // A pin that is a link (or lies beneath one).
+    let (p, mut o) = pinning(&["a/b/sub"], &["a", "a/b"]);
+    o.pins.insert("a/b".into(), Err("a/b: a link".into()));
+    let refusal = refused_pins(&p, &o);
+    assert_eq!(refusal.observed, "a/b: a link");
+    o.pins.insert(
+        "a/b".into(),
+        Err("a/b: a link on the way (ELOOP: Too many levels of symbolic links)".into()),
+    );
+    refused_pins(&p, &o);
+    // A pin never observed.
+    o.pins.remove("a/b");
+    refused_pins(&p, &o);
+}
+
+/// The gate's probe layer skips the pins like any other init check: the policy's pins removed,
+/// the init passes over its refusal, and the checks after it still run.
+#[test]
+fn skipped_pins_are_passed_over() {
+    let (mut p, mut o) = pinning(&["a/b/sub"], &[]);
+    p.skip = vec![Id::PinnedDirs];
+    let passed = preflight(&p, &o).unwrap();
+    assert!(!passed.contains(&Id::PinnedDirs));
+    assert!(passed.contains(&Id::ExecAllowlist));
+    o.env.push("SECRET=x".into());
+    assert_eq!(preflight(&p, &o).unwrap_err().id, Id::EnvAllowlist);
 }

@@ -20,6 +20,7 @@ mod observe;
 mod privileges;
 mod seccomp;
 mod supervise;
+mod tree;
 
 use std::io::{Read, Write};
 use std::time::Instant;
@@ -162,6 +163,15 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     if enforced(Id::Landlock) {
         checks.push(Id::Landlock);
     }
+    // The pins hold from here: the ruleset just enforced grants no REMOVE_DIR on their parents.
+    let pinned = if enforced(Id::PinnedDirs) && cover.filesystem {
+        policy.landlock.pins.clone()
+    } else {
+        Vec::new()
+    };
+    if !pinned.is_empty() && !checks.contains(&Id::PinnedDirs) {
+        checks.push(Id::PinnedDirs);
+    }
     let before = observations
         .status
         .as_ref()
@@ -190,6 +200,7 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
         preflight_us: started.elapsed().as_micros() as u64,
         // Listening already: the workload can use its proxy at once.
         egress_forward: forwarder.as_ref().map(|f| f.local.port()),
+        pins: pinned,
     });
 
     let fault = || {
@@ -281,6 +292,7 @@ fn main() {
                 Err(e) => fail(format!("digest of {root}: {e}")),
             }
         }
+        Some("tree") => tree::main(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some(other) => fail(format!("unknown role {other:?}")),
     }
 }

@@ -80,6 +80,9 @@ pub struct Observations {
     pub dev_extra: Result<Vec<String>, String>,
     /// Facts per policy mount path and per exec-allowlist file (only those the judge reads).
     pub paths: BTreeMap<String, PathFacts>,
+    /// Each of the policy's pins: a directory reached from /work through no link (`Ok`), or what
+    /// it is instead. Read before Landlock, like everything here.
+    pub pins: BTreeMap<String, Result<(), String>>,
     pub env: Vec<String>,
     pub cgroup_limits: CgroupObs,
 }
@@ -164,6 +167,79 @@ impl Kernel {
             }
             None => nix::sys::stat::lstat(path),
         }
+    }
+}
+
+/// How every lookup of a pin resolves: beneath the directory it starts from, through no link of
+/// any kind (a link on the way is `ELOOP`; a final one, with `O_PATH | O_NOFOLLOW`, is the link
+/// itself, and `ENOTDIR` with `O_DIRECTORY` too).
+pub fn no_links_beneath() -> nix::fcntl::ResolveFlag {
+    use nix::fcntl::ResolveFlag;
+    ResolveFlag::RESOLVE_BENEATH
+        | ResolveFlag::RESOLVE_NO_SYMLINKS
+        | ResolveFlag::RESOLVE_NO_MAGICLINKS
+}
+
+/// An `O_PATH` descriptor of the directory `path` beneath `at` (openat2), reached through no link.
+pub fn open_dir_beneath<P: ?Sized + nix::NixPath>(
+    at: impl AsFd,
+    path: &P,
+) -> Result<OwnedFd, nix::errno::Errno> {
+    nix::fcntl::openat2(
+        at,
+        path,
+        nix::fcntl::OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+            .resolve(no_links_beneath()),
+    )
+}
+
+/// Whether each pin is a directory reached from `root` through no link.
+fn pin_facts(root: &str, pins: &[String]) -> BTreeMap<String, Result<(), String>> {
+    if pins.is_empty() {
+        return BTreeMap::new();
+    }
+    let root_fd = nix::fcntl::open(
+        root,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    );
+    pins.iter()
+        .map(|pin| {
+            let fact = match &root_fd {
+                Err(e) => Err(format!("{root}: {e}")),
+                Ok(root_fd) => pin_fact(root_fd.as_fd(), pin),
+            };
+            (pin.clone(), fact)
+        })
+        .collect()
+}
+
+fn pin_fact(root: BorrowedFd<'_>, pin: &str) -> Result<(), String> {
+    use nix::errno::Errno;
+    // Without O_DIRECTORY: a final link comes back as itself (O_PATH | O_NOFOLLOW), so ELOOP
+    // means a link on the way, and the type tells the rest.
+    let fd = nix::fcntl::openat2(
+        root,
+        pin,
+        nix::fcntl::OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+            .resolve(no_links_beneath()),
+    )
+    .map_err(|e| match e {
+        Errno::ELOOP => format!("{pin}: a link on the way ({e})"),
+        Errno::EXDEV => format!("{pin}: resolves outside the work tree ({e})"),
+        Errno::ENOTDIR => format!("{pin}: beneath a non-directory ({e})"),
+        _ => format!("{pin}: {e}"),
+    })?;
+    let st = nix::sys::stat::fstat(&fd).map_err(|e| format!("{pin}: fstat: {e}"))?;
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Ok(()),
+        libc::S_IFLNK => Err(format!("{pin}: a link")),
+        _ => Err(format!(
+            "{pin}: a {}, not a directory",
+            kind_of_mode(st.st_mode)
+        )),
     }
 }
 
@@ -535,6 +611,7 @@ pub fn gather(k: &Kernel, policy: &Policy, acted: Acted) -> Observations {
         daemon_sockets: daemon_sockets(),
         dev_extra,
         paths: path_facts,
+        pins: pin_facts(paths::WORK, &policy.landlock.pins),
         env: std::env::vars_os()
             .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
             .collect(),
@@ -545,6 +622,40 @@ pub fn gather(k: &Kernel, policy: &Policy, acted: Acted) -> Observations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pin_is_a_directory_reached_through_no_link() {
+        let base = std::env::temp_dir().join(format!("cordon-init-pins-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        fs::create_dir_all(base.join("a/b")).unwrap();
+        fs::write(base.join("a/f"), "").unwrap();
+        std::os::unix::fs::symlink("a", base.join("lnk")).unwrap();
+        std::os::unix::fs::symlink("/", base.join("a/abs")).unwrap();
+        let root = base.to_string_lossy().into_owned();
+        let pins: Vec<String> = [
+            "a", "a/b", "lnk", "lnk/b", "a/f", "a/f/x", "a/abs", "missing", "../x",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let facts = pin_facts(&root, &pins);
+        fs::remove_dir_all(&base).unwrap();
+        let fact = |p: &str| facts[p].clone().err().unwrap_or_else(|| "ok".into());
+        assert_eq!(fact("a"), "ok");
+        assert_eq!(fact("a/b"), "ok");
+        assert_eq!(fact("lnk"), "lnk: a link");
+        assert!(
+            fact("lnk/b").contains("a link on the way"),
+            "{}",
+            fact("lnk/b")
+        );
+        assert_eq!(fact("a/f"), "a/f: a file, not a directory");
+        assert!(fact("a/f/x").contains("ENOTDIR"), "{}", fact("a/f/x"));
+        assert_eq!(fact("a/abs"), "a/abs: a link");
+        assert!(fact("missing").contains("ENOENT"), "{}", fact("missing"));
+        assert!(fact("../x").contains("outside"), "{}", fact("../x"));
+        assert!(pin_facts(&root, &[]).is_empty());
+    }
 
     #[test]
     fn existing_beneath_walks_each_directory_once_through_links_and_stops_at_a_missing_one() {

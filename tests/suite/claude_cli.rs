@@ -122,6 +122,13 @@ impl Cli {
             network_allowlist: api.allow.clone(),
             attempt: format!("cli-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
             storage: self.storage.clone(),
+            tree_check: cordon_tests::tree_check_for(
+                &self.s.ctl,
+                &self.s.image,
+                &self.storage,
+                phase,
+            )
+            .await,
         };
         let options = Options {
             egress: api.egress.clone(),

@@ -28,6 +28,9 @@ async fn storage(s: &Owned) -> StorageHandle {
         .expect("task storage")
 }
 
+/// The tree reader's deadline in these tests.
+const DEADLINE: Duration = cordon::audit::DEFAULT_DEADLINE;
+
 fn attempt(tag: &str) -> String {
     format!("{tag}-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }
@@ -43,6 +46,7 @@ fn request(storage: &StorageHandle, phase: Phase, prompt: &str) -> Request {
         network_allowlist: vec![],
         attempt: attempt("a"),
         storage: storage.clone(),
+        tree_check: None,
     }
 }
 
@@ -50,8 +54,13 @@ fn options(image: &str) -> Options {
     Options::new(ImageSource::Id(image.to_owned()))
 }
 
-/// Capture, start and settle `request` on the guard's controller.
-async fn run(s: &Owned, request: Request) -> Arc<InvocationResult> {
+/// Capture, start and settle `request` on the guard's controller (with the tree check execute
+/// and fix need, made now, unless the request has one).
+async fn run(s: &Owned, mut request: Request) -> Arc<InvocationResult> {
+    if request.tree_check.is_none() {
+        request.tree_check =
+            cordon_tests::tree_check_for(&s.ctl, &s.image, &request.storage, request.phase).await;
+    }
     let handle = start(
         &s.ctl,
         capture(&s.ctl, request).expect("capture"),
@@ -209,6 +218,7 @@ fn the_profile_refuses_a_schema_that_differs_from_the_mounted_file() {
         env: vec![],
         gitlinks: vec![],
         pins: vec![],
+        pin_mounts: false,
         landlock_abi: cordon::profile::DEFAULT_LANDLOCK_ABI,
         egress: None,
         input_files: vec![("schema.json".into(), mounted.as_bytes().to_vec())],
@@ -642,6 +652,7 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
         env: vec![],
         gitlinks: vec![],
         pins: vec![],
+        pin_mounts: false,
         landlock_abi: cordon::profile::DEFAULT_LANDLOCK_ABI,
         egress: None,
         input_files: vec![],
@@ -1014,18 +1025,15 @@ async fn storage_with_gitlinks(s: &Owned, paths: &[&str]) -> StorageHandle {
         .expect("task storage")
 }
 
-/// Execute and fix mask every gitlink of the seeded tree read-only: the agent cannot write
-/// beneath one nor plant `.git` there, while it still writes its work tree beside it. A nested
-/// gitlink (which would need its parents pinned) and unknown gitlinks (a recovered handle) are
-/// refused for execute and fix before anything is allocated; read-only phases need no mask.
+/// Execute and fix mask every gitlink their tree check listed, read-only: the agent cannot write
+/// beneath one nor plant `.git` there, while it still writes its work tree beside it. Without a
+/// check they are refused before anything is made; a recovered handle (no head, no gitlinks
+/// recorded) runs once checked at its base; a nested gitlink runs with its parents pinned
+/// (`suite::tree_check` proves the pins hold); read-only phases need no mask.
 #[tokio::test]
-async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
+async fn execute_and_fix_mask_every_gitlink_their_check_listed() {
     let s = owned("t-gitlink").await;
     let storage = storage_with_gitlinks(&s, &["sub", "vendored"]).await;
-    assert_eq!(
-        storage.gitlinks.as_deref(),
-        Some(&["sub".to_owned(), "vendored".to_owned()][..])
-    );
     for phase in [Phase::Execute, Phase::Fix] {
         for gitlink in ["sub", "vendored"] {
             let prompt = format!("cordon-fake:write-gitlink {gitlink}");
@@ -1040,38 +1048,53 @@ async fn execute_and_fix_mask_every_gitlink_and_refuse_what_cannot_be_masked() {
             );
         }
     }
-    // Unknown gitlinks: refused before anything is made.
-    let mut recovered = storage.clone();
-    recovered.gitlinks = None;
+    // No check: refused before anything is made.
     for phase in [Phase::Execute, Phase::Fix] {
         let err = start(
             &s.ctl,
-            capture(&s.ctl, request(&recovered, phase, "hello")).unwrap(),
+            capture(&s.ctl, request(&storage, phase, "hello")).unwrap(),
             None,
             options(&s.image),
         )
         .await
         .unwrap_err();
-        assert_eq!(err.id(), "gitlinks-unknown", "{err}");
+        assert_eq!(err.id(), "tree-check", "{err}");
     }
+    cordon_tests::assert_only_storage(&s.engine, &s.owner, "unchecked starts").await;
+    // A recovered handle knows neither its head nor its gitlinks: the check at its base does.
+    let mut recovered = storage.clone();
+    recovered.gitlinks = None;
+    recovered.head = None;
+    let base = storage.head.clone().unwrap();
+    let check = cordon::audit::check_tree(&s.ctl, &s.image, &recovered, &base, &[], DEADLINE)
+        .await
+        .expect("the recovered handle's tree is its base's");
+    assert_eq!(check.gitlinks, ["sub", "vendored"]);
+    let mut checked = request(&recovered, Phase::Execute, "cordon-fake:write-gitlink sub");
+    checked.tree_check = Some(check);
+    let result = run(&s, checked).await;
+    assert_eq!(
+        result.answer.as_deref(),
+        Some("write-gitlink: beneath /work/sub: wrote 0 of 3; beside: wrote"),
+        "{result:#?}"
+    );
     let read_only = run(&s, request(&recovered, Phase::Questions, "hello")).await;
     assert!(read_only.answer.is_some(), "{read_only:#?}");
     release(&s, &storage).await;
 
     let nested = storage_with_gitlinks(&s, &["top", "deep/er/module"]).await;
-    for phase in [Phase::Execute, Phase::Fix] {
-        let err = start(
-            &s.ctl,
-            capture(&s.ctl, request(&nested, phase, "hello")).unwrap(),
-            None,
-            options(&s.image),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(err.id(), "gitlink-nested", "{err}");
-        assert!(err.to_string().contains("deep/er/module"), "{err}");
+    for gitlink in ["top", "deep/er/module"] {
+        let prompt = format!("cordon-fake:write-gitlink {gitlink}");
+        let result = run(&s, request(&nested, Phase::Execute, &prompt)).await;
+        assert_eq!(
+            result.answer.as_deref(),
+            Some(
+                format!("write-gitlink: beneath /work/{gitlink}: wrote 0 of 3; beside: wrote")
+                    .as_str()
+            ),
+            "{result:#?}"
+        );
     }
-    cordon_tests::assert_only_storage(&s.engine, &s.owner, "refused gitlinks").await;
     let planning = run(&s, request(&nested, Phase::Questions, "hello")).await;
     assert!(planning.answer.is_some(), "{planning:#?}");
     finish(s, &nested).await;

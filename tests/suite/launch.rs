@@ -92,7 +92,9 @@ async fn subpath_profile_is_refused_on_api_1_41() {
     let mut spec = base.spec().clone();
     spec.allocation = Allocation::new(&f.owner, "test", f.storage.allocation.uid).unwrap();
     spec.storage = f.storage.mounts_for(&spec.allocation);
+    spec.gitlinks = vec!["src/sub".into()];
     spec.pins = vec!["src".into()];
+    spec.pin_mounts = true;
     let pinned = Profile::new(spec).unwrap();
     match Prepared::new(&f.engine, &pinned) {
         Err(Error::Profile {

@@ -9,4 +9,5 @@ mod invoke;
 mod launch;
 mod layout;
 mod task;
+mod tree_check;
 mod validator;

@@ -225,7 +225,8 @@ fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case
 
 /// The forms a removal can take, named after the `/` in a case name.
 const FACETS: &[&str] = &[
-    "pid", "cgroup", "uts", "bind", "device", "disk", "volume", "shared", "masks",
+    "pid", "cgroup", "uts", "bind", "device", "disk", "volume", "shared", "masks", "forged",
+    "reused",
 ];
 
 fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
@@ -496,7 +497,8 @@ fn storage_cases() -> Vec<Case> {
     ]
 }
 
-/// What the workload inherits: fds, environment, entrypoint, masks over gitlinks, the profile itself.
+/// What the workload inherits: fds, environment, entrypoint, masks over gitlinks and the pins
+/// above them (and the tree check that lists them), the profile itself.
 fn process_cases() -> Vec<Case> {
     vec![
         case("fd-hygiene", Id::FdHygiene, |m, _| {
@@ -525,6 +527,20 @@ fn process_cases() -> Vec<Case> {
         case("profile-drift", Id::ProfileDrift, |m, _| {
             m.create.working_dir = Some("/".into())
         }),
+        // The pins gone from the policy: the directories above the nested gitlink are
+        // renamable, and the mask could be moved aside with its parent. The probes run under
+        // the init (everything else enforced) told to leave the pins out.
+        {
+            let mut pins = with_gitlink(case("pinned-dirs", Id::PinnedDirs, |m, _| {
+                m.policy.landlock.pins.clear()
+            }));
+            pins.under_init = true;
+            pins
+        },
+        // An execute start presenting a check that was never issued as it is (a dropped mask),
+        // and one presenting a check a start already redeemed: refused before anything exists.
+        with_gitlink(case("tree-check/forged", Id::TreeCheck, |_, _| {})),
+        with_gitlink(case("tree-check/reused", Id::TreeCheck, |_, _| {})),
     ]
 }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_contract::Id;
+use cordon_contract::{Id, Phase};
 use futures_util::StreamExt;
 
 use crate::controller::Controller;
@@ -243,6 +243,14 @@ impl ProbeStorage {
         }
     }
 
+    /// The handle of storage seeded from the fixture repository (not of uploaded storage).
+    fn handle(&self) -> Option<&crate::task::StorageHandle> {
+        match self {
+            ProbeStorage::Seeded(seeded) => Some(&seeded.0),
+            ProbeStorage::Uploaded(_) => None,
+        }
+    }
+
     async fn remove(&self, ctl: &Controller) -> Result<()> {
         match self {
             ProbeStorage::Seeded(seeded) => crate::task::remove(ctl, &seeded.0).await,
@@ -465,6 +473,12 @@ async fn run_probe_case(
         } else {
             (image_id.to_owned(), vec![probe_path.clone()])
         };
+        // A gitlink case probes a checked tree: its masks and pins are the check's.
+        let masks = if case.gitlinks {
+            checked_masks(ctl, image_id, &storage, case.phase).await?
+        } else {
+            crate::audit::Masks::default()
+        };
         let profile = Profile::new(ProfileSpec {
             phase: case.phase,
             vendor: case.vendor,
@@ -475,8 +489,9 @@ async fn run_probe_case(
             command: vec![probe_path.clone(), "all".to_owned()],
             exec,
             env: vec![],
-            gitlinks: case_gitlinks(case),
-            pins: vec![],
+            gitlinks: masks.gitlinks,
+            pins: masks.pins,
+            pin_mounts: false,
             // Something in the input dir for the probes to try to map executable.
             input_files: vec![("note.txt".to_owned(), b"probe input\n".to_vec())],
             landlock_abi: DEFAULT_LANDLOCK_ABI,
@@ -636,6 +651,9 @@ async fn run_case(
     env: &GateEnv,
     case: &Case,
 ) -> Vec<CaseResult> {
+    if case.removed == Some(Id::TreeCheck) {
+        return vec![Box::pin(run_capability_case(ctl, owner, image_id, env, case)).await];
+    }
     let mut results = Vec::new();
     if case.validator || case.init {
         // Boxed: a case's future is large (the launch, its egress, the probes' fixtures), and the
@@ -646,6 +664,129 @@ async fn run_case(
         results.push(Box::pin(run_probe_case(ctl, owner, image_id, env, case)).await);
     }
     results
+}
+
+/// A tree-check row: an execute start over checked storage presents the check altered (the
+/// gate's gitlink dropped from its masks) or a second time, after a start redeemed it. The start
+/// must refuse with `tree-check` before it makes anything.
+async fn run_capability_case(
+    ctl: &Controller,
+    owner: &Owner,
+    image_id: &str,
+    env: &GateEnv,
+    case: &Case,
+) -> CaseResult {
+    let started = std::time::Instant::now();
+    let expected = vec![Id::TreeCheck.as_str().to_owned()];
+    let row = |observed: Vec<String>, detail: String| CaseResult {
+        case: case.name.clone(),
+        layer: Layer::Validator,
+        removed: case.removed,
+        pass: observed == expected,
+        expected: expected.clone(),
+        observed,
+        detail,
+        ms: started.elapsed().as_millis() as u64,
+    };
+    let storage = match probe_storage(ctl, owner, image_id, case, env).await {
+        Ok(s) => s,
+        Err(e) => return row(vec![format!("error: {e}")], e.to_string()),
+    };
+    let run = async {
+        let handle = storage
+            .handle()
+            .ok_or_else(|| Error::Internal("the capability case's storage is seeded".into()))?;
+        let base = handle
+            .head
+            .clone()
+            .ok_or_else(|| Error::Internal("seeded storage without a head".into()))?;
+        let check = crate::audit::check_tree(
+            ctl,
+            image_id,
+            handle,
+            &base,
+            &[],
+            crate::audit::DEFAULT_DEADLINE,
+        )
+        .await?;
+        let start = |check: crate::audit::TreeCheck| async move {
+            let request = crate::invoke::Request {
+                phase: case.phase,
+                vendor: case.vendor,
+                prompt: "hello".to_owned(),
+                schema: None,
+                referenced_code_hash: "gate".to_owned(),
+                deadline: std::time::Instant::now() + Duration::from_secs(60),
+                network_allowlist: vec![],
+                attempt: format!("gate-{}", uuid::Uuid::new_v4().simple()),
+                storage: handle.clone(),
+                tree_check: Some(check),
+            };
+            let captured = crate::invoke::capture(ctl, request)?;
+            let options =
+                crate::invoke::Options::new(crate::invoke::ImageSource::Id(image_id.to_owned()));
+            crate::invoke::start(ctl, captured, None, options).await
+        };
+        let presented = if case.facet == Some("forged") {
+            let mut forged = check;
+            forged.gitlinks.retain(|g| g != GATE_GITLINK);
+            forged.pins = cordon_contract::tree::pins_of(&forged.gitlinks);
+            forged
+        } else {
+            // The first start redeems it and runs; the second presents it again.
+            let first = start(check.clone()).await?.settled().await;
+            if first.answer.is_none() {
+                return Err(Error::Internal(format!(
+                    "the first start over a checked tree did not answer: {:?}",
+                    first.failure
+                )));
+            }
+            check
+        };
+        Ok::<_, Error>(match start(presented).await {
+            Ok(breach) => {
+                let settled = breach.settled().await;
+                (
+                    vec!["started".to_owned()],
+                    format!("the start took the check: {:?}", settled.exit_code),
+                )
+            }
+            Err(e) => (vec![e.id().to_owned()], e.to_string()),
+        })
+    }
+    .await;
+    let removed = storage.remove(ctl).await;
+    match (run, removed) {
+        (Ok((observed, detail)), Ok(())) => row(observed, detail),
+        (Err(e), _) | (_, Err(e)) => row(vec![format!("error: {e}")], e.to_string()),
+    }
+}
+
+/// The masks and pins of the tree check of a case's seeded storage, redeemed as an execute start
+/// would.
+async fn checked_masks(
+    ctl: &Controller,
+    image_id: &str,
+    storage: &ProbeStorage,
+    phase: Phase,
+) -> Result<crate::audit::Masks> {
+    let handle = storage.handle().ok_or_else(|| {
+        Error::Internal("a gitlink case's storage is seeded from a repository".into())
+    })?;
+    let base = handle
+        .head
+        .clone()
+        .ok_or_else(|| Error::Internal("seeded storage without a head".into()))?;
+    let check = crate::audit::check_tree(
+        ctl,
+        image_id,
+        handle,
+        &base,
+        &[],
+        crate::audit::DEFAULT_DEADLINE,
+    )
+    .await?;
+    crate::audit::redeem(ctl, phase, Some(&check), handle)
 }
 
 /// The gitlinks a case's storage has (the gate's one gitlink, or none).
@@ -679,8 +820,9 @@ fn case_profile(
         command: vec![cli, "--version".to_owned()],
         exec,
         env: vec![],
+        pins: cordon_contract::tree::pins_of(&case_gitlinks(case)),
         gitlinks: case_gitlinks(case),
-        pins: vec![],
+        pin_mounts: false,
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
         egress: case_egress(case),

@@ -69,7 +69,14 @@ fn reached(op: &Operation, id: Id, case: &Case) -> bool {
         // Root-owned files: only root writes them once the mount is writable.
         ("read-only-isolation", "image-binaries-write")
         | ("scratch-capacity", "control-write" | "input-write") => root,
-        ("phase-worktree", "gitlink-write") => case.gitlinks,
+        (
+            "phase-worktree",
+            "gitlink-write" | "gitlink-mkdir" | "gitlink-rmdir" | "gitlink-rename",
+        ) => case.gitlinks && writable_phase,
+        // Without the init nothing holds a pin on this engine: the probe leaves them out.
+        ("phase-worktree", "pin-rename" | "pin-exchange") => {
+            case.gitlinks && writable_phase && mode(case) != Mode::WithoutInit
+        }
         ("phase-worktree", _) => !writable_phase,
         ("task-capacity", _) => writable_phase,
         ("scratch-capacity", "codex-home-fill-bytes" | "codex-home-fill-inodes") => {

@@ -28,7 +28,6 @@ use crate::launch;
 use crate::profile::Limits;
 
 pub use handle::{Handle, Step, StopReason};
-pub use profile::gitlink_masks;
 pub use request::{capture, Capture, Credential, CredentialKind, Request};
 pub use result::{assemble, Attestation, Facts, Failure, InvocationResult, Timings};
 pub use schema::AnswerSchema;
@@ -198,6 +197,7 @@ mod tests {
                 network_allowlist: vec![],
                 attempt: format!("u-{}", uuid::Uuid::new_v4().simple()),
                 storage: storage(),
+                tree_check: None,
             },
         );
         let _ = std::fs::remove_dir_all(&dir);

@@ -42,12 +42,19 @@ pub struct OneShot {
     /// The image's exec allowlist when it is an agent image ([`ImageSource::Agent`]); `None`
     /// for the test image ([`ImageSource::Id`]).
     pub exec: Option<Vec<String>>,
+    /// The task's declared file operations (execute and fix: the tree check checks each fits).
+    pub operations: Vec<cordon_contract::tree::Operation>,
+    /// The task's declared paths (execute and fix: their links are snapshot, and one that
+    /// passes through another link is refused).
+    pub declared_paths: Vec<String>,
 }
 
 /// Where the time went (milliseconds).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct OneShotTimings {
     pub prepare_ms: f64,
+    /// The link snapshot and the tree check (execute and fix).
+    pub check_ms: f64,
     pub invoke_ms: f64,
     pub remove_ms: f64,
     pub total_ms: f64,
@@ -57,6 +64,10 @@ pub struct OneShotTimings {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct OneShotReport {
     pub result: InvocationResult,
+    /// The tree check the start redeemed (execute and fix): the gitlinks it masked, the pins.
+    pub tree_check: Option<crate::audit::TreeCheck>,
+    /// The declared links as they were before the start (execute and fix, with declared paths).
+    pub link_snapshot: Option<cordon_contract::tree::LinkSnapshot>,
     /// Set when the storage could not be removed (its id and error); the runner must keep it.
     pub storage_left: Option<String>,
     pub timings: OneShotTimings,
@@ -87,8 +98,20 @@ pub async fn oneshot(
     };
     let storage = task::prepare_with(ctl, image_id, &prepare, |_| {}, progress).await?;
     let prepare_ms = ms(started);
-    let invoked = Instant::now();
+    let mut check_ms = 0.0;
+    let mut tree_check = None;
+    let mut link_snapshot = None;
+    let mut invoked = Instant::now();
     let outcome = async {
+        if run.phase.work_writable() {
+            progress("checking the tree");
+            let checked = Instant::now();
+            let (snapshot, check) = check_before_start(ctl, image_id, &storage, run).await?;
+            link_snapshot = snapshot;
+            tree_check = Some(check);
+            check_ms = ms(checked);
+            invoked = Instant::now();
+        }
         let request = Request {
             phase: run.phase,
             vendor: run.vendor,
@@ -103,6 +126,7 @@ pub async fn oneshot(
             network_allowlist: run.allow.clone(),
             attempt: run.attempt.clone(),
             storage: storage.clone(),
+            tree_check: tree_check.clone(),
         };
         let captured = capture(ctl, request)?;
         progress("running the agent");
@@ -146,12 +170,45 @@ pub async fn oneshot(
     let remove_ms = ms(removed);
     Ok(OneShotReport {
         result: outcome?.as_ref().clone(),
+        tree_check,
+        link_snapshot,
         storage_left,
         timings: OneShotTimings {
             prepare_ms,
+            check_ms,
             invoke_ms,
             remove_ms,
             total_ms: ms(started),
         },
     })
+}
+
+/// Before a writable start: the declared links (refused when one passes through another link),
+/// then the tree check at the seeded head (refused unless the tree is exactly base's).
+async fn check_before_start(
+    ctl: &Controller,
+    image_id: &str,
+    storage: &task::StorageHandle,
+    run: &OneShot,
+) -> Result<(
+    Option<cordon_contract::tree::LinkSnapshot>,
+    crate::audit::TreeCheck,
+)> {
+    let deadline = crate::audit::DEFAULT_DEADLINE;
+    let snapshot = if run.declared_paths.is_empty() {
+        None
+    } else {
+        let snapshot =
+            crate::audit::snapshot_links(ctl, image_id, storage, &run.declared_paths, deadline)
+                .await?;
+        crate::audit::refuse_through_links(&snapshot)?;
+        Some(snapshot)
+    };
+    let base = storage
+        .head
+        .clone()
+        .ok_or_else(|| crate::Error::Internal("prepared storage without a head".into()))?;
+    let check =
+        crate::audit::check_tree(ctl, image_id, storage, &base, &run.operations, deadline).await?;
+    Ok((snapshot, check))
 }

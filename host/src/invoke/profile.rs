@@ -1,62 +1,22 @@
-//! The profile of an invocation over its storage, and the gitlink masks execute and fix need.
+//! The profile of an invocation over its storage, with the masks and pins its redeemed tree check
+//! gives (execute and fix).
 
 use std::time::{Duration, Instant};
 
-use cordon_contract::{paths, Phase};
+use cordon_contract::paths;
 
 use super::{claude, Capture, Credential, Options};
+use crate::audit::Masks;
 use crate::error::{Error, Result};
 use crate::labels::Allocation;
 use crate::profile::{EgressSpec, Profile, ProfileSpec, SCHEMA_FILE};
-use crate::task::StorageHandle;
 
-/// The gitlink masks an invocation in `phase` needs over `storage`: one read-only tmpfs at each
-/// gitlink in execute and fix (read-only phases mount all of /work read-only). Refused, before
-/// anything is allocated: unknown gitlinks (a recovered handle), more than the limit, a name no
-/// mount can carry, and a nested gitlink: renaming one of its parents would move the mask aside,
-/// and pinning the parents needs `VolumeOptions.Subpath` (API 1.45), which this engine lacks.
-pub fn gitlink_masks(phase: Phase, storage: &StorageHandle) -> Result<Vec<String>> {
-    if !phase.work_writable() {
-        return Ok(Vec::new());
-    }
-    let Some(gitlinks) = &storage.gitlinks else {
-        return Err(Error::Gitlink {
-            id: "gitlinks-unknown",
-            reason: format!(
-                "the storage handle of allocation {} does not record the tree's gitlinks (a \
-                 recovered handle, or a gitlink whose name is not UTF-8): {phase} cannot mask them",
-                storage.allocation
-            ),
-        });
-    };
-    if gitlinks.len() > crate::profile::MAX_GITLINKS {
-        return Err(Error::Gitlink {
-            id: "gitlink-limit",
-            reason: format!(
-                "{} gitlinks; at most {} can be masked",
-                gitlinks.len(),
-                crate::profile::MAX_GITLINKS
-            ),
-        });
-    }
-    if let Some(bad) = gitlinks.iter().find(|g| !crate::profile::mountable(g)) {
-        return Err(Error::Gitlink {
-            id: "gitlink-name",
-            reason: format!("the gitlink {bad:?} cannot be a mount target"),
-        });
-    }
-    if let Some(nested) = gitlinks.iter().find(|g| g.contains('/')) {
-        return Err(Error::Gitlink {
-            id: "gitlink-nested",
-            reason: format!(
-                "the gitlink {nested:?} is nested: renaming a directory above it would move its \
-                 mask aside, and pinning those directories needs VolumeOptions.Subpath (API \
-                 {}), which this engine does not have; {phase} is refused until it does",
-                crate::engine::SUBPATH_API
-            ),
-        });
-    }
-    Ok(gitlinks.clone())
+/// Where an invocation's profile masks and pins: the redeemed check's gitlinks and pins, and
+/// whether the engine's API also carries the pins as subpath mounts.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Tree {
+    pub masks: Masks,
+    pub pin_mounts: bool,
 }
 
 /// The profile of an invocation over its storage.
@@ -67,6 +27,7 @@ pub(super) fn profile(
     exec: &[String],
     credential: Option<&Credential>,
     options: &Options,
+    tree: &Tree,
 ) -> Result<Profile> {
     let request = &capture.request;
     let storage = request.storage.storage()?;
@@ -111,8 +72,9 @@ pub(super) fn profile(
         command: claude::command(request.phase, &request.prompt, capture.schema_text()),
         exec: exec.to_vec(),
         env,
-        gitlinks: gitlink_masks(request.phase, &request.storage)?,
-        pins: vec![],
+        gitlinks: tree.masks.gitlinks.clone(),
+        pins: tree.masks.pins.clone(),
+        pin_mounts: tree.pin_mounts && !tree.masks.pins.is_empty(),
         landlock_abi: crate::profile::DEFAULT_LANDLOCK_ABI,
         egress: egress_spec(&request.network_allowlist, &options.egress),
         input_files,

@@ -81,6 +81,9 @@ pub struct Request {
     pub attempt: String,
     /// The task storage the agent works in.
     pub storage: StorageHandle,
+    /// The pre-launch tree check of that storage (execute and fix need one, once; a read-only
+    /// phase takes none): its gitlinks are masked and their parents pinned.
+    pub tree_check: Option<crate::audit::TreeCheck>,
 }
 
 /// A frozen request. Only [`capture`] makes one.

@@ -36,6 +36,9 @@ pub struct Attestation {
     /// The loopback port of the agent's egress forwarder (absent: no egress).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub egress_forward: Option<u16>,
+    /// The directories the init pinned above nested gitlinks (relative to /work).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<String>,
 }
 
 /// Why there is no answer: a stable id and the evidence.
@@ -205,6 +208,7 @@ pub fn assemble(facts: Facts) -> InvocationResult {
                 landlock_abi,
                 preflight_us,
                 egress_forward,
+                pins,
             } if skipped.is_empty() => {
                 result.attestation = Some(Attestation {
                     policy_digest: facts.policy_digest.clone(),
@@ -212,6 +216,7 @@ pub fn assemble(facts: Facts) -> InvocationResult {
                     landlock_abi,
                     preflight_us,
                     egress_forward,
+                    pins,
                 });
             }
             InitVerdict::Refused {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::profile::{profile, PROVISIONAL_IMAGE};
+use super::profile::{profile, Tree, PROVISIONAL_IMAGE};
 use super::{
     assemble, check_vendor, Capture, Credential, Facts, Handle, ImageSource, InvocationResult,
     Options, Step, StopReason, Timings,
@@ -78,6 +78,16 @@ pub async fn start(
         ImageSource::Id(id) | ImageSource::Agent { id, .. } => id.clone(),
         ImageSource::Build(_) => PROVISIONAL_IMAGE.to_owned(),
     };
+    // Redeemed before anything is allocated: execute and fix start only on a checked tree.
+    let tree = Tree {
+        masks: crate::audit::redeem(
+            ctl,
+            request.phase,
+            request.tree_check.as_ref(),
+            &request.storage,
+        )?,
+        pin_mounts: ctl.engine().api() >= crate::engine::SUBPATH_API,
+    };
     // Checked now so that invalid input throws; rebuilt with the real image id after a build.
     let checked = profile(
         &capture,
@@ -86,6 +96,7 @@ pub async fn start(
         &options.image.exec(),
         credential.as_ref(),
         &options,
+        &tree,
     )?;
     // Claimed before the engine is asked, so two starts of one attempt cannot both pass.
     let unsettled = ctl.claim_unsettled(&request.attempt)?;
@@ -113,6 +124,7 @@ pub async fn start(
         options,
         allocation,
         profile: checked,
+        tree,
         stop: stop_rx,
         step: step_tx,
     };
@@ -132,6 +144,8 @@ struct Supervisor {
     options: Options,
     allocation: Allocation,
     profile: Profile,
+    /// The masks and pins of the redeemed tree check (a rebuilt profile takes the same).
+    tree: Tree,
     stop: watch::Receiver<Option<StopReason>>,
     step: watch::Sender<Step>,
 }
@@ -250,6 +264,7 @@ impl Supervisor {
                     &self.options.image.exec(),
                     self.credential.as_ref(),
                     &self.options,
+                    &self.tree,
                 )?
             }
         };

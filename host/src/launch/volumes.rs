@@ -48,6 +48,32 @@ pub fn helper_body(
     })
 }
 
+/// The tree reader's create body (cordon-init's `tree` roles): a helper's hardening, with room
+/// for an index of a large tree in memory, a thread per CPU to hash, and a log that holds its
+/// whole report.
+pub fn reader_body(
+    image_id: &str,
+    allocation: &Allocation,
+    entrypoint: Vec<String>,
+    mounts: Vec<Mount>,
+) -> ContainerCreateBody {
+    hardened_body(Hardened {
+        image_id,
+        labels: allocation.labels(Kind::Tool),
+        user: format!("{0}:{0}", allocation.uid),
+        cap_add: Vec::new(),
+        entrypoint,
+        env: vec!["PATH=/usr/bin:/bin".to_owned()],
+        mounts,
+        pids: 16,
+        memory_bytes: 512 * 1024 * 1024,
+        // Two CPUs where there are two (the engine refuses more than the machine has).
+        nano_cpus: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)) as u64
+            * 1_000_000_000,
+        log_max_size: "4m",
+    })
+}
+
 /// One invocation's control, input and egress volumes, and the loader that holds control and
 /// input mounted.
 #[derive(Debug, Clone)]

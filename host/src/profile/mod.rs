@@ -121,8 +121,6 @@ pub const DEFAULT_LANDLOCK_ABI: u8 = 6;
 /// Size and mode of a gitlink mask.
 pub const GITLINK_MASK_BYTES: i64 = 4096;
 pub const GITLINK_MASK_MODE: i64 = 0o555;
-/// At most this many gitlink masks and pins (seeds: 256 each).
-pub const MAX_GITLINKS: usize = 256;
 /// Container logs are bounded by the engine too.
 pub const LOG_MAX_SIZE: &str = "1m";
 
@@ -167,6 +165,22 @@ impl Profile {
     }
     pub fn egress(&self) -> Option<&EgressSpec> {
         self.spec.egress.as_ref()
+    }
+    /// The gitlinks the profile masks, relative to /work.
+    pub fn gitlinks(&self) -> &[String] {
+        &self.spec.gitlinks
+    }
+    /// The directories the init pins (Landlock), relative to /work.
+    pub fn pins(&self) -> &[String] {
+        &self.spec.pins
+    }
+    /// The pins that are subpath mounts of the work volume as well (none unless `pin_mounts`).
+    pub fn pin_mounts(&self) -> &[String] {
+        if self.spec.pin_mounts {
+            &self.spec.pins
+        } else {
+            &[]
+        }
     }
 
     /// The container's environment (without the HOSTNAME the engine adds).
@@ -231,7 +245,7 @@ impl Profile {
     /// The create request, the container name and the init's policy. Refuses a profile that
     /// needs a field this engine's API would silently drop.
     pub fn plan(&self, api: ApiVersion) -> Result<LaunchPlan> {
-        if !self.spec.pins.is_empty() && api < SUBPATH_API {
+        if self.spec.pin_mounts && api < SUBPATH_API {
             return Err(Error::Profile {
                 id: Id::PinnedDirs,
                 reason: format!(
@@ -249,4 +263,4 @@ impl Profile {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

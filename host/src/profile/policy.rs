@@ -34,6 +34,7 @@ impl Profile {
                 write: self.writable_paths(),
                 devices: vec!["/dev/null".to_owned()],
                 exec: self.spec.exec.clone(),
+                pins: self.spec.pins.clone(),
             },
             sockets: SocketPolicy::agent(),
             masked: CORDON_MASKED_PATHS
@@ -118,7 +119,7 @@ impl Profile {
                 None,
             ));
         }
-        for pin in &self.spec.pins {
+        for pin in self.pin_mounts() {
             mounts.push(MountRule::required(
                 &format!("{}/{pin}", paths::WORK),
                 Access::Writable,

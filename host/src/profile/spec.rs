@@ -1,8 +1,8 @@
 //! What a profile is built from, and the checks [`Profile::new`] makes before it freezes one.
 
-use cordon_contract::{policy, Phase, Vendor};
+use cordon_contract::{policy, tree, Id, Phase, Vendor};
 
-use super::{Limits, Profile, StorageRef, MAX_GITLINKS};
+use super::{Limits, Profile, StorageRef};
 use crate::error::{Error, Result};
 use crate::labels::Allocation;
 
@@ -41,8 +41,12 @@ pub struct ProfileSpec {
     pub env: Vec<(String, String)>,
     /// Gitlink paths under /work (execute and fix), masked by empty read-only tmpfs.
     pub gitlinks: Vec<String>,
-    /// Directories under /work pinned by a subpath mount of the work volume (needs API 1.45).
+    /// The directories above nested gitlinks, exactly [`cordon_contract::tree::pins_of`] the
+    /// gitlinks: the init's Landlock ruleset grants no REMOVE_DIR on their parents, so none can
+    /// be renamed or removed and no mask can be moved aside.
     pub pins: Vec<String>,
+    /// Each pin is also a subpath mount of the work volume (needs API 1.45; refused below).
+    pub pin_mounts: bool,
     pub landlock_abi: u8,
     /// Files written into the read-only input dir (name, content), such as `schema.json`.
     pub input_files: Vec<(String, Vec<u8>)>,
@@ -72,6 +76,7 @@ impl std::fmt::Debug for ProfileSpec {
             .field("env (values withheld)", &env)
             .field("gitlinks", &self.gitlinks)
             .field("pins", &self.pins)
+            .field("pin_mounts", &self.pin_mounts)
             .field("landlock_abi", &self.landlock_abi)
             .field("input_files (bytes)", &inputs)
             .field("egress", &self.egress)
@@ -118,13 +123,10 @@ fn check_schema_argument(command: &[String], input_files: &[(String, Vec<u8>)]) 
     }
 }
 
-fn relative_clean(path: &str) -> bool {
-    !path.is_empty() && policy::is_clean_absolute(&format!("/{path}")) && !path.contains('"')
-}
-
-/// Whether `path` (relative to /work) can be a mount target: clean, no `"` or `,`, not in `.git`.
+/// Whether `path` (relative to /work) can be a mount target: clean as an absolute path too, and
+/// what [`cordon_contract::tree::mountable`] allows (no `"`, `,`, `\\` or control, not in `.git`).
 pub fn mountable(path: &str) -> bool {
-    relative_clean(path) && path != ".git" && !path.starts_with(".git/")
+    policy::is_clean_absolute(&format!("/{path}")) && cordon_contract::tree::mountable(path)
 }
 
 impl Profile {
@@ -195,9 +197,11 @@ impl Profile {
                 "gitlink masks and pins exist only in execute and fix".into(),
             ));
         }
-        if spec.gitlinks.len() > MAX_GITLINKS || spec.pins.len() > MAX_GITLINKS {
+        if spec.gitlinks.len() > tree::MAX_GITLINKS || spec.pins.len() > tree::MAX_PINS {
             return Err(Error::Invalid(format!(
-                "more than {MAX_GITLINKS} gitlinks or pins"
+                "more than {} gitlinks or {} pins",
+                tree::MAX_GITLINKS,
+                tree::MAX_PINS
             )));
         }
         for path in spec.gitlinks.iter().chain(&spec.pins) {
@@ -206,6 +210,24 @@ impl Profile {
                     "gitlink or pin {path:?} is not a mountable path under /work"
                 )));
             }
+        }
+        if tree::mount_path_bytes(&spec.gitlinks, &spec.pins) > tree::MAX_MOUNT_PATH_BYTES {
+            return Err(Error::Invalid(format!(
+                "more than {} bytes of gitlink and pin paths",
+                tree::MAX_MOUNT_PATH_BYTES
+            )));
+        }
+        // The pins are derived, never chosen: a profile whose pins are not its gitlinks' would
+        // leave a mask movable (or forbid what nothing needs).
+        let derived = tree::pins_of(&spec.gitlinks);
+        if spec.pins != derived {
+            return Err(Error::Profile {
+                id: Id::PinnedDirs,
+                reason: format!(
+                    "the pins {:?} are not those of the gitlinks {:?} ({derived:?})",
+                    spec.pins, spec.gitlinks
+                ),
+            });
         }
         if spec.input_files.len() > MAX_INPUT_FILES
             || spec.input_files.iter().map(|(_, c)| c.len()).sum::<usize>() > MAX_INPUT_BYTES

@@ -35,6 +35,7 @@ fn spec() -> ProfileSpec {
         env: vec![],
         gitlinks: vec![],
         pins: vec![],
+        pin_mounts: false,
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
         egress: None,
@@ -193,9 +194,11 @@ fn the_init_starts_as_root_with_exactly_its_capabilities_and_runs_the_agent_as_t
 }
 
 #[test]
-fn pins_need_the_subpath_api() {
+fn pin_mounts_need_the_subpath_api() {
     let mut s = spec();
+    s.gitlinks = vec!["src/sub".into()];
     s.pins = vec!["src".into()];
+    s.pin_mounts = true;
     let profile = Profile::new(s).unwrap();
     let old = ApiVersion {
         major: 1,
@@ -208,4 +211,37 @@ fn pins_need_the_subpath_api() {
         other => panic!("{other:?}"),
     }
     assert!(profile.plan(SUBPATH_API).is_ok());
+}
+
+/// The pins are exactly those the gitlinks derive: none missing, none extra, none without a
+/// nested gitlink; and the policy lists them.
+/// An execute profile over a nested and a top-level gitlink, with its pins.
+pub(crate) fn nested_gitlink_profile() -> Profile {
+    let mut s = spec();
+    s.gitlinks = vec!["a/b/sub".into(), "top".into()];
+    s.pins = vec!["a".into(), "a/b".into()];
+    Profile::new(s).unwrap()
+}
+
+#[test]
+fn the_pins_are_derived_from_the_gitlinks() {
+    let mut s = spec();
+    s.gitlinks = vec!["a/b/sub".into(), "top".into()];
+    s.pins = vec!["a".into(), "a/b".into()];
+    let profile = Profile::new(s.clone()).unwrap();
+    assert_eq!(profile.policy().landlock.pins, vec!["a", "a/b"]);
+    assert!(profile.pin_mounts().is_empty());
+    for pins in [vec!["a"], vec!["a", "a/b", "c"], vec![]] {
+        let mut bad = s.clone();
+        bad.pins = pins.iter().map(|p| (*p).to_owned()).collect();
+        match Profile::new(bad) {
+            Err(Error::Profile {
+                id: Id::PinnedDirs, ..
+            }) => {}
+            other => panic!("{pins:?}: {other:?}"),
+        }
+    }
+    let mut lone = spec();
+    lone.pins = vec!["src".into()];
+    assert!(Profile::new(lone).is_err());
 }

@@ -99,7 +99,7 @@ impl Profile {
             ),
         ];
         let work = volumes.get(&Kind::Work).cloned().unwrap_or_default();
-        for pin in &self.spec.pins {
+        for pin in self.pin_mounts() {
             mounts.push((
                 volume_mount(
                     &work,

@@ -24,6 +24,7 @@ mod labels;
 mod mounts;
 mod namespaces;
 mod options;
+pub mod policy;
 mod process;
 mod resources;
 mod runtime;

@@ -28,6 +28,11 @@
 //! - `cordon-fake:write-gitlink PATH`: tries to write beneath the gitlink `/work/PATH` and to
 //!   plant `.git` there, and writes a file beside it; success `write-gitlink: beneath ...: wrote 0
 //!   of 3; beside: wrote`, otherwise `error_during_execution` and exit 3.
+//! - `cordon-fake:script [OPS]`: applies a JSON array of file operations in /work, in order, and
+//!   stops at the first that fails: `{"write":[PATH,TEXT]}`, `{"delete":PATH}`, `{"rename":[FROM,
+//!   TO]}`, `{"chmod":[PATH,MODE]}`, `{"symlink":[PATH,TARGET]}`, `{"mkdir":PATH}`, `{"rmdir":
+//!   PATH}`, `{"mkfifo":PATH}` (paths relative to /work); success `script: N ops`, otherwise
+//!   `error_during_execution` `script: op I (...): ERROR` and exit 5.
 //! - `cordon-fake:inotify-hog SECS`: takes inotify instances until the kernel refuses one, holds
 //!   them SECS seconds; success `inotify-hog: held N then errno E`.
 //! - `cordon-fake:inotify-one`: takes one inotify instance; success `inotify-one: ok`, otherwise
@@ -147,6 +152,7 @@ fn main() {
         "cordon-fake:signal" => signal(),
         "cordon-fake:write-outside" => write_outside(&cli),
         "cordon-fake:write-gitlink" => write_gitlink(&cli, prompt),
+        "cordon-fake:script" => script(&cli, prompt),
         "cordon-fake:inotify-hog" => inotify_hog(&cli, prompt),
         "cordon-fake:inotify-one" => inotify_one(&cli),
         "cordon-fake:steal-credential" => steal_credential(&cli),
@@ -413,6 +419,90 @@ fn write_outside(cli: &Cli) -> Outcome {
 /// The words after the mode.
 fn arguments(prompt: &str) -> Vec<&str> {
     prompt.split_whitespace().skip(1).collect()
+}
+
+/// One scripted file operation in /work.
+fn apply(op: &Value) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = |v: &Value| -> Result<String, String> {
+        v.as_str()
+            .map(|p| format!("/work/{p}"))
+            .ok_or_else(|| "a path is not a string".to_owned())
+    };
+    let pair = |v: &Value| -> Result<(Value, Value), String> {
+        match v.as_array().map(Vec::as_slice) {
+            Some([a, b]) => Ok((a.clone(), b.clone())),
+            _ => Err("not a pair".to_owned()),
+        }
+    };
+    let object = op
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .ok_or("not one operation")?;
+    let (kind, arg) = object.iter().next().ok_or("empty")?;
+    let io = |e: io::Error| e.to_string();
+    match kind.as_str() {
+        "write" => {
+            let (p, text) = pair(arg)?;
+            std::fs::write(path(&p)?, text.as_str().unwrap_or_default()).map_err(io)
+        }
+        "delete" => std::fs::remove_file(path(arg)?).map_err(io),
+        "rename" => {
+            let (from, to) = pair(arg)?;
+            std::fs::rename(path(&from)?, path(&to)?).map_err(io)
+        }
+        "chmod" => {
+            let (p, mode) = pair(arg)?;
+            let mode = mode.as_u64().ok_or("a mode is not a number")? as u32;
+            std::fs::set_permissions(path(&p)?, std::fs::Permissions::from_mode(mode)).map_err(io)
+        }
+        "symlink" => {
+            let (p, target) = pair(arg)?;
+            std::os::unix::fs::symlink(target.as_str().unwrap_or_default(), path(&p)?).map_err(io)
+        }
+        "mkdir" => std::fs::create_dir(path(arg)?).map_err(io),
+        "rmdir" => std::fs::remove_dir(path(arg)?).map_err(io),
+        "mkfifo" => {
+            let c = std::ffi::CString::new(path(arg)?).map_err(|e| e.to_string())?;
+            // SAFETY: mkfifo reads a NUL-terminated path.
+            if unsafe { libc::mkfifo(c.as_ptr(), 0o644) } == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error().to_string())
+            }
+        }
+        other => Err(format!("unknown operation {other:?}")),
+    }
+}
+
+/// Applies the JSON array of file operations after the mode word, in order.
+fn script(cli: &Cli, prompt: &str) -> Outcome {
+    let text = prompt
+        .trim_start()
+        .strip_prefix("cordon-fake:script")
+        .unwrap_or_default();
+    let ops: Vec<Value> = match serde_json::from_str(text) {
+        Ok(Value::Array(ops)) => ops,
+        _ => {
+            return Outcome {
+                envelope: envelope("error_during_execution", true, "script: not a JSON array"),
+                code: 5,
+            }
+        }
+    };
+    for (i, op) in ops.iter().enumerate() {
+        if let Err(e) = apply(op) {
+            return Outcome {
+                envelope: envelope(
+                    "error_during_execution",
+                    true,
+                    &format!("script: op {i} ({op}): {e}"),
+                ),
+                code: 5,
+            };
+        }
+    }
+    success(cli, &format!("script: {} ops", ops.len()))
 }
 
 /// Tries to write beneath the gitlink named after the mode and to plant `.git` there, and writes a

@@ -1,0 +1,141 @@
+//! `cordon audit snapshot-links` and `cordon audit check-tree`: the change audit's reads of task
+//! storage before a writable run, by hand. A check made here cannot start an invocation in
+//! another process (its capability is this process's controller's); `cordon run --phase
+//! execute|fix` makes its own.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use crate::task::parse_handle;
+use crate::{image, print, Ctx};
+
+/// The most an `--ops` file may hold (256 operations of two 1 KiB paths, as JSON).
+const MAX_OPS_BYTES: usize = 1024 * 1024;
+
+#[derive(Debug, Subcommand)]
+pub enum AuditAction {
+    /// Where each declared link resolves, and whether it passes through another link.
+    SnapshotLinks {
+        /// The storage handle (JSON, or @FILE).
+        handle: String,
+        /// A declared path under /work (repeatable).
+        #[arg(long = "path", value_name = "P")]
+        paths: Vec<String>,
+        /// The image whose cordon-init reads the tree (the test image when absent).
+        #[arg(long)]
+        image: Option<String>,
+        #[arg(long, default_value_t = 120)]
+        deadline_secs: u64,
+    },
+    /// The pre-launch tree check: refused unless the work tree is exactly base's and every
+    /// declared operation fits (exit 1, `tree-refused`: a person must look).
+    CheckTree {
+        /// The storage handle (JSON, or @FILE).
+        handle: String,
+        /// The commit the storage was seeded from.
+        #[arg(long)]
+        base: String,
+        /// The declared operations: a JSON array of `{"kind":"add|edit|delete|rename","path":P,
+        /// "renamed_from":P}`.
+        #[arg(long)]
+        ops: Option<PathBuf>,
+        #[arg(long)]
+        image: Option<String>,
+        #[arg(long, default_value_t = 120)]
+        deadline_secs: u64,
+    },
+}
+
+/// The declared operations in `path` (a caller file: regular, bounded, UTF-8 JSON).
+pub fn read_operations(
+    path: &std::path::Path,
+) -> anyhow::Result<Vec<cordon_contract::tree::Operation>> {
+    let text = cordon::caller_file::read_utf8("operations file", path, MAX_OPS_BYTES)?;
+    serde_json::from_str(&text).context("the operations file is not a JSON array of operations")
+}
+
+async fn image_id(ctx: &Ctx, image: Option<String>) -> anyhow::Result<String> {
+    Ok(match image {
+        Some(id) => id,
+        None => image::build(ctx).await?.id,
+    })
+}
+
+pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
+    match action {
+        AuditAction::SnapshotLinks {
+            handle,
+            paths,
+            image,
+            deadline_secs,
+        } => {
+            let handle = parse_handle(&handle)?;
+            let image_id = image_id(ctx, image).await?;
+            let snapshot = cordon::audit::snapshot_links(
+                &ctx.ctl,
+                &image_id,
+                &handle,
+                &paths,
+                std::time::Duration::from_secs(deadline_secs),
+            )
+            .await?;
+            print(ctx.json, &snapshot, || {
+                snapshot
+                    .links
+                    .iter()
+                    .map(|l| {
+                        format!(
+                            "{:?}: {:?}{}{}\n",
+                            l.path,
+                            l.kind,
+                            l.resolution
+                                .map(|r| format!(", resolves {r:?}"))
+                                .unwrap_or_default(),
+                            if l.through_link {
+                                ", through a link"
+                            } else {
+                                ""
+                            }
+                        )
+                    })
+                    .collect()
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditAction::CheckTree {
+            handle,
+            base,
+            ops,
+            image,
+            deadline_secs,
+        } => {
+            let handle = parse_handle(&handle)?;
+            let operations = match ops {
+                Some(path) => read_operations(&path)?,
+                None => Vec::new(),
+            };
+            let image_id = image_id(ctx, image).await?;
+            let check = cordon::audit::check_tree(
+                &ctx.ctl,
+                &image_id,
+                &handle,
+                &base,
+                &operations,
+                std::time::Duration::from_secs(deadline_secs),
+            )
+            .await?;
+            print(ctx.json, &check, || {
+                format!(
+                    "the tree is base's ({} entries); {} gitlinks masked, {} directories pinned\n",
+                    check.entries,
+                    check.gitlinks.len(),
+                    check.pins.len()
+                )
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

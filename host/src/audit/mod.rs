@@ -1,0 +1,15 @@
+//! The change audit's reads of task storage. cordon-init's `tree` roles do the reading, in a tool
+//! container with both task volumes read-only, no network and a helper's hardening, without
+//! following any link; the host only parses their one JSON document, with limits, and nothing
+//! on the host reads agent-written content through a path.
+//!
+//! Before a writable run: the declared-link snapshot ([`snapshot_links`]) and the pre-launch tree
+//! check ([`check_tree`]), whose one-shot [`TreeCheck`] an execute or fix start redeems.
+
+pub mod check;
+pub mod links;
+mod reader;
+
+pub use check::{check_tree, redeem, Masks, TreeCheck};
+pub use links::{refuse_through_links, snapshot_links};
+pub use reader::DEFAULT_DEADLINE;
