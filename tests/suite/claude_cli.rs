@@ -472,10 +472,11 @@ async fn review_answers_with_and_without_a_schema() {
 }
 
 /// Execute and fix: Write and Edit change files in /work, and the change is in the task storage
-/// afterwards (a later questions run reads it); the metadata is untouched.
+/// afterwards (a later questions run reads it); the metadata is untouched. A second writable run
+/// on the changed tree is refused by its tree check (fix runs on storage of its own).
 #[tokio::test]
 async fn execute_and_fix_change_files_in_work() {
-    let c = cli("cli-execute").await;
+    let (c, f) = tokio::join!(Box::pin(cli("cli-execute")), Box::pin(cli("cli-fix")));
     let before = c.metadata_digest().await;
     let execute = c
         .run(
@@ -496,7 +497,32 @@ async fn execute_and_fix_change_files_in_work() {
     assert_eq!(answered(&execute), "script done");
     let got = results(&execute);
     assert!(got.iter().all(|(error, _)| !error), "{got:?}");
-    let fix = c
+    let again = cordon::audit::check_tree(
+        &c.s.ctl,
+        &c.s.image,
+        &c.storage,
+        c.storage.head.as_deref().unwrap(),
+        &[],
+        cordon::audit::DEFAULT_DEADLINE,
+    )
+    .await;
+    match again {
+        Err(cordon::Error::TreeRefused { findings, .. }) => {
+            let found: Vec<(&str, &str)> = findings
+                .iter()
+                .map(|f| (f.reason.id(), f.path.as_str()))
+                .collect();
+            assert_eq!(
+                found,
+                [
+                    ("content-changed", "README.md"),
+                    ("untracked", "src/new.rs")
+                ]
+            );
+        }
+        other => panic!("a changed tree passed its check: {other:?}"),
+    }
+    let fix = f
         .run(
             Phase::Fix,
             &script(&[tool(
@@ -514,7 +540,6 @@ async fn execute_and_fix_change_files_in_work() {
             &script(&[
                 tool("Read", json!({ "file_path": "/work/src/new.rs" })),
                 tool("Read", json!({ "file_path": "/work/README.md" })),
-                tool("Read", json!({ "file_path": "/work/src/util.rs" })),
             ]),
             None,
         )
@@ -522,9 +547,18 @@ async fn execute_and_fix_change_files_in_work() {
     let got = results(&read);
     assert!(got[0].1.contains("pub const NEW: u8 = 1;"), "{got:?}");
     assert!(got[1].1.contains("counts gadgets"), "{got:?}");
-    assert!(got[2].1.contains("    8"), "{got:?}");
+    let read = f
+        .run(
+            Phase::Questions,
+            &script(&[tool("Read", json!({ "file_path": "/work/src/util.rs" }))]),
+            None,
+        )
+        .await;
+    let got = results(&read);
+    assert!(got[0].1.contains("    8"), "{got:?}");
     assert_eq!(c.metadata_digest().await, before);
     c.finish().await;
+    f.finish().await;
 }
 
 /// A model that streams an enormous answer: the CLI's output is cut at the bound, the run

@@ -23,6 +23,12 @@ fn gate_md_names_every_protection() {
 const TEST_FILES: &[(&str, &str)] = &[
     ("cli::", "../cli/tests"),
     ("judge::tests::", "../init/src"),
+    ("init::tree::tests::", "../init/src/tree"),
+    ("landlock::tests::", "../init/src"),
+    ("observe::tests::", "../init/src"),
+    ("audit::check::tests::", "../host/src/audit"),
+    ("audit::reader::tests::", "../host/src/audit"),
+    ("validate::policy::tests::", "../host/src/validate"),
     ("procfs::tests::", "../contract/src"),
     ("seccomp::tests::", "../init/src"),
     ("cases::tests::", "../host/src/gate"),
