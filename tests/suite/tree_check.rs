@@ -208,7 +208,8 @@ async fn a_pre_populated_nested_checkout_is_refused() {
 
 /// Everything an attempt can leave in the work tree is a reason, each with its path: changed
 /// content, mode and type, a missing file, untracked and ignored entries (an empty directory, a
-/// fifo, a symlinked parent of an add destination), and what the reader cannot open.
+/// fifo, a symlinked parent of an add destination, names that are no UTF-8 or hold a line break,
+/// quoted), and what the reader cannot open.
 #[tokio::test]
 async fn a_restart_is_refused_for_every_change_the_last_attempt_left() {
     let s = owned("t-tree-restart").await;
@@ -225,6 +226,23 @@ async fn a_restart_is_refused_for_every_change_the_last_attempt_left() {
             {"delete":"link"},{"symlink":["link","README.md"]}]"#,
     )
     .await;
+    // Names the agent could write that are no UTF-8, or hold a line break: listed quoted.
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let handle = storage.storage().unwrap();
+        let mut archive =
+            cordon::archive::Archive::in_memory(handle.allocation.uid.get(), "odd names");
+        for name in [&b"bad\xffname"[..], b"line\nbreak"] {
+            archive
+                .file(std::ffi::OsStr::from_bytes(name), 0o644, b"x")
+                .unwrap();
+        }
+        let tar = archive.finish().unwrap();
+        handle
+            .upload(&s.engine, paths::WORK, tar)
+            .await
+            .expect("upload");
+    }
     let add_through_link = [op(OpKind::Add, "newdir/new.rs", None)];
     let want = set(&[
         (Reason::ContentChanged, "README.md"),
@@ -238,6 +256,8 @@ async fn a_restart_is_refused_for_every_change_the_last_attempt_left() {
         (Reason::Unreadable, "secret.txt"),
         (Reason::Unreadable, "locked"),
         (Reason::ContentChanged, "link"),
+        (Reason::Untracked, "bad\\xffname"),
+        (Reason::Untracked, "line\nbreak"),
     ]);
     assert_eq!(refused(check(&s, &storage, &add_through_link).await), want);
     assert_eq!(refused(check(&s, &storage, &add_through_link).await), want);
