@@ -45,8 +45,9 @@ pub struct StorageHandle {
     pub uid: Uid,
     /// The commit the storage was seeded from (absent in a recovered handle).
     pub head: Option<String>,
-    /// The gitlinks (submodules) of the seeded tree, as paths under /work: execute and fix mask
-    /// each one. Absent in a recovered handle, which execute and fix then refuse.
+    /// The gitlinks (submodules) of the seeded tree, as paths under /work (absent in a recovered
+    /// handle, and when one has a name that is not UTF-8). For the record only: what execute and
+    /// fix mask and pin is what their tree check found (`audit::check_tree`).
     #[serde(default)]
     pub gitlinks: Option<Vec<String>>,
     /// The metadata digest the seeder recorded (absent in a recovered handle: pass back the one
