@@ -26,8 +26,9 @@ pub const MAX_DECLARED_PATHS: usize = 256;
 pub const MAX_PATH_BYTES: usize = 1024;
 /// A link snapshot records at most this many target entries in all.
 pub const MAX_RECORDED_TARGETS: usize = 20_000;
-/// The reader's answer is at most this long on stdout (what the host keeps of a stream).
-pub const MAX_REPORT_BYTES: usize = 1024 * 1024;
+/// The reader's answer is at most this long on stdout: 20,000 recorded targets with paths of a
+/// few hundred bytes each fit; past it the reader fails, and says so.
+pub const MAX_REPORT_BYTES: usize = 8 * 1024 * 1024;
 /// The role names (argv[1] is `tree`, argv[2] one of these).
 pub const ROLE: &str = "tree";
 pub const CHECK: &str = "check";

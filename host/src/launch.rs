@@ -551,7 +551,7 @@ impl Launch {
                     })
                 }
             },
-            None => self.logs(engine).await?,
+            None => self.logs(engine, MAX_OUTPUT_BYTES).await?,
         };
         let output = raw.output();
         if self.launched_by.is_some() {
@@ -560,8 +560,14 @@ impl Launch {
         Ok(output)
     }
 
+    /// What the log driver holds of an adopted container's streams, `max` bytes of each at most
+    /// (the tree reader's report is longer than an agent's output may be).
+    pub async fn log_output(&self, engine: &Engine, max: usize) -> Result<Output> {
+        Ok(self.logs(engine, max).await?.output())
+    }
+
     /// What the log driver holds (helpers, and tests that look at a running container).
-    async fn logs(&self, engine: &Engine) -> Result<RawOutput> {
+    async fn logs(&self, engine: &Engine, max: usize) -> Result<RawOutput> {
         let options = LogsOptions {
             stdout: true,
             stderr: true,
@@ -579,11 +585,11 @@ impl Launch {
                 })?;
                 match item {
                     bollard::container::LogOutput::StdErr { message } => {
-                        raw.push(true, &message, MAX_OUTPUT_BYTES)
+                        raw.push(true, &message, max)
                     }
                     bollard::container::LogOutput::StdOut { message }
                     | bollard::container::LogOutput::Console { message } => {
-                        raw.push(false, &message, MAX_OUTPUT_BYTES)
+                        raw.push(false, &message, max)
                     }
                     bollard::container::LogOutput::StdIn { .. } => {}
                 }

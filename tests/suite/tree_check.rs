@@ -655,6 +655,33 @@ async fn the_link_snapshot_resolves_every_shape() {
     finish(s, &storage).await;
 }
 
+/// A declared link to a directory of 15,000 files is recorded whole (its snapshot is well over
+/// a megabyte of JSON: the reader's channel carries what its limits allow).
+#[tokio::test]
+async fn a_large_link_target_is_recorded_whole() {
+    let s = owned("t-tree-biglink").await;
+    let repo = Repo::new("biglink");
+    for i in 0..15_000 {
+        repo.write(
+            &format!("big/d{:02}/file-{i:05}.txt", i % 50),
+            b"x\n",
+            0o644,
+        );
+    }
+    repo.symlink("all", "big");
+    let head = repo.commit();
+    let storage = seed(&s, &repo, &head).await;
+    let snapshot = audit::snapshot_links(&s.ctl, &s.image, &storage, &["all".to_owned()], DEADLINE)
+        .await
+        .expect("snapshot");
+    let link = &snapshot.links[0];
+    assert_eq!(link.resolution, Some(Resolution::Inside));
+    assert!(!link.through_link);
+    // The directory, its 50 subdirectories and every file.
+    assert_eq!(link.target_state.len(), 1 + 50 + 15_000);
+    finish(s, &storage).await;
+}
+
 /// Which protection a probe run goes without.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Without {

@@ -62,7 +62,8 @@ pub(super) async fn read<T: serde::de::DeserializeOwned>(
             }
             Err(e) => return Err(e),
         };
-        let output = run.output(engine).await?;
+        // One byte over the bound shows a report that is too long.
+        let output = run.log_output(engine, MAX_REPORT_BYTES + 1).await?;
         parse(code, &output.raw.stdout, output.truncated, &output.stderr)
     }
     .await;

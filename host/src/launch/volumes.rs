@@ -50,7 +50,7 @@ pub fn helper_body(
 
 /// The tree reader's create body (cordon-init's `tree` roles): a helper's hardening, with room
 /// for an index of a large tree in memory, a thread per CPU to hash, and a log that holds its
-/// whole report.
+/// whole report (at most `MAX_REPORT_BYTES`, 8 MiB, which the log driver stores escaped).
 pub fn reader_body(
     image_id: &str,
     allocation: &Allocation,
@@ -70,7 +70,7 @@ pub fn reader_body(
         // Two CPUs where there are two (the engine refuses more than the machine has).
         nano_cpus: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)) as u64
             * 1_000_000_000,
-        log_max_size: "4m",
+        log_max_size: "32m",
     })
 }
 
