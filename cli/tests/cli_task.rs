@@ -186,6 +186,66 @@ fn remove_by_allocation_and_owner() {
     assert!(leftovers(&owner).is_empty());
 }
 
+/// `cordon audit check-tree` and `cordon audit snapshot-links` on a handle `cordon task prepare`
+/// printed: the check passes at the seeded head and is refused at another base (exit 1,
+/// `tree-refused`, `needs_person`); the snapshot names what each declared path is.
+#[test]
+fn audit_checks_and_snapshots_a_prepared_handle() {
+    let repo = small_repository("audit");
+    std::os::unix::fs::symlink("src/lib.rs", repo.join("lib")).unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "--quiet", "-m", "link"]);
+    let owner = format!("t-audit-{}", std::process::id());
+    let handle = json(&succeeded(&mut prepare(&repo, &owner, "a")));
+    let file = repo.with_extension("handle.json");
+    std::fs::write(&file, handle.to_string()).unwrap();
+    let at = format!("@{}", file.display());
+    let head = handle["head"].as_str().unwrap().to_owned();
+    let check = json(&succeeded(cordon().args([
+        "audit",
+        "check-tree",
+        "--json",
+        &at,
+        "--base",
+        &head,
+    ])));
+    assert_eq!(check["head"], head.as_str(), "{check}");
+    assert_eq!(check["entries"], 3, "{check}");
+    let other = cordon()
+        .args([
+            "audit",
+            "check-tree",
+            "--json",
+            &at,
+            "--base",
+            "0123456789abcdef0123456789abcdef01234567",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(other.status.code(), Some(1));
+    let refused = json(&other);
+    assert_eq!(refused["error"], "tree-refused", "{refused}");
+    assert_eq!(refused["needs_person"], true, "{refused}");
+    assert_eq!(refused["findings"][0]["reason"], "head-moved", "{refused}");
+    let snapshot = json(&succeeded(cordon().args([
+        "audit",
+        "snapshot-links",
+        "--json",
+        &at,
+        "--path",
+        "lib",
+        "--path",
+        "README.md",
+    ])));
+    assert_eq!(snapshot["links"][0]["kind"], "link", "{snapshot}");
+    assert_eq!(snapshot["links"][0]["resolved"], "src/lib.rs", "{snapshot}");
+    assert_eq!(snapshot["links"][1]["kind"], "file", "{snapshot}");
+    succeeded(cordon().args(["task", "remove", &at]));
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_dir_all(&repo);
+    assert!(leftovers(&owner).is_empty());
+}
+
 fn uuid_v4() -> String {
     let bytes = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap();
     bytes.trim().to_owned()
