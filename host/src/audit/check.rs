@@ -63,13 +63,7 @@ pub async fn check_tree(
     let started = Instant::now();
     check_base(base)?;
     check_operations(operations)?;
-    let baseline = handle.metadata_baseline.as_deref().ok_or_else(|| {
-        Error::Invalid(
-            "the storage handle carries no metadata baseline (a recovered handle: set the one \
-             recorded at prepare)"
-                .into(),
-        )
-    })?;
+    let baseline = super::reader::baseline(handle)?;
     let mut args = vec![CHECK.to_owned(), base.to_owned()];
     for op in operations {
         args.push(serde_json::to_string(op).map_err(|e| Error::Internal(e.to_string()))?);

@@ -33,13 +33,7 @@ pub async fn snapshot_links(
             "the declared path {bad:?} is not a clean path under /work"
         )));
     }
-    let baseline = handle.metadata_baseline.as_deref().ok_or_else(|| {
-        Error::Invalid(
-            "the storage handle carries no metadata baseline (a recovered handle: set the one \
-             recorded at prepare)"
-                .into(),
-        )
-    })?;
+    let baseline = super::reader::baseline(handle)?;
     let mut args = vec![SNAPSHOT_LINKS.to_owned()];
     args.extend(paths.iter().cloned());
     let snapshot: LinkSnapshot =

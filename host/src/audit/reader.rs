@@ -19,6 +19,18 @@ use crate::task::StorageHandle;
 /// The reader's default deadline.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
 
+/// The metadata digest the seeder recorded, which every read compares with (a recovered handle
+/// carries it only when the caller set the one it recorded).
+pub(super) fn baseline(handle: &StorageHandle) -> Result<&str> {
+    handle.metadata_baseline.as_deref().ok_or_else(|| {
+        Error::Invalid(
+            "the storage handle carries no metadata baseline (a recovered handle: set the one \
+             recorded at prepare)"
+                .into(),
+        )
+    })
+}
+
 /// Run `cordon-init tree <args>` over `handle`'s storage and parse what it printed as `T`.
 pub(super) async fn read<T: serde::de::DeserializeOwned>(
     engine: &Engine,

@@ -693,22 +693,7 @@ async fn run_capability_case(
         Err(e) => return row(vec![format!("error: {e}")], e.to_string()),
     };
     let run = async {
-        let handle = storage
-            .handle()
-            .ok_or_else(|| Error::Internal("the capability case's storage is seeded".into()))?;
-        let base = handle
-            .head
-            .clone()
-            .ok_or_else(|| Error::Internal("seeded storage without a head".into()))?;
-        let check = crate::audit::check_tree(
-            ctl,
-            image_id,
-            handle,
-            &base,
-            &[],
-            crate::audit::DEFAULT_DEADLINE,
-        )
-        .await?;
+        let (handle, check) = check_seeded(ctl, image_id, &storage).await?;
         let start = |check: crate::audit::TreeCheck| async move {
             let request = crate::invoke::Request {
                 phase: case.phase,
@@ -762,16 +747,14 @@ async fn run_capability_case(
     }
 }
 
-/// The masks and pins of the tree check of a case's seeded storage, redeemed as an execute start
-/// would.
-async fn checked_masks(
+/// The tree check of a case's storage, seeded from the fixture repository, at its head.
+async fn check_seeded<'s>(
     ctl: &Controller,
     image_id: &str,
-    storage: &ProbeStorage,
-    phase: Phase,
-) -> Result<crate::audit::Masks> {
+    storage: &'s ProbeStorage,
+) -> Result<(&'s crate::task::StorageHandle, crate::audit::TreeCheck)> {
     let handle = storage.handle().ok_or_else(|| {
-        Error::Internal("a gitlink case's storage is seeded from a repository".into())
+        Error::Internal("a checked case's storage is seeded from a repository".into())
     })?;
     let base = handle
         .head
@@ -786,6 +769,18 @@ async fn checked_masks(
         crate::audit::DEFAULT_DEADLINE,
     )
     .await?;
+    Ok((handle, check))
+}
+
+/// The masks and pins of the tree check of a case's seeded storage, redeemed as an execute start
+/// would.
+async fn checked_masks(
+    ctl: &Controller,
+    image_id: &str,
+    storage: &ProbeStorage,
+    phase: Phase,
+) -> Result<crate::audit::Masks> {
+    let (handle, check) = check_seeded(ctl, image_id, storage).await?;
     crate::audit::redeem(ctl, phase, Some(&check), handle)
 }
 

@@ -57,21 +57,20 @@ pub fn reader_body(
     entrypoint: Vec<String>,
     mounts: Vec<Mount>,
 ) -> ContainerCreateBody {
-    hardened_body(Hardened {
-        image_id,
-        labels: allocation.labels(Kind::Tool),
-        user: format!("{0}:{0}", allocation.uid),
-        cap_add: Vec::new(),
-        entrypoint,
-        env: vec!["PATH=/usr/bin:/bin".to_owned()],
-        mounts,
-        pids: 16,
-        memory_bytes: 512 * 1024 * 1024,
+    let mut body = helper_body(image_id, allocation, Kind::Tool, entrypoint, mounts);
+    if let Some(host) = body.host_config.as_mut() {
+        host.memory = Some(512 * 1024 * 1024);
+        host.memory_swap = host.memory;
         // Two CPUs where there are two (the engine refuses more than the machine has).
-        nano_cpus: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)) as u64
-            * 1_000_000_000,
-        log_max_size: "32m",
-    })
+        host.nano_cpus = Some(
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(2)) as i64
+                * 1_000_000_000,
+        );
+        if let Some(config) = host.log_config.as_mut().and_then(|l| l.config.as_mut()) {
+            config.insert("max-size".to_owned(), "32m".to_owned());
+        }
+    }
+    body
 }
 
 /// One invocation's control, input and egress volumes, and the loader that holds control and
