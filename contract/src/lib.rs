@@ -3,7 +3,8 @@
 //! Pure data, no I/O: protection ids ([`catalogue`]), phases and vendors ([`phase`]), the policy
 //! file ([`policy`]), the init's report lines and exit codes ([`report`]), the one refusal shape
 //! every layer reports ([`refusal`]) and the fixed paths inside a container ([`paths`]) and how the in-container binaries are built
-//! ([`static_build`]); the tree reader's requests, answers, limits and pin rules ([`tree`]).
+//! ([`static_build`]); the tree reader's requests, answers, limits and pin rules ([`tree`]); the post-run audit's
+//! answer, manifest and name rule ([`audit`]).
 //!
 //! The facts more than one layer checks, each with its own algorithm, are here as data: the
 //! capability sets ([`capabilities`]), what an engine socket is ([`engine_socket`]), the link
@@ -11,6 +12,7 @@
 //! ([`egress`]); and the one Landlock ABI query ([`landlock`], a syscall the
 //! init and the probes both make; with [`paths::wait_for_policy`], the only I/O here).
 
+pub mod audit;
 pub mod capabilities;
 pub mod catalogue;
 pub mod egress;

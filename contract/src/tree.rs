@@ -100,6 +100,10 @@ pub enum Reason {
     /// A declared link whose resolution passes through another link (a write through it would
     /// land where its target does not cover).
     ThroughLink,
+    /// A changed name or link target the manifest cannot carry ([`crate::audit::reportable`]).
+    BadName,
+    /// More than [`MAX_RECORDED_TARGETS`] entries recorded beneath declared links.
+    TooManyTargets,
 }
 
 impl Reason {
@@ -125,6 +129,8 @@ impl Reason {
             Reason::BeneathNonDirectory => "beneath-non-directory",
             Reason::BadPath => "bad-path",
             Reason::ThroughLink => "through-link",
+            Reason::BadName => "bad-name",
+            Reason::TooManyTargets => "too-many-targets",
         }
     }
 }
