@@ -173,6 +173,66 @@ impl Manifest {
     }
 }
 
+/// Why a commit is refused. Each is a stable id; the finding's path says where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommitReason {
+    /// The inspection's digest is not the approved one: the tree changed after the audit.
+    DigestMismatch,
+    AgentCommits,
+    MetadataChanged,
+    LinkTargetChanged,
+    GitlinkContent,
+    /// A directory entry (ignored or empty): a tree cannot hold it.
+    Directory,
+    /// A fifo, socket or device.
+    SpecialFile,
+    /// A path with a `.git` part, or any alias of one (case, HFS ignorables, NTFS short names,
+    /// trailing dots or spaces, alternate streams).
+    GitPath,
+    /// A symlink named `.gitmodules` (or an alias of it).
+    GitmodulesLink,
+    /// CR, LF or another control character, or a backslash, in a path.
+    BadCharacter,
+    /// Two entries of the resulting tree that are equal after case folding.
+    CaseCollision,
+    /// A gitlink added, changed or removed: the audit never commits one.
+    Gitlink,
+    /// Content streamed out for the commit that is not what the inspection hashed (a file
+    /// swapped or changed during the reading).
+    ContentMismatch,
+}
+
+impl CommitReason {
+    pub fn id(self) -> &'static str {
+        match self {
+            CommitReason::DigestMismatch => "digest-mismatch",
+            CommitReason::AgentCommits => "agent-commits",
+            CommitReason::MetadataChanged => "metadata-changed",
+            CommitReason::LinkTargetChanged => "link-target-changed",
+            CommitReason::GitlinkContent => "gitlink-content",
+            CommitReason::Directory => "directory",
+            CommitReason::SpecialFile => "special-file",
+            CommitReason::GitPath => "git-path",
+            CommitReason::GitmodulesLink => "gitmodules-link",
+            CommitReason::BadCharacter => "bad-character",
+            CommitReason::CaseCollision => "case-collision",
+            CommitReason::Gitlink => "gitlink",
+            CommitReason::ContentMismatch => "content-mismatch",
+        }
+    }
+}
+
+/// One reason a commit is refused.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitFinding {
+    pub path: String,
+    pub reason: CommitReason,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
 /// Why a changed name (or a link target) cannot be reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unreportable {
@@ -235,8 +295,20 @@ mod tests {
         assert_eq!(reportable(b"\xc0\xaf"), Err(Unreportable::NotUtf8));
         assert_eq!(reportable(b"\xed\xa0\x80"), Err(Unreportable::NotUtf8));
         for c in [
-            '\n', '\r', '\t', '\u{7f}', '\u{85}', '\u{200b}', '\u{200e}', '\u{202e}', '\u{feff}',
-            '\u{2028}', '\u{2029}', '\u{e0001}', '\u{0378}', '\u{10ffff}',
+            '\n',
+            '\r',
+            '\t',
+            '\u{7f}',
+            '\u{85}',
+            '\u{200b}',
+            '\u{200e}',
+            '\u{202e}',
+            '\u{feff}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{e0001}',
+            '\u{0378}',
+            '\u{10ffff}',
         ] {
             let name = format!("a{c}b");
             assert_eq!(
@@ -250,7 +322,13 @@ mod tests {
 
     #[test]
     fn ordinary_names_in_any_script_pass() {
-        for name in ["src/main.rs", "docs/ünïcödé.md", "日本語/ファイル", "emoji 😀.txt", "a b"] {
+        for name in [
+            "src/main.rs",
+            "docs/ünïcödé.md",
+            "日本語/ファイル",
+            "emoji 😀.txt",
+            "a b",
+        ] {
             assert_eq!(reportable(name.as_bytes()), Ok(name));
         }
     }

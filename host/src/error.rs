@@ -103,6 +103,40 @@ pub enum Error {
     /// The tree reader could not do its job (not a refusal).
     #[error("the tree reader failed: {0}")]
     TreeReader(String),
+    /// The post-run inspection refused to answer (never a part of an answer): too many changes,
+    /// a name it cannot report, too many recorded targets, something unreadable, base not a
+    /// commit, the metadata not as seeded (for an export).
+    #[error("the audit refused: {}", findings_text(.findings, *.more))]
+    AuditRefused {
+        findings: Vec<cordon_contract::tree::Finding>,
+        more: u64,
+    },
+    /// The commit was refused: every reason, with its path (a person must look).
+    #[error("the commit was refused: {}", commit_findings_text(.findings))]
+    CommitRefused {
+        findings: Vec<cordon_contract::audit::CommitFinding>,
+    },
+    /// The commit's new content does not fit its bounded scratch space.
+    #[error("the commit's scratch space is full: {0}")]
+    CommitScratchFull(String),
+    /// The bundle would be larger than its bound.
+    #[error("the bundle is too large: {0}")]
+    BundleTooLarge(String),
+}
+
+/// `reason "path"` for each commit finding, bounded.
+fn commit_findings_text(findings: &[cordon_contract::audit::CommitFinding]) -> String {
+    let items: Vec<String> = findings
+        .iter()
+        .map(|f| {
+            if f.detail.is_empty() {
+                format!("{} {:?}", f.reason.id(), f.path)
+            } else {
+                format!("{} {:?} ({})", f.reason.id(), f.path, f.detail)
+            }
+        })
+        .collect();
+    bounded_list(&items, 2000)
 }
 
 /// `reason "path"` for each finding, bounded, with the count of those not listed.
@@ -192,6 +226,10 @@ impl Error {
             Error::Uid { id, .. } => id,
             Error::TreeRefused { .. } => "tree-refused",
             Error::TreeReader(_) => "tree-reader-failed",
+            Error::AuditRefused { .. } => "audit-refused",
+            Error::CommitRefused { .. } => "commit-refused",
+            Error::CommitScratchFull(_) => "commit-scratch-full",
+            Error::BundleTooLarge(_) => "bundle-too-large",
         }
     }
 
@@ -274,6 +312,13 @@ mod tests {
             more: 0,
         });
         all.push(Error::TreeReader(text()));
+        all.push(Error::AuditRefused {
+            findings: vec![],
+            more: 0,
+        });
+        all.push(Error::CommitRefused { findings: vec![] });
+        all.push(Error::CommitScratchFull(text()));
+        all.push(Error::BundleTooLarge(text()));
         for fault in [
             InputFault::NotRegular("a FIFO"),
             InputFault::TooLarge {
@@ -361,6 +406,10 @@ mod tests {
                 "uid-in-use",
                 "tree-refused",
                 "tree-reader-failed",
+                "audit-refused",
+                "commit-refused",
+                "commit-scratch-full",
+                "bundle-too-large",
                 "input-not-regular",
                 "input-too-large",
                 "input-unreadable",
