@@ -47,6 +47,43 @@ pub enum AuditAction {
         #[arg(long, default_value_t = 120)]
         deadline_secs: u64,
     },
+    /// The change manifest after a writable run: every difference from base, with blob ids
+    /// (exit 1 with `needs_person` when the metadata changed, a declared link's target changed or
+    /// a gitlink has content; `audit-refused` when it cannot answer whole).
+    Inspect {
+        /// The storage handle (JSON, or @FILE).
+        handle: String,
+        #[arg(long)]
+        base: String,
+        /// The link snapshot taken before the run (JSON from `snapshot-links`); none declared
+        /// when absent.
+        #[arg(long)]
+        links: Option<PathBuf>,
+        #[arg(long)]
+        image: Option<String>,
+        #[arg(long, default_value_t = 120)]
+        deadline_secs: u64,
+    },
+}
+
+/// The most a `--links` file may hold (the reader's report bound).
+const MAX_LINKS_BYTES: usize = cordon_contract::tree::MAX_REPORT_BYTES;
+
+/// The link snapshot in `path`, or an empty one over `handle`'s baseline.
+fn read_links(
+    path: Option<&std::path::Path>,
+    handle: &cordon::task::StorageHandle,
+) -> anyhow::Result<cordon_contract::tree::LinkSnapshot> {
+    match path {
+        Some(path) => {
+            let text = cordon::caller_file::read_utf8("link snapshot", path, MAX_LINKS_BYTES)?;
+            serde_json::from_str(&text).context("the links file is not a link snapshot")
+        }
+        None => Ok(cordon_contract::tree::LinkSnapshot {
+            metadata_digest: handle.metadata_baseline.clone().unwrap_or_default(),
+            links: vec![],
+        }),
+    }
 }
 
 /// The declared operations in `path` (a caller file: regular, bounded, UTF-8 JSON).
@@ -137,5 +174,59 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
+        AuditAction::Inspect {
+            handle,
+            base,
+            links,
+            image,
+            deadline_secs,
+        } => {
+            let handle = parse_handle(&handle)?;
+            let snapshot = read_links(links.as_deref(), &handle)?;
+            let image_id = image_id(ctx, image).await?;
+            let manifest = cordon::audit::inspect(
+                &ctx.ctl,
+                &image_id,
+                &handle,
+                &base,
+                &snapshot,
+                std::time::Duration::from_secs(deadline_secs),
+            )
+            .await?;
+            print(ctx.json, &manifest, || manifest_text(&manifest))?;
+            Ok(if manifest.needs_person() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
     }
+}
+
+/// The manifest for a person: one line per change, then what needs a person.
+pub fn manifest_text(manifest: &cordon_contract::audit::Manifest) -> String {
+    let mut text = String::new();
+    for change in &manifest.changes {
+        let word = match (&change.old, &change.new) {
+            (None, Some(_)) => "added",
+            (Some(_), None) => "deleted",
+            _ => "changed",
+        };
+        text.push_str(&format!(
+            "{word} {:?}{}\n",
+            change.path,
+            if change.ignored { " (ignored)" } else { "" }
+        ));
+    }
+    if manifest.metadata_changed {
+        text.push_str("the metadata changed: the task needs a person\n");
+    }
+    for path in &manifest.link_target_changes {
+        text.push_str(&format!("declared link {path:?}: its target changed\n"));
+    }
+    for path in &manifest.nested_gitlink_content {
+        text.push_str(&format!("gitlink {path:?} has content\n"));
+    }
+    text.push_str(&format!("digest {}\n", manifest.digest));
+    text
 }

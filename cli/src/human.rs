@@ -284,6 +284,7 @@ mod tests {
             },
             tree_check: None,
             link_snapshot: None,
+            audit: None,
             storage_left: None,
             timings: Default::default(),
         }

@@ -81,6 +81,25 @@ pub struct RunArgs {
     /// that passes through another link is refused; repeatable).
     #[arg(long = "path", value_name = "P")]
     paths: Vec<String>,
+    /// Execute and fix: after the run, commit what the manifest holds into `--bundle` (refused,
+    /// exit 1 and `needs_person`, for a metadata change, an agent commit, a changed declared
+    /// link's target, gitlink content or anything a tree must not hold).
+    #[arg(long, requires_all = ["author", "committer", "message_file", "bundle"])]
+    commit: bool,
+    /// `Name <email> SECONDS OFFSET` (git's raw form).
+    #[arg(long, requires = "commit")]
+    author: Option<String>,
+    #[arg(long, requires = "commit")]
+    committer: Option<String>,
+    /// The commit message (UTF-8, at most 64 KiB).
+    #[arg(long, requires = "commit")]
+    message_file: Option<PathBuf>,
+    /// A trailer `KEY=VALUE` (repeatable).
+    #[arg(long = "trailer", value_name = "K=V", requires = "commit")]
+    trailers: Vec<String>,
+    /// Where the bundle goes (must not exist).
+    #[arg(long, requires = "commit")]
+    bundle: Option<PathBuf>,
 }
 
 /// The vendor credential from the caller's environment: an OAuth token, or an API key.
@@ -234,7 +253,13 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     let report = report?;
     // Text output shows the agent's text escaped and framed (see `human`); JSON is exact.
     print(ctx.json, &report, || human::run_report(&report))?;
+    if report.audit.as_ref().is_some_and(|a| a.needs_person) {
+        // The run's changes are not to be used until a person looked: an answer, not a failure.
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(verdict(
-        report.result.answer.is_some() && report.storage_left.is_none(),
+        report.result.answer.is_some()
+            && report.storage_left.is_none()
+            && report.audit.as_ref().is_none_or(|a| a.failed.is_none()),
     ))
 }

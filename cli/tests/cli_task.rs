@@ -347,6 +347,43 @@ fn run_execute_checks_the_tree_and_reports_a_refusal_as_such() {
         check["head"].as_str().is_some_and(|h| h.len() == 40),
         "{report}"
     );
+    // After the run, the change manifest: nothing changed, nothing needs a person.
+    let audit = &report["audit"];
+    assert_eq!(
+        audit["manifest"]["changes"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(audit["needs_person"], false, "{report}");
+    // A run that writes a file: the manifest lists it with git's blob id of its bytes.
+    std::fs::write(&ops, "[]").unwrap();
+    let wrote = cordon()
+        .args([
+            "run", "--json", "--vendor", "test", "--phase", "execute", "--repo",
+        ])
+        .arg(&repo)
+        .args([
+            "--owner",
+            &owner,
+            "--prompt",
+            r#"cordon-fake:script [{"write":["new.txt","new\n"]}]"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        wrote.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&wrote.stderr)
+    );
+    let wrote = json(&wrote);
+    let changes = &wrote["audit"]["manifest"]["changes"];
+    assert_eq!(changes[0]["path"], "new.txt", "{wrote}");
+    // `printf 'new\n' | git hash-object --stdin`
+    assert_eq!(
+        changes[0]["new"]["blob"], "3e757656cf36eca53338e520d134963a44f793f8",
+        "{wrote}"
+    );
     let refused = execute(r#"[{"kind":"add","path":"README.md"},{"kind":"edit","path":"src"}]"#);
     assert_eq!(
         refused.status.code(),

@@ -11,7 +11,9 @@ use sha2::{Digest, Sha256};
 
 use crate::tree::{DeclaredLink, Finding, MAX_PATH_BYTES};
 
-/// The role name (argv: `tree inspect <BASE> <RULES_JSON> [<DECLARED_PATH>...]`).
+/// The role name (argv: `tree inspect <BASE> <RULES_JSON> [<DECLARED_PATH>...]`): base's own
+/// ignore rules come from the host, read from base's objects, never from the work tree's
+/// `.gitignore` files (the agent may have changed them).
 pub const INSPECT: &str = "inspect";
 /// At most this many changes (a populated gitlink directory counts as one).
 pub const MAX_CHANGES: usize = 10_000;
@@ -22,8 +24,7 @@ pub const MAX_IGNORE_RULES_BYTES: usize = 96 * 1024;
 pub const MAX_IGNORE_FILES: usize = 256;
 
 /// Base's own ignore rules: the text of every `.gitignore` in base's tree, by the directory that
-/// holds it (`""` for the top). The host reads them from base's objects; the reader never trusts
-/// the work tree's copies, which the agent may have changed.
+/// holds it (`""` for the top), read from base's objects on the host.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IgnoreRules {

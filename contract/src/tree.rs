@@ -104,6 +104,8 @@ pub enum Reason {
     BadName,
     /// More than [`MAX_RECORDED_TARGETS`] entries recorded beneath declared links.
     TooManyTargets,
+    /// Base is not a commit in the storage's metadata.
+    BaseNotCommit,
 }
 
 impl Reason {
@@ -131,6 +133,7 @@ impl Reason {
             Reason::ThroughLink => "through-link",
             Reason::BadName => "bad-name",
             Reason::TooManyTargets => "too-many-targets",
+            Reason::BaseNotCommit => "base-not-commit",
         }
     }
 }

@@ -1,3 +1,4 @@
+mod audit;
 mod claude_cli;
 mod docs;
 mod egress;

@@ -49,7 +49,7 @@ fn tree_repo(gitlinks: &[&str]) -> (Repo, String) {
     (repo, head)
 }
 
-async fn seed(s: &Owned, repo: &Repo, head: &str) -> StorageHandle {
+pub(super) async fn seed(s: &Owned, repo: &Repo, head: &str) -> StorageHandle {
     task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, repo, head))
         .await
         .expect("task storage")
@@ -89,7 +89,7 @@ fn op(kind: OpKind, path: &str, from: Option<&str>) -> Operation {
 /// Upload `entries` (path, mode, content; a `None` content is a directory) into the keeper at
 /// `dir`, as the allocation's uid: what a previous attempt (or anything else writing the volume)
 /// could have left.
-async fn plant(
+pub(super) async fn plant(
     s: &Owned,
     storage: &StorageHandle,
     dir: &str,
@@ -109,7 +109,7 @@ async fn plant(
 
 /// Run the fake vendor CLI's file script in an execute invocation over a checked tree: what an
 /// agent's attempt leaves behind.
-async fn agent_script(s: &Owned, storage: &StorageHandle, script: &str) {
+pub(super) async fn agent_script(s: &Owned, storage: &StorageHandle, script: &str) {
     let request = Request {
         phase: Phase::Execute,
         vendor: Vendor::Claude,
@@ -143,7 +143,7 @@ async fn agent_script(s: &Owned, storage: &StorageHandle, script: &str) {
     );
 }
 
-async fn finish(s: Owned, storage: &StorageHandle) {
+pub(super) async fn finish(s: Owned, storage: &StorageHandle) {
     task::remove(&s.ctl, storage).await.expect("remove storage");
     s.finish().await;
 }

@@ -91,7 +91,7 @@ pub async fn check_tree(
 }
 
 /// A base is a full commit id.
-fn check_base(base: &str) -> Result<()> {
+pub(super) fn check_base(base: &str) -> Result<()> {
     if base.len() == 40
         && base
             .bytes()

@@ -4,12 +4,19 @@
 //! on the host reads agent-written content through a path.
 //!
 //! Before a writable run: the declared-link snapshot ([`snapshot_links`]) and the pre-launch tree
-//! check ([`check_tree`]), whose one-shot [`TreeCheck`] an execute or fix start redeems.
+//! check ([`check_tree`]), whose one-shot [`TreeCheck`] an execute or fix start redeems. After
+//! it: the change manifest ([`inspect`]). After
+//! it: the change manifest ([`inspect`]).
 
+pub mod build;
 pub mod check;
+pub mod inspect;
 pub mod links;
+pub mod paths;
 mod reader;
+pub mod scratch;
 
 pub use check::{check_tree, redeem, Masks, TreeCheck};
+pub use inspect::inspect;
 pub use links::{refuse_through_links, snapshot_links};
 pub use reader::DEFAULT_DEADLINE;

@@ -31,14 +31,13 @@ pub(super) fn baseline(handle: &StorageHandle) -> Result<&str> {
     })
 }
 
-/// Run `cordon-init tree <args>` over `handle`'s storage and parse what it printed as `T`.
-pub(super) async fn read<T: serde::de::DeserializeOwned>(
-    engine: &Engine,
+/// The reader's create body: `cordon-init tree <args>` over both of `handle`'s volumes,
+/// read-only.
+fn body(
     image_id: &str,
     handle: &StorageHandle,
     args: Vec<String>,
-    deadline: Duration,
-) -> Result<T> {
+) -> Result<bollard::models::ContainerCreateBody> {
     let storage = handle.storage()?;
     let mounts = vec![
         crate::profile::volume_mount(
@@ -56,13 +55,162 @@ pub(super) async fn read<T: serde::de::DeserializeOwned>(
     ];
     let mut entrypoint = vec![paths::INIT.to_owned(), ROLE.to_owned()];
     entrypoint.extend(args);
-    let body = reader_body(image_id, &storage.allocation, entrypoint, mounts);
+    Ok(reader_body(
+        image_id,
+        &storage.allocation,
+        entrypoint,
+        mounts,
+    ))
+}
+
+/// The archive of `path` (under /work) of `handle`'s storage, read by `consume` from a reader
+/// container that is created and never started: the volumes by the handle's names, never a
+/// container the handle names.
+pub(super) async fn archive_of<T, F>(
+    engine: &Engine,
+    image_id: &str,
+    handle: &StorageHandle,
+    path: &str,
+    deadline: Duration,
+    consume: F,
+) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn std::io::Read) -> Result<T> + Send + 'static,
+{
+    let body = body(image_id, handle, vec![])?;
     let mut created = Created::default();
     let record = Shared::new(&mut created);
     let result = async {
         let id =
             objects::create_container(engine, &crate::labels::tool_name(), body, &record).await?;
-        let mut run = Launch::adopt(id);
+        with_archive(engine, &id, path, deadline, consume).await
+    }
+    .await;
+    created.remove_all(engine, Duration::from_secs(30)).await?;
+    result
+}
+
+/// Stream the archive (a tar) of `path` in container `id` into `consume`, which runs on a
+/// blocking thread and reads it synchronously; bounded by `deadline` (past it the stream ends
+/// early, so the consumer sees a cut archive, and the call fails with the deadline). The engine
+/// writes links as links and reads nothing through them.
+pub(super) async fn with_archive<T, F>(
+    engine: &Engine,
+    id: &str,
+    path: &str,
+    deadline: Duration,
+    consume: F,
+) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn std::io::Read) -> Result<T> + Send + 'static,
+{
+    use futures_util::StreamExt;
+    let options = bollard::query_parameters::DownloadFromContainerOptionsBuilder::default()
+        .path(path)
+        .build();
+    let (chunks, received) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(16);
+    let work = tokio::task::spawn_blocking(move || {
+        let mut reader = Chunks {
+            received,
+            current: bytes::Bytes::new(),
+        };
+        consume(&mut reader)
+    });
+    let mut stream = engine.docker().download_from_container(id, Some(options));
+    let until = tokio::time::Instant::now() + deadline;
+    let mut late = false;
+    loop {
+        match tokio::time::timeout_at(until, stream.next()).await {
+            Err(_) => {
+                late = true;
+                break;
+            }
+            Ok(None) => break,
+            Ok(Some(chunk)) => {
+                let chunk = chunk.map_err(std::io::Error::other);
+                let failed = chunk.is_err();
+                // The consumer stopped early (it refused what it read): nothing more to send.
+                if chunks.send(chunk).await.is_err() || failed {
+                    break;
+                }
+            }
+        }
+    }
+    drop(chunks);
+    drop(stream);
+    let result = work
+        .await
+        .map_err(|e| Error::Internal(format!("the archive reader: {e}")))?;
+    if late {
+        return Err(Error::Deadline(format!("reading the archive of {path}")));
+    }
+    result
+}
+
+/// A synchronous reader over the chunks the engine sends.
+struct Chunks {
+    received: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
+    current: bytes::Bytes,
+}
+
+impl std::io::Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.received.blocking_recv() {
+                None => return Ok(0),
+                Some(chunk) => self.current = chunk?,
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}
+
+/// Run `cordon-init tree <args>` over `handle`'s storage and parse what it printed as `T`.
+pub(super) async fn read<T: serde::de::DeserializeOwned>(
+    engine: &Engine,
+    image_id: &str,
+    handle: &StorageHandle,
+    args: Vec<String>,
+    deadline: Duration,
+) -> Result<T> {
+    read_then(
+        engine,
+        image_id,
+        handle,
+        args,
+        deadline,
+        |_, answer| async { Ok(answer) },
+    )
+    .await
+}
+
+/// As [`read`], then `then` with the stopped container's id and the answer, before the
+/// container is removed: the commit streams its content out of the very container whose reads
+/// it commits.
+pub(super) async fn read_then<T, U, F, Fut>(
+    engine: &Engine,
+    image_id: &str,
+    handle: &StorageHandle,
+    args: Vec<String>,
+    deadline: Duration,
+    then: F,
+) -> Result<U>
+where
+    T: serde::de::DeserializeOwned,
+    F: FnOnce(String, T) -> Fut,
+    Fut: std::future::Future<Output = Result<U>>,
+{
+    let body = body(image_id, handle, args)?;
+    let mut created = Created::default();
+    let record = Shared::new(&mut created);
+    let result = async {
+        let id =
+            objects::create_container(engine, &crate::labels::tool_name(), body, &record).await?;
+        let mut run = Launch::adopt(id.clone());
         run.start(engine).await?;
         let code = match run.wait(engine, deadline).await {
             Ok(code) => code,
@@ -76,7 +224,8 @@ pub(super) async fn read<T: serde::de::DeserializeOwned>(
         };
         // One byte over the bound shows a report that is too long.
         let output = run.log_output(engine, MAX_REPORT_BYTES + 1).await?;
-        parse(code, &output.raw.stdout, output.truncated, &output.stderr)
+        let answer = parse(code, &output.raw.stdout, output.truncated, &output.stderr)?;
+        then(id, answer).await
     }
     .await;
     created.remove_all(engine, Duration::from_secs(30)).await?;

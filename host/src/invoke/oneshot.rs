@@ -49,6 +49,21 @@ pub struct OneShot {
     pub declared_paths: Vec<String>,
 }
 
+/// After a writable run: the change manifest, or the refusal that stopped it (then the task
+/// needs a person).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PostRun {
+    pub manifest: Option<cordon_contract::audit::Manifest>,
+    /// The refusal's stable id, message and reasons (`audit-refused`, `commit-refused`).
+    pub refused: Option<serde_json::Value>,
+    /// The audit failing to run (not a refusal): its stable id and message.
+    pub failed: Option<serde_json::Value>,
+    /// The metadata changed, a declared link's target changed, a gitlink has content, or a
+    /// refusal: a person must look before anything of this run is used.
+    pub needs_person: bool,
+    pub ms: f64,
+}
+
 /// Where the time went (milliseconds).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct OneShotTimings {
@@ -68,6 +83,8 @@ pub struct OneShotReport {
     pub tree_check: Option<crate::audit::TreeCheck>,
     /// The declared links as they were before the start (execute and fix, with declared paths).
     pub link_snapshot: Option<cordon_contract::tree::LinkSnapshot>,
+    /// Execute and fix: what the run changed (the manifest, the diff, the commit).
+    pub audit: Option<PostRun>,
     /// Set when the storage could not be removed (its id and error); the runner must keep it.
     pub storage_left: Option<String>,
     pub timings: OneShotTimings,
@@ -161,6 +178,14 @@ pub async fn oneshot(
     }
     .await;
     let invoke_ms = ms(invoked);
+    let audit = match &outcome {
+        Ok(result) if run.phase.work_writable() => {
+            progress("auditing the changes");
+            let _ = result;
+            Some(post_run(ctl, image_id, &storage, link_snapshot.as_ref()).await)
+        }
+        _ => None,
+    };
     progress("removing the task storage");
     let removed = Instant::now();
     let storage_left = task::remove(ctl, &storage)
@@ -172,6 +197,7 @@ pub async fn oneshot(
         result: outcome?.as_ref().clone(),
         tree_check,
         link_snapshot,
+        audit,
         storage_left,
         timings: OneShotTimings {
             prepare_ms,
@@ -211,4 +237,56 @@ async fn check_before_start(
     let check =
         crate::audit::check_tree(ctl, image_id, storage, &base, &run.operations, deadline).await?;
     Ok((snapshot, check))
+}
+
+/// After a writable run (a stopped one too): inspect. A refusal is recorded, never raised: the
+/// run's result stands, and the task needs a person.
+async fn post_run(
+    ctl: &Controller,
+    image_id: &str,
+    storage: &task::StorageHandle,
+    snapshot: Option<&cordon_contract::tree::LinkSnapshot>,
+) -> PostRun {
+    let started = Instant::now();
+    let mut post = PostRun::default();
+    let result = async {
+        let base = storage
+            .head
+            .clone()
+            .ok_or_else(|| crate::Error::Internal("prepared storage without a head".into()))?;
+        let snapshot = match snapshot {
+            Some(s) => s.clone(),
+            None => cordon_contract::tree::LinkSnapshot {
+                metadata_digest: storage.metadata_baseline.clone().unwrap_or_default(),
+                links: vec![],
+            },
+        };
+        let deadline = crate::audit::DEFAULT_DEADLINE;
+        let manifest =
+            crate::audit::inspect(ctl, image_id, storage, &base, &snapshot, deadline).await?;
+        post.needs_person = manifest.needs_person();
+        post.manifest = Some(manifest);
+        Ok::<_, crate::Error>(())
+    }
+    .await;
+    if let Err(e) = result {
+        let findings = match &e {
+            crate::Error::AuditRefused { findings, .. } => serde_json::to_value(findings).ok(),
+            crate::Error::CommitRefused { findings } => serde_json::to_value(findings).ok(),
+            _ => None,
+        };
+        let record = serde_json::json!({
+            "error": e.id(),
+            "message": e.to_string(),
+            "findings": findings,
+        });
+        if findings.is_some() {
+            post.needs_person = true;
+            post.refused = Some(record);
+        } else {
+            post.failed = Some(record);
+        }
+    }
+    post.ms = ms(started);
+    post
 }

@@ -85,10 +85,150 @@ impl Git {
         })
     }
 
+    /// Run git with `args` and `input` on its stdin, bounded by the deadline; stdout on success,
+    /// git's last error lines otherwise.
+    pub async fn run_with_input(
+        &self,
+        context: &str,
+        args: &[&str],
+        input: Input,
+    ) -> Result<Vec<u8>> {
+        let (stdout, truncated) = self.run_bounded(context, args, input, usize::MAX).await?;
+        if truncated {
+            return Err(Error::Internal(format!(
+                "git {context}: output beyond any bound"
+            )));
+        }
+        Ok(stdout)
+    }
+
+    /// Run git with `args` and `input` on its stdin, keeping at most `max_stdout` bytes of its
+    /// output. Beyond that git is killed and what was kept is returned with `true` (its exit
+    /// status then does not count); otherwise stdout on success, git's last error lines if it
+    /// failed. Bounded by the deadline.
+    pub async fn run_bounded(
+        &self,
+        context: &str,
+        args: &[&str],
+        input: Input,
+        max_stdout: usize,
+    ) -> Result<(Vec<u8>, bool)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let mut command = self.command();
+        command
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let bytes = match input {
+            Input::None => None,
+            Input::Bytes(bytes) => {
+                command.stdin(Stdio::piped());
+                Some(bytes)
+            }
+            Input::File(file) => {
+                command.stdin(Stdio::from(file));
+                None
+            }
+        };
+        let mut child = command
+            .spawn()
+            .map_err(|e| Error::io(format!("running git {context}"), e))?;
+        let stdin = child.stdin.take();
+        let mut stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Internal(format!("git {context}: no stdout")))?;
+        let mut stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| Error::Internal(format!("git {context}: no stderr")))?;
+        let feed = async move {
+            if let (Some(mut stdin), Some(bytes)) = (stdin, bytes) {
+                // git may stop reading early (it failed): its status says why, not this write.
+                let _ = stdin.write_all(&bytes).await;
+                let _ = stdin.shutdown().await;
+            }
+        };
+        let read_out = async move {
+            let mut kept = Vec::new();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = stdout.read(&mut buf).await?;
+                if n == 0 {
+                    return Ok::<_, std::io::Error>((kept, false));
+                }
+                let room = max_stdout.saturating_sub(kept.len());
+                if n > room {
+                    kept.extend_from_slice(&buf[..room]);
+                    return Ok((kept, true));
+                }
+                kept.extend_from_slice(&buf[..n]);
+            }
+        };
+        let read_err = async move {
+            // Only the last lines count: keep a bounded tail.
+            let mut tail = Vec::new();
+            let mut buf = vec![0u8; 8 * 1024];
+            loop {
+                match stderr.read(&mut buf).await {
+                    Ok(0) | Err(_) => return tail,
+                    Ok(n) => {
+                        tail.extend_from_slice(&buf[..n]);
+                        if tail.len() > 64 * 1024 {
+                            tail.drain(..tail.len() - 16 * 1024);
+                        }
+                    }
+                }
+            }
+        };
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let work = async {
+            let ((), out, err) = tokio::join!(feed, read_out, read_err);
+            (out, err)
+        };
+        let (out, err) = match tokio::time::timeout(left, work).await {
+            Ok(done) => done,
+            Err(_) => {
+                let _ = child.kill().await;
+                return Err(Error::Deadline(format!("git {context}")));
+            }
+        };
+        let (kept, truncated) = out.map_err(|e| Error::io(format!("reading git {context}"), e))?;
+        if truncated {
+            let _ = child.kill().await;
+            return Ok((kept, true));
+        }
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let status = tokio::time::timeout(left, child.wait())
+            .await
+            .map_err(|_| Error::Deadline(format!("git {context}")))?
+            .map_err(|e| Error::io(format!("running git {context}"), e))?;
+        if status.success() {
+            return Ok((kept, false));
+        }
+        let stderr = String::from_utf8_lossy(&err);
+        let last: Vec<&str> = stderr.lines().rev().take(2).collect();
+        Err(Error::Git {
+            context: context.to_owned(),
+            message: last.into_iter().rev().collect::<Vec<_>>().join(" / "),
+        })
+    }
+
     /// The repository directory.
     pub fn dir(&self) -> &Path {
         &self.git_dir
     }
+}
+
+/// What git reads on its stdin.
+#[derive(Debug)]
+pub enum Input {
+    /// Nothing (`/dev/null`).
+    None,
+    Bytes(Vec<u8>),
+    /// A file cordon wrote (a fast-import stream in scratch space), read from its start.
+    File(std::fs::File),
 }
 
 /// Run git, with no user or system config and no hooks, in a repository cordon made itself

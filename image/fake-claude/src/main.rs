@@ -31,7 +31,9 @@
 //! - `cordon-fake:script [OPS]`: applies a JSON array of file operations in /work, in order, and
 //!   stops at the first that fails: `{"write":[PATH,TEXT]}`, `{"delete":PATH}`, `{"rename":[FROM,
 //!   TO]}`, `{"chmod":[PATH,MODE]}`, `{"symlink":[PATH,TARGET]}`, `{"mkdir":PATH}`, `{"rmdir":
-//!   PATH}`, `{"mkfifo":PATH}` (paths relative to /work); success `script: N ops`, otherwise
+//!   PATH}`, `{"mkfifo":PATH}`, `{"hardlink":[PATH,EXISTING]}`, `{"sparse":[PATH,SIZE]}` (a file
+//!   of SIZE bytes, all hole), `{"bytes":[PATH,HEX]}`, `{"socket":PATH}` (paths relative to
+//!   /work); success `script: N ops`, otherwise
 //!   `error_during_execution` `script: op I (...): ERROR` and exit 5.
 //! - `cordon-fake:inotify-hog SECS`: takes inotify instances until the kernel refuses one, holds
 //!   them SECS seconds; success `inotify-hog: held N then errno E`.
@@ -471,6 +473,29 @@ fn apply(op: &Value) -> Result<(), String> {
                 Err(io::Error::last_os_error().to_string())
             }
         }
+        "hardlink" => {
+            let (p, existing) = pair(arg)?;
+            std::fs::hard_link(path(&existing)?, path(&p)?).map_err(io)
+        }
+        "sparse" => {
+            let (p, size) = pair(arg)?;
+            let size = size.as_u64().ok_or("a size is not a number")?;
+            std::fs::File::create(path(&p)?)
+                .and_then(|f| f.set_len(size))
+                .map_err(io)
+        }
+        "bytes" => {
+            let (p, hex) = pair(arg)?;
+            let hex = hex.as_str().unwrap_or_default();
+            let bytes = (0..hex.len() / 2)
+                .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
+                .collect::<Result<Vec<u8>, _>>()
+                .map_err(|e| e.to_string())?;
+            std::fs::write(path(&p)?, bytes).map_err(io)
+        }
+        "socket" => std::os::unix::net::UnixListener::bind(path(arg)?)
+            .map(drop)
+            .map_err(io),
         other => Err(format!("unknown operation {other:?}")),
     }
 }

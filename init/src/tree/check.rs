@@ -90,6 +90,11 @@ impl Findings {
         }
     }
 
+    /// Too many differences (the inspection counts its changes itself): stop reading.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
     /// More than [`MAX_UNACCOUNTED`]: stop reading.
     pub fn stopped(&self) -> bool {
         self.stopped.load(Ordering::Relaxed)

@@ -108,6 +108,12 @@ pub struct Stat {
     pub ino: u64,
     pub mode: u32,
     pub size: u64,
+    /// Bytes allocated (`st_blocks` of 512 bytes): far fewer than `size` is a sparse file.
+    pub allocated: u64,
+    /// Last modification and status change, (seconds, nanoseconds): a file whose `fstat` differs
+    /// after its content was read changed while it was read.
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
 }
 
 impl Stat {
@@ -117,6 +123,9 @@ impl Stat {
             ino: st.st_ino,
             mode: st.st_mode,
             size: st.st_size.max(0) as u64,
+            allocated: (st.st_blocks.max(0) as u64).saturating_mul(512),
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
         }
     }
 

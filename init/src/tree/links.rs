@@ -52,15 +52,62 @@ pub fn snapshot(work_root: &Path, paths: &[String]) -> Result<LinkSnapshot, Stri
     }
     let root = fs::open_root(work_root)
         .map_err(|e| format!("cannot open the work tree {}: {e}", work_root.display()))?;
-    let mut recorded = 0;
-    let links = paths
-        .iter()
-        .map(|path| declared(&root, path, &mut recorded).map_err(|e| format!("{path}: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let links = declared_links(&root, paths).map_err(|e| format!("{}: {}", e.path, e.detail))?;
     Ok(LinkSnapshot {
         metadata_digest: String::new(),
         links,
     })
+}
+
+/// Why the declared links could not be snapshotted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkError {
+    /// The declared path whose snapshot failed.
+    pub path: String,
+    pub detail: String,
+    /// More than [`MAX_RECORDED_TARGETS`] recorded targets in all (else: something unreadable).
+    pub too_many_targets: bool,
+}
+
+/// Each declared path (clean, checked by the caller), from the work tree's root.
+pub fn declared_links(root: &OwnedFd, paths: &[String]) -> Result<Vec<DeclaredLink>, LinkError> {
+    let mut recorded = 0;
+    paths
+        .iter()
+        .map(|path| {
+            declared(root, path, &mut recorded).map_err(|detail| LinkError {
+                path: path.clone(),
+                detail,
+                too_many_targets: recorded > MAX_RECORDED_TARGETS,
+            })
+        })
+        .collect()
+}
+
+/// Whether the link at `path` (its directories real ones, as a walk from the root found them)
+/// with this target is not a plain link into the tree: resolved one component at a time as the
+/// agent's kernel would, it passes through another link or ends on one, leaves the tree, reaches
+/// the metadata or loops. A dangling target inside the tree is not.
+pub fn link_traverses(root: &OwnedFd, path: &[u8], target: &[u8]) -> Result<bool, String> {
+    let all: Vec<&[u8]> = parts(path).collect();
+    let parents = all.split_last().map_or(&[][..], |(_, parents)| parents);
+    let mut position = Position {
+        root,
+        dirs: Vec::new(),
+        by_name: false,
+    };
+    for part in parents {
+        let name = fs::c_name(part).map_err(|e| e.to_string())?;
+        let fd = fs::open_dir_at(position.here(), &name)
+            .map_err(|e| format!("open {}: {e}", quote(part)))?;
+        position.dirs.push((part.to_vec(), Some(fd)));
+    }
+    let outcome = position.resolve(target)?;
+    Ok(outcome.through_link
+        || matches!(
+            outcome.resolution,
+            Resolution::Outside | Resolution::Metadata | Resolution::Loop
+        ))
 }
 
 fn missing(e: &std::io::Error) -> bool {
@@ -344,6 +391,7 @@ impl Position<'_> {
             let (names, complete) = fs::list_dir(fd.as_fd(), MAX_RECORDED_TARGETS + 1)
                 .map_err(|e| format!("list {}: {e}", report_path(&path)))?;
             if !complete {
+                *recorded = MAX_RECORDED_TARGETS + 1;
                 return Err(format!("more than {MAX_RECORDED_TARGETS} recorded targets"));
             }
             for name in names {

@@ -4,7 +4,10 @@
 //!
 //! - `cordon-init tree check <BASE> [<OP_JSON>...]`: a [`CheckReport`] (the tree against the index
 //!   cordon seeded, each declared [`Operation`] against base);
-//! - `cordon-init tree snapshot-links [<PATH>...]`: a [`LinkSnapshot`].
+//! - `cordon-init tree snapshot-links [<PATH>...]`: a [`LinkSnapshot`];
+//! - `cordon-init tree inspect <BASE> <RULES_JSON> [<DECLARED_PATH>...]`: an `InspectReport`
+//!   (every difference from base's index, with blob ids, base's ignore rules, an `IgnoreRules`,
+//!   applied; the declared links now).
 //!
 //! Both exit 0 with their answer, refusal findings included (the host decides). When the reader
 //! cannot do its job it prints a [`ReaderFailure`] instead and exits
@@ -17,8 +20,11 @@
 pub mod check;
 pub mod fs;
 pub mod index;
+pub mod inspect;
 pub mod links;
 
+#[cfg(test)]
+mod inspect_tests;
 #[cfg(test)]
 mod tests;
 
@@ -26,6 +32,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use cordon_contract::audit::{IgnoreRules, INSPECT, MAX_IGNORE_FILES, MAX_IGNORE_RULES_BYTES};
 use cordon_contract::paths;
 use cordon_contract::report::EXIT_INIT_FAILURE;
 use cordon_contract::tree::{
@@ -99,14 +106,60 @@ pub fn run(args: &[String], work: &Path, metadata: &Path) -> Result<String, Stri
                 work, metadata, declared,
             )?))
         }
+        Some(INSPECT) => {
+            let (base, rules, declared) = inspect_args(&args[1..])?;
+            document(serde_json::to_string(&inspect::inspect(
+                work, metadata, base, &rules, declared,
+            )?))
+        }
         Some(other) => Err(format!(
-            "unknown tree role {:?}: expected {CHECK} or {SNAPSHOT_LINKS}",
+            "unknown tree role {:?}: expected {CHECK}, {SNAPSHOT_LINKS} or {INSPECT}",
             check::bounded(other.to_owned(), 64)
         )),
         None => Err(format!(
-            "a tree role is needed: {CHECK} or {SNAPSHOT_LINKS}"
+            "a tree role is needed: {CHECK}, {SNAPSHOT_LINKS} or {INSPECT}"
         )),
     }
+}
+
+/// `inspect`'s arguments after the role: a base commit, base's ignore rules (at most
+/// [`MAX_IGNORE_RULES_BYTES`] of JSON, at most [`MAX_IGNORE_FILES`] files), the declared paths
+/// (at most [`MAX_DECLARED_PATHS`]).
+pub fn inspect_args(args: &[String]) -> Result<(&str, IgnoreRules, &[String]), String> {
+    let base = args
+        .first()
+        .ok_or_else(|| format!("{INSPECT} needs a base commit"))?;
+    if !check::is_commit_id(base) {
+        return Err(format!(
+            "base {:?} is not a commit id (40 lowercase hex digits)",
+            check::bounded(base.to_owned(), 64)
+        ));
+    }
+    let rules = args
+        .get(1)
+        .ok_or_else(|| format!("{INSPECT} needs base's ignore rules (JSON)"))?;
+    if rules.len() > MAX_IGNORE_RULES_BYTES {
+        return Err(format!(
+            "the ignore rules are {} bytes, more than {MAX_IGNORE_RULES_BYTES}",
+            rules.len()
+        ));
+    }
+    let rules: IgnoreRules = serde_json::from_str(rules)
+        .map_err(|e| format!("the ignore rules are not ignore rules: {e}"))?;
+    if rules.files.len() > MAX_IGNORE_FILES {
+        return Err(format!(
+            "{} ignore files, more than {MAX_IGNORE_FILES}",
+            rules.files.len()
+        ));
+    }
+    let declared = &args[2..];
+    if declared.len() > MAX_DECLARED_PATHS {
+        return Err(format!(
+            "{} declared paths, more than {MAX_DECLARED_PATHS}",
+            declared.len()
+        ));
+    }
+    Ok((base, rules, declared))
 }
 
 /// One answer as JSON, at most [`MAX_REPORT_BYTES`].

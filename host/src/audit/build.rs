@@ -1,0 +1,1340 @@
+//! The commit of an approved manifest, without git ever reading agent-written content through a
+//! path: the content streams from the engine's archive of /work, each new file's or link's bytes
+//! hashed as git would (`blob <len>\0` and the bytes) and compared with the blob id the
+//! inspection computed, into a `git fast-import` stream in bounded scratch space; only a stream
+//! whose every blob matched is imported, on the controller-owned copy of the metadata. The
+//! identities, message and trailers are the caller's, validated here, so the same inputs give the
+//! same commit id.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use cordon_contract::audit::{Change, CommitFinding, CommitReason, Kind};
+use sha1::{Digest, Sha1};
+
+use crate::error::{Error, Result};
+use crate::task::git::{Git, Input};
+
+use super::scratch::object_id;
+
+/// The ref the commit is made on.
+pub const REF: &str = "refs/heads/cordon";
+/// The prefix of every entry of the engine's archive of /work.
+const WORK: &str = "work/";
+/// The metadata inside that archive (never read from it).
+const METADATA: &str = "work/.git";
+
+/// What to commit: base plus `changes`, with validated identities ([`identity`]) and message
+/// ([`message`]), on `reference`.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub base: String,
+    pub changes: Vec<Change>,
+    pub author: String,
+    pub committer: String,
+    pub message: String,
+    /// The ref to write ([`REF`] for a commit).
+    pub reference: String,
+}
+
+/// Where a path's new content is in the stream: a blob written with this mark, or an object base
+/// already holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DataRef {
+    Mark(u64),
+    Object(String),
+}
+
+/// The blobs [`stream_changes`] wrote, by path.
+#[derive(Debug, Default)]
+pub struct Contents {
+    data: BTreeMap<String, DataRef>,
+    /// Content bytes written into the stream.
+    pub bytes: u64,
+    /// Blobs written (a content shared by several paths is written once).
+    pub blobs: u64,
+}
+
+/// What an entry of the archive was, for a later hard link to it.
+#[derive(Debug, Clone)]
+struct Seen {
+    blob: String,
+    link: bool,
+    data: DataRef,
+}
+
+fn mismatch(path: &str, detail: impl Into<String>) -> CommitFinding {
+    CommitFinding {
+        path: path.to_owned(),
+        reason: CommitReason::ContentMismatch,
+        detail: detail.into(),
+    }
+}
+
+fn write_err(e: std::io::Error) -> Error {
+    Error::io("writing the fast-import stream", e)
+}
+
+/// Does this change need content from the archive (a new file, executable or link)?
+fn needs_content(change: &Change) -> bool {
+    matches!(
+        change.new.as_ref().map(|s| s.kind),
+        Some(Kind::File | Kind::Executable | Kind::Link)
+    )
+}
+
+/// Refuse what a tree cannot hold (the paths module refuses these earlier; this is the last
+/// line).
+fn refusals(changes: &[Change]) -> Vec<CommitFinding> {
+    let mut findings = Vec::new();
+    let mut paths = HashSet::new();
+    for change in changes {
+        let finding = |reason, detail: &str| CommitFinding {
+            path: change.path.clone(),
+            reason,
+            detail: detail.to_owned(),
+        };
+        if !paths.insert(change.path.as_str()) {
+            findings.push(finding(CommitReason::ContentMismatch, "changed twice"));
+        }
+        if change
+            .path
+            .bytes()
+            .any(|b| b == b'\n' || b == b'\r' || b == 0)
+        {
+            findings.push(finding(CommitReason::BadCharacter, ""));
+        }
+        for side in [&change.old, &change.new].into_iter().flatten() {
+            match side.kind {
+                Kind::Gitlink => findings.push(finding(CommitReason::Gitlink, "")),
+                Kind::Dir => findings.push(finding(CommitReason::Directory, "")),
+                Kind::Fifo | Kind::Socket | Kind::Device => {
+                    findings.push(finding(CommitReason::SpecialFile, ""))
+                }
+                Kind::File | Kind::Executable | Kind::Link => {}
+            }
+        }
+        if change.old.is_none() && change.new.is_none() {
+            findings.push(finding(CommitReason::ContentMismatch, "neither side"));
+        }
+        if needs_content(change) {
+            let blob = change.new.as_ref().and_then(|s| s.blob.as_deref());
+            if blob.is_none_or(|b| object_id(b).is_err() || b.len() != 40) {
+                findings.push(finding(CommitReason::ContentMismatch, "no blob id"));
+            }
+        }
+    }
+    findings
+}
+
+/// Walk the engine's archive of /work (`work/...`; `work/.git/` skipped) and write into `out`,
+/// as `git fast-import` blobs, the content of every change of `changes` with a new file,
+/// executable or link, each hashed as it streams and compared with the manifest's blob id.
+///
+/// The entry's type must be the change's kind (a regular file, its owner-executable bit as the
+/// kind says, or a symlink, whose data is its target); a hard link resolves to the earlier entry
+/// it names (if that was a change written here) or to `base_blob` of that name (a file base
+/// holds unchanged). Every such change must be found exactly once. Any mismatch refuses the
+/// commit with every finding ([`Error::CommitRefused`], [`CommitReason::ContentMismatch`]); more
+/// than `max_bytes` of content is [`Error::CommitScratchFull`].
+pub fn stream_changes(
+    content_tar: impl Read,
+    changes: &[Change],
+    base_blob: impl Fn(&str) -> Option<String>,
+    mut out: impl Write,
+    max_bytes: u64,
+) -> Result<Contents> {
+    let findings = refusals(changes);
+    if !findings.is_empty() {
+        return Err(Error::CommitRefused { findings });
+    }
+    let wanted: HashMap<&str, &Change> = changes
+        .iter()
+        .filter(|c| needs_content(c))
+        .map(|c| (c.path.as_str(), c))
+        .collect();
+    let mut contents = Contents::default();
+    let mut findings = Vec::new();
+    let mut found: HashSet<String> = HashSet::new();
+    // Archive names of written entries (for hard links) and blobs already written.
+    let mut seen: HashMap<String, Seen> = HashMap::new();
+    let mut marks: HashMap<String, u64> = HashMap::new();
+    let read_err = |e: std::io::Error| Error::io("reading the archive of /work", e);
+    let mut archive = tar::Archive::new(content_tar);
+    let mut buf = vec![0u8; 64 * 1024];
+    for entry in archive.entries().map_err(read_err)? {
+        let mut entry = entry.map_err(read_err)?;
+        let raw = entry.path_bytes().into_owned();
+        let Ok(name) = String::from_utf8(raw) else {
+            // No manifest path is not UTF-8: not one the commit needs.
+            continue;
+        };
+        let name = name.strip_suffix('/').unwrap_or(&name).to_owned();
+        if name == METADATA || name.starts_with(&format!("{METADATA}/")) {
+            continue;
+        }
+        let Some(path) = name.strip_prefix(WORK) else {
+            continue;
+        };
+        let Some(change) = wanted.get(path) else {
+            continue;
+        };
+        let path = path.to_owned();
+        if !found.insert(path.clone()) {
+            findings.push(mismatch(&path, "in the archive twice"));
+            continue;
+        }
+        // `needs_content` and `refusals` made sure of both.
+        let Some(new) = change.new.as_ref() else {
+            continue;
+        };
+        let Some(expected) = new.blob.as_deref() else {
+            continue;
+        };
+        let kind = entry.header().entry_type();
+        let mode = entry.header().mode().unwrap_or(0);
+        let want_link = new.kind == Kind::Link;
+        if !want_link && matches!(kind, tar::EntryType::Regular | tar::EntryType::Link) {
+            let exec = mode & 0o100 != 0;
+            if exec != (new.kind == Kind::Executable) {
+                findings.push(mismatch(
+                    &path,
+                    format!("mode {:o} is not {:?}", mode & 0o7777, new.kind),
+                ));
+                continue;
+            }
+        }
+        match kind {
+            tar::EntryType::Link => {
+                let target = entry
+                    .link_name_bytes()
+                    .map(|t| String::from_utf8_lossy(&t).into_owned())
+                    .unwrap_or_default();
+                let target = target.strip_prefix(WORK).unwrap_or("").to_owned();
+                let resolved = match seen.get(&target) {
+                    Some(s) if s.link != want_link => None,
+                    Some(s) => Some((s.blob.clone(), s.data.clone())),
+                    None if target.is_empty() => None,
+                    None => base_blob(&target).map(|id| (id.clone(), DataRef::Object(id))),
+                };
+                match resolved {
+                    Some((blob, data)) if blob == expected => {
+                        contents.data.insert(path, data);
+                    }
+                    Some((blob, _)) => findings.push(mismatch(
+                        &path,
+                        format!("hard link to {target:?}: blob {blob}, not {expected}"),
+                    )),
+                    None => findings.push(mismatch(
+                        &path,
+                        format!("hard link to {target:?}, whose content is not known"),
+                    )),
+                }
+            }
+            tar::EntryType::Symlink if want_link => {
+                let target = entry
+                    .link_name_bytes()
+                    .map(|t| t.into_owned())
+                    .unwrap_or_default();
+                let blob = blob_id(&target);
+                if blob != expected {
+                    findings.push(mismatch(&path, format!("target's blob {blob}")));
+                    continue;
+                }
+                let data = match marks.get(&blob) {
+                    Some(&mark) => DataRef::Mark(mark),
+                    None => {
+                        let size = target.len() as u64;
+                        reserve(&mut contents, size, max_bytes)?;
+                        let mark = contents.blobs + 1;
+                        write!(out, "blob\nmark :{mark}\ndata {size}\n").map_err(write_err)?;
+                        out.write_all(&target).map_err(write_err)?;
+                        out.write_all(b"\n").map_err(write_err)?;
+                        contents.blobs = mark;
+                        marks.insert(blob.clone(), mark);
+                        DataRef::Mark(mark)
+                    }
+                };
+                seen.insert(
+                    path.clone(),
+                    Seen {
+                        blob,
+                        link: true,
+                        data: data.clone(),
+                    },
+                );
+                contents.data.insert(path, data);
+            }
+            tar::EntryType::Regular if !want_link => {
+                let size = entry.size();
+                if new.size.is_some_and(|s| s != size) {
+                    findings.push(mismatch(
+                        &path,
+                        format!("{size} bytes, not {}", new.size.unwrap_or(0)),
+                    ));
+                    continue;
+                }
+                let mut hasher = Sha1::new();
+                hasher.update(format!("blob {size}\0").as_bytes());
+                let known = marks.get(expected).copied();
+                let mark = match known {
+                    Some(mark) => mark,
+                    None => {
+                        reserve(&mut contents, size, max_bytes)?;
+                        let mark = contents.blobs + 1;
+                        write!(out, "blob\nmark :{mark}\ndata {size}\n").map_err(write_err)?;
+                        mark
+                    }
+                };
+                let mut read = 0u64;
+                loop {
+                    let n = entry.read(&mut buf).map_err(read_err)?;
+                    if n == 0 {
+                        break;
+                    }
+                    read += n as u64;
+                    hasher.update(&buf[..n]);
+                    if known.is_none() {
+                        out.write_all(&buf[..n]).map_err(write_err)?;
+                    }
+                }
+                if read != size {
+                    return Err(Error::Internal(format!(
+                        "the archive of /work: {path:?} ends after {read} of {size} bytes"
+                    )));
+                }
+                if known.is_none() {
+                    out.write_all(b"\n").map_err(write_err)?;
+                    contents.blobs = mark;
+                }
+                let blob = hex::encode(hasher.finalize());
+                if blob != expected {
+                    findings.push(mismatch(&path, format!("content's blob {blob}")));
+                    continue;
+                }
+                marks.insert(blob.clone(), mark);
+                seen.insert(
+                    path.clone(),
+                    Seen {
+                        blob,
+                        link: false,
+                        data: DataRef::Mark(mark),
+                    },
+                );
+                contents.data.insert(path, DataRef::Mark(mark));
+            }
+            other => findings.push(mismatch(
+                &path,
+                format!("a {other:?} entry where the manifest has {:?}", new.kind),
+            )),
+        }
+    }
+    for path in wanted.keys() {
+        if !found.contains(*path) {
+            findings.push(mismatch(path, "not in the archive"));
+        }
+    }
+    if !findings.is_empty() {
+        findings.sort();
+        return Err(Error::CommitRefused { findings });
+    }
+    out.flush().map_err(write_err)?;
+    Ok(contents)
+}
+
+/// Count `size` more content bytes against the bound.
+fn reserve(contents: &mut Contents, size: u64, max_bytes: u64) -> Result<()> {
+    if size > max_bytes.saturating_sub(contents.bytes) {
+        return Err(Error::CommitScratchFull(format!(
+            "the new content takes more than {max_bytes} bytes"
+        )));
+    }
+    contents.bytes += size;
+    Ok(())
+}
+
+/// git's blob id of `bytes`.
+pub fn blob_id(bytes: &[u8]) -> String {
+    let mut hasher = Sha1::new();
+    hasher.update(format!("blob {}\0", bytes.len()).as_bytes());
+    hasher.update(bytes);
+    hex::encode(hasher.finalize())
+}
+
+/// A path as fast-import reads it: always C-quoted (`"`, `\` and every control byte escaped,
+/// octal), so no path is ever read as something else.
+fn quoted(path: &str) -> String {
+    let mut out = String::with_capacity(path.len() + 2);
+    out.push('"');
+    for c in path.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\{:03o}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The commit command of the stream, after the blobs of `contents`: every deletion, then every
+/// addition or change, each in path order (a file replacing a directory, or the reverse, then
+/// lands right), and `done`.
+pub fn write_commit(mut out: impl Write, spec: &Spec, contents: &Contents) -> Result<()> {
+    let base = object_id(&spec.base)?;
+    reference(&spec.reference)?;
+    let mut text = format!(
+        "commit {}\nauthor {}\ncommitter {}\ndata {}\n{}\nfrom {base}\n",
+        spec.reference,
+        spec.author,
+        spec.committer,
+        spec.message.len(),
+        spec.message
+    );
+    let mut deletions: Vec<&str> = Vec::new();
+    let mut modifications: Vec<(&str, &str, &DataRef)> = Vec::new();
+    for change in &spec.changes {
+        match &change.new {
+            None => deletions.push(&change.path),
+            Some(side) => {
+                let mode = side.kind.git_mode().ok_or_else(|| {
+                    Error::Internal(format!(
+                        "{:?}: a {:?} in the commit",
+                        change.path, side.kind
+                    ))
+                })?;
+                let data = contents.data.get(&change.path).ok_or_else(|| {
+                    Error::Internal(format!("{:?}: no content streamed", change.path))
+                })?;
+                modifications.push((&change.path, mode, data));
+            }
+        }
+    }
+    deletions.sort_unstable();
+    modifications.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    for path in deletions {
+        text.push_str(&format!("D {}\n", quoted(path)));
+    }
+    for (path, mode, data) in modifications {
+        let data = match data {
+            DataRef::Mark(mark) => format!(":{mark}"),
+            DataRef::Object(id) => id.clone(),
+        };
+        text.push_str(&format!("M {mode} {data} {}\n", quoted(path)));
+    }
+    text.push_str("\ndone\n");
+    out.write_all(text.as_bytes()).map_err(write_err)?;
+    out.flush().map_err(write_err)
+}
+
+/// A ref cordon writes: `refs/` and plain parts only.
+fn reference(name: &str) -> Result<&str> {
+    let plain = name.strip_prefix("refs/").is_some_and(|rest| {
+        rest.split('/').all(|part| {
+            !part.is_empty()
+                && !part.starts_with('.')
+                && !part.ends_with(".lock")
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && !part.contains("..")
+        })
+    });
+    if plain {
+        Ok(name)
+    } else {
+        Err(Error::Invalid(format!(
+            "{name:?} is not a ref cordon writes"
+        )))
+    }
+}
+
+/// The whole stream: [`stream_changes`] then [`write_commit`].
+pub fn write_stream(
+    content_tar: impl Read,
+    spec: &Spec,
+    base_blob: impl Fn(&str) -> Option<String>,
+    mut out: impl Write,
+    max_bytes: u64,
+) -> Result<Contents> {
+    let contents = stream_changes(content_tar, &spec.changes, base_blob, &mut out, max_bytes)?;
+    write_commit(&mut out, spec, &contents)?;
+    Ok(contents)
+}
+
+/// Import the stream at `stream` (written by [`write_stream`]) into `git`'s repository; the
+/// commit `reference` then names.
+pub async fn import(git: &Git, stream: &Path, reference_name: &str) -> Result<String> {
+    let reference = reference(reference_name)?;
+    let file = std::fs::File::open(stream)
+        .map_err(|e| Error::io(format!("opening {}", stream.display()), e))?;
+    git.run_with_input(
+        "fast-import",
+        &[
+            "fast-import",
+            "--quiet",
+            "--done",
+            "--force",
+            "--date-format=raw",
+        ],
+        Input::File(file),
+    )
+    .await?;
+    let out = git
+        .run(
+            "rev-parse",
+            &[
+                "rev-parse",
+                "--verify",
+                "--end-of-options",
+                &format!("{reference}^{{commit}}"),
+            ],
+        )
+        .await?;
+    let head = String::from_utf8(out)
+        .map_err(|_| Error::Internal("git rev-parse: not UTF-8".into()))?
+        .trim()
+        .to_owned();
+    object_id(&head).map_err(|_| Error::Internal(format!("git rev-parse: {head:?}")))?;
+    Ok(head)
+}
+
+/// The commit of `spec` on `git`'s copy from the archive `content_tar`: the stream written at
+/// `stream_path` (created new; removed after), then imported. No change makes no commit: base
+/// is returned as it is. The archive is read on a blocking thread.
+pub async fn commit<R, F>(
+    git: &Git,
+    spec: Spec,
+    content_tar: R,
+    base_blob: F,
+    stream_path: PathBuf,
+    max_bytes: u64,
+) -> Result<String>
+where
+    R: Read + Send + 'static,
+    F: Fn(&str) -> Option<String> + Send + 'static,
+{
+    object_id(&spec.base)?;
+    reference(&spec.reference)?;
+    if spec.changes.is_empty() {
+        return Ok(spec.base);
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&stream_path)
+        .map_err(|e| Error::io(format!("creating {}", stream_path.display()), e))?;
+    let guard = Remove(stream_path.clone());
+    let reference_name = spec.reference.clone();
+    let written = tokio::task::spawn_blocking(move || {
+        let out = std::io::BufWriter::with_capacity(256 * 1024, file);
+        write_stream(content_tar, &spec, base_blob, out, max_bytes)
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("the stream writer: {e}")))?;
+    written?;
+    let head = import(git, &stream_path, &reference_name).await;
+    drop(guard);
+    head
+}
+
+/// Removes a file when dropped.
+struct Remove(PathBuf);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Whether `c` is a Unicode noncharacter (U+FDD0..U+FDEF, and the last two of every plane).
+fn noncharacter(c: char) -> bool {
+    let u = u32::from(c);
+    (0xFDD0..=0xFDEF).contains(&u) || u & 0xFFFE == 0xFFFE
+}
+
+/// A validated git identity in git's raw form, `Name <email> SECONDS OFFSET`, returned as given.
+///
+/// Name and email are non-empty, hold no `<`, `>`, control character (LF, NUL, ...) or
+/// noncharacter, and the name neither starts nor ends with a space; the seconds are a
+/// non-negative integer without a leading zero below `i64::MAX` (git's range); the offset is
+/// `[+-]HHMM` with hours at most 14 and minutes at most 59 (fast-import takes at most 1400), and a
+/// zero offset is `+0000`.
+pub fn identity(raw: &str) -> Result<String> {
+    let bad = |why: &str| Error::Invalid(format!("identity {raw:?}: {why}"));
+    if let Some(c) = raw.chars().find(|&c| noncharacter(c) || c.is_control()) {
+        return Err(bad(&format!("holds U+{:04X}", u32::from(c))));
+    }
+    let open = raw.find(" <").ok_or_else(|| bad("no \" <email>\""))?;
+    let name = &raw[..open];
+    let rest = &raw[open + 2..];
+    let close = rest.find('>').ok_or_else(|| bad("no closing >"))?;
+    let email = &rest[..close];
+    let rest = rest[close + 1..]
+        .strip_prefix(' ')
+        .ok_or_else(|| bad("no space before the date"))?;
+    if name.is_empty() || name.starts_with(' ') || name.ends_with(' ') {
+        return Err(bad("the name is empty or starts or ends with a space"));
+    }
+    if email.is_empty() {
+        return Err(bad("the email is empty"));
+    }
+    if name.contains(['<', '>']) || email.contains(['<', '>']) {
+        return Err(bad("< or > in the name or email"));
+    }
+    let (seconds, offset) = rest
+        .split_once(' ')
+        .ok_or_else(|| bad("not \"SECONDS OFFSET\""))?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(seconds) || (seconds.len() > 1 && seconds.starts_with('0')) {
+        return Err(bad("the seconds are not a non-negative integer"));
+    }
+    match seconds.parse::<i64>() {
+        Ok(s) if s < i64::MAX => {}
+        _ => return Err(bad("the seconds are out of git's range")),
+    }
+    let (sign, hhmm) = offset.split_at(offset.len().min(1));
+    if !(sign == "+" || sign == "-") || hhmm.len() != 4 || !digits(hhmm) {
+        return Err(bad("the offset is not [+-]HHMM"));
+    }
+    let hours: u32 = hhmm[..2].parse().map_err(|_| bad("the offset's hours"))?;
+    let minutes: u32 = hhmm[2..].parse().map_err(|_| bad("the offset's minutes"))?;
+    if hours > 14 || minutes > 59 || hours * 100 + minutes > 1400 {
+        return Err(bad("the offset is out of range (at most 14 hours)"));
+    }
+    if sign == "-" && hhmm == "0000" {
+        return Err(bad("a zero offset is written +0000"));
+    }
+    Ok(raw.to_owned())
+}
+
+/// A commit message: `text` without trailing whitespace lines, then (if any) a blank line and
+/// one `Key: value` line per trailer; ending with exactly one newline. No NUL or noncharacter
+/// anywhere; trailer keys are `[A-Za-z0-9-]+` (not starting with `-`), values one line. An
+/// empty message is refused.
+pub fn message(text: &str, trailers: &[(String, String)]) -> Result<String> {
+    let bad_char = |c: char| c == '\0' || noncharacter(c);
+    if let Some(c) = text.chars().find(|&c| bad_char(c)) {
+        return Err(Error::Invalid(format!(
+            "the commit message holds U+{:04X}",
+            u32::from(c)
+        )));
+    }
+    let body = text.trim_end();
+    if body.trim_start().is_empty() {
+        return Err(Error::Invalid("the commit message is empty".into()));
+    }
+    let mut out = body.to_owned();
+    out.push('\n');
+    for (i, (key, value)) in trailers.iter().enumerate() {
+        let key_ok = !key.is_empty()
+            && !key.starts_with('-')
+            && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !key_ok {
+            return Err(Error::Invalid(format!(
+                "trailer key {key:?}: not [A-Za-z0-9-]+"
+            )));
+        }
+        if let Some(c) = value
+            .chars()
+            .find(|&c| bad_char(c) || c == '\n' || c == '\r')
+        {
+            return Err(Error::Invalid(format!(
+                "trailer {key}: the value holds U+{:04X}",
+                u32::from(c)
+            )));
+        }
+        if value.trim().is_empty() {
+            return Err(Error::Invalid(format!("trailer {key}: the value is empty")));
+        }
+        if i == 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!("{key}: {}\n", value.trim()));
+    }
+    Ok(out)
+}
+
+/// `git fsck --strict --no-dangling` on the copy, then a bundle of [`REF`] (which must be `head`)
+/// beyond `base`, at most `max_bytes` ([`Error::BundleTooLarge`], nothing left at `out`),
+/// verified, and only then put at `out`, which must not exist (never overwritten). Its size.
+pub async fn fsck_and_bundle(
+    git: &Git,
+    base: &str,
+    head: &str,
+    out: &Path,
+    max_bytes: u64,
+) -> Result<u64> {
+    let base = object_id(base)?;
+    let head = object_id(head)?;
+    if base == head {
+        return Err(Error::Invalid(
+            "no commit beyond base: nothing to bundle".into(),
+        ));
+    }
+    if std::fs::symlink_metadata(out).is_ok() {
+        return Err(Error::Invalid(format!(
+            "{} exists: a bundle never overwrites anything",
+            out.display()
+        )));
+    }
+    let at = git
+        .run(
+            "rev-parse",
+            &[
+                "rev-parse",
+                "--verify",
+                "--end-of-options",
+                &format!("{REF}^{{commit}}"),
+            ],
+        )
+        .await?;
+    if String::from_utf8_lossy(&at).trim() != head {
+        return Err(Error::Internal(format!("{REF} is not {head}")));
+    }
+    git.run(
+        "fsck",
+        &["fsck", "--strict", "--no-dangling", "--no-progress"],
+    )
+    .await?;
+    let tmp = git.dir().join(format!(
+        "cordon-bundle-{}.tmp",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let guard = Remove(tmp.clone());
+    let tmp_text = tmp
+        .to_str()
+        .ok_or_else(|| Error::Internal("the scratch path is not UTF-8".into()))?;
+    let exclude = format!("^{base}");
+    git.run(
+        "bundle create",
+        &["bundle", "create", "-q", tmp_text, REF, &exclude],
+    )
+    .await?;
+    let size = std::fs::metadata(&tmp)
+        .map_err(|e| Error::io(format!("reading {}", tmp.display()), e))?
+        .len();
+    if size > max_bytes {
+        return Err(Error::BundleTooLarge(format!(
+            "{size} bytes, at most {max_bytes}"
+        )));
+    }
+    git.run("bundle verify", &["bundle", "verify", "-q", tmp_text])
+        .await?;
+    let mut from = std::fs::File::open(&tmp)
+        .map_err(|e| Error::io(format!("opening {}", tmp.display()), e))?;
+    let mut to = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(out)
+        .map_err(|e| Error::io(format!("creating {}", out.display()), e))?;
+    let copied = std::io::copy(&mut from, &mut to).and_then(|n| to.sync_all().map(|()| n));
+    match copied {
+        Ok(n) if n == size => {}
+        Ok(n) => {
+            let _ = std::fs::remove_file(out);
+            return Err(Error::Internal(format!(
+                "the bundle: {n} of {size} bytes copied"
+            )));
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(out);
+            return Err(Error::io(format!("writing {}", out.display()), e));
+        }
+    }
+    drop(guard);
+    Ok(size)
+}
+
+/// The diff of `base` and `head` (a commit or tree), for a person: no colour, no external diff
+/// or textconv (nothing of the repository's attributes runs), full blob ids, no rename
+/// detection (the manifest's own delete and add), and binary files named, not encoded (the
+/// bundle carries the content; the diff is for reading). At most `max_bytes`, cut at a line
+/// boundary (a character boundary if one line is longer), with whether it was cut. Content that is
+/// not UTF-8 shows as U+FFFD.
+pub async fn diff(git: &Git, base: &str, head: &str, max_bytes: usize) -> Result<(String, bool)> {
+    let base = object_id(base)?;
+    let head = object_id(head)?;
+    let (out, cut) = git
+        .run_bounded(
+            "diff",
+            &[
+                "diff",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--full-index",
+                "--no-renames",
+                "--end-of-options",
+                base,
+                head,
+                "--",
+            ],
+            Input::None,
+            max_bytes,
+        )
+        .await?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    if !cut && text.len() <= max_bytes {
+        return Ok((text, false));
+    }
+    let mut end = max_bytes.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let end = match text[..end].rfind('\n') {
+        Some(nl) => nl + 1,
+        None => end,
+    };
+    Ok((text[..end].to_owned(), true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::scratch::tests::{
+        docker_tar, git_in, head_of, sample_repo, scratch_of, TempDir,
+    };
+    use cordon_contract::audit::Side;
+    use std::os::unix::fs::PermissionsExt;
+
+    const AUTHOR: &str = "A U Thor <author@example.com> 1700000000 +0000";
+    const COMMITTER: &str = "C O Mitter <committer@example.com> 1700000100 +0100";
+
+    fn kind_of(mode: &str) -> Kind {
+        match mode {
+            "100644" => Kind::File,
+            "100755" => Kind::Executable,
+            "120000" => Kind::Link,
+            "160000" => Kind::Gitlink,
+            other => panic!("mode {other}"),
+        }
+    }
+
+    /// The manifest's changes of the trusted working copy `work` against `base`, from trusted
+    /// git (`add -A`, then the staged diff's raw form).
+    fn changes_of(work: &Path, base: &str) -> Vec<Change> {
+        git_in(work, &["add", "-A"]);
+        let raw = git_in(
+            work,
+            &[
+                "diff",
+                "--cached",
+                "--raw",
+                "-z",
+                "--no-renames",
+                "--no-abbrev",
+                base,
+            ],
+        );
+        let mut fields = raw.split(|&b| b == 0).filter(|f| !f.is_empty());
+        let mut changes = Vec::new();
+        while let (Some(head), Some(path)) = (fields.next(), fields.next()) {
+            let head = std::str::from_utf8(head).expect("utf8");
+            let path = String::from_utf8(path.to_vec()).expect("utf8");
+            let parts: Vec<&str> = head.trim_start_matches(':').split(' ').collect();
+            let side = |mode: &str, blob: &str| {
+                (mode != "000000").then(|| Side {
+                    kind: kind_of(mode),
+                    blob: Some(blob.to_owned()),
+                    size: None,
+                    target: None,
+                })
+            };
+            let mut new = side(parts[1], parts[3]);
+            if let Some(new) = new.as_mut() {
+                let on_disk = work.join(&path);
+                if new.kind == Kind::Link {
+                    let target = std::fs::read_link(&on_disk).expect("link");
+                    new.target = Some(target.to_string_lossy().into_owned());
+                } else {
+                    new.size = Some(std::fs::metadata(&on_disk).expect("meta").len());
+                }
+            }
+            changes.push(Change {
+                path,
+                old: side(parts[0], parts[2]),
+                new,
+                ignored: false,
+                link_target_traverses_link: None,
+            });
+        }
+        changes.sort_by(|a, b| a.path.cmp(&b.path));
+        changes
+    }
+
+    fn spec(base: &str, changes: Vec<Change>) -> Spec {
+        Spec {
+            base: base.to_owned(),
+            changes,
+            author: identity(AUTHOR).expect("author"),
+            committer: identity(COMMITTER).expect("committer"),
+            message: message("the change\n\nIn detail.", &[]).expect("message"),
+            reference: REF.to_owned(),
+        }
+    }
+
+    async fn base_blobs(git: &Git, base: &str) -> HashMap<String, String> {
+        crate::audit::scratch::list_tree(git, base)
+            .await
+            .expect("tree")
+            .into_iter()
+            .filter(|e| e.kind == "blob")
+            .map(|e| (e.path, e.id))
+            .collect()
+    }
+
+    fn rev(dir: &Path, what: &str) -> String {
+        String::from_utf8(git_in(dir, &["rev-parse", what]))
+            .expect("utf8")
+            .trim()
+            .to_owned()
+    }
+
+    #[tokio::test]
+    async fn the_commit_is_what_git_add_and_commit_make_of_the_same_tree() {
+        let tmp = TempDir::new("oracle");
+        let work = sample_repo(&tmp.0);
+        // Base: a script, a link, a file that becomes a directory, a directory that becomes a file.
+        std::fs::write(work.join("tool.sh"), "#!/bin/sh\necho hi\n").expect("w");
+        std::os::unix::fs::symlink("README", work.join("link")).expect("link");
+        std::fs::write(work.join("dirfile"), "a file\n").expect("w");
+        std::fs::create_dir(work.join("filedir")).expect("dir");
+        std::fs::write(work.join("filedir/inner"), "inner\n").expect("w");
+        git_in(&work, &["add", "-A"]);
+        git_in(&work, &["commit", "-q", "-m", "base"]);
+        let base = head_of(&work);
+        let clone = tmp.0.join("clone");
+        git_in(&tmp.0, &["clone", "-q", "--no-local", "work", "clone"]);
+        let scratch_root = tmp.0.join("scratch");
+        std::fs::create_dir(&scratch_root).expect("scratch");
+        let (git, _) = scratch_of(&scratch_root, &work);
+
+        // The corpus.
+        std::fs::write(work.join("src/main.rs"), "fn main() { println!(\"x\"); }\n").expect("w");
+        std::fs::remove_file(work.join("README")).expect("rm");
+        std::fs::create_dir_all(work.join("new/nested/deep")).expect("mkdir");
+        std::fs::write(work.join("new/nested/deep/file.txt"), "deep\n").expect("w");
+        std::fs::create_dir(work.join("renamed")).expect("mkdir");
+        std::fs::rename(work.join("src/deep/ünï.txt"), work.join("renamed/ünï.txt")).expect("mv");
+        std::fs::set_permissions(work.join("tool.sh"), PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        std::os::unix::fs::symlink("../src/main.rs", work.join("new/link")).expect("link");
+        std::fs::remove_file(work.join("link")).expect("rm");
+        std::os::unix::fs::symlink("src/main.rs", work.join("link")).expect("link");
+        let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+        std::fs::write(work.join("bin.dat"), &binary).expect("w");
+        std::fs::write(work.join("empty"), "").expect("w");
+        std::fs::create_dir_all(work.join("日本語")).expect("mkdir");
+        std::fs::write(work.join("日本語/ファイル.txt"), "こんにちは\n").expect("w");
+        std::fs::write(work.join("a \"quoted\" name.txt"), "q\n").expect("w");
+        std::fs::remove_file(work.join("dirfile")).expect("rm");
+        std::fs::create_dir(work.join("dirfile")).expect("mkdir");
+        std::fs::write(work.join("dirfile/inner.txt"), "now a dir\n").expect("w");
+        std::fs::remove_dir_all(work.join("filedir")).expect("rm");
+        std::fs::write(work.join("filedir"), "now a file\n").expect("w");
+        // Second names of one inode: of a new file, and of an unchanged base file.
+        std::fs::hard_link(
+            work.join("new/nested/deep/file.txt"),
+            work.join("hard2.txt"),
+        )
+        .expect("ln");
+        std::fs::hard_link(work.join("src/.gitignore"), work.join("zz-hard")).expect("ln");
+        // The same content at two paths is one blob.
+        std::fs::write(
+            work.join("copy-of-main.rs"),
+            "fn main() { println!(\"x\"); }\n",
+        )
+        .expect("w");
+
+        let changes = changes_of(&work, &base);
+        let paths: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
+        for want in [
+            "README",
+            "hard2.txt",
+            "zz-hard",
+            "link",
+            "tool.sh",
+            "empty",
+            "filedir",
+        ] {
+            assert!(paths.contains(&want), "{want} in {paths:?}");
+        }
+        let tar = docker_tar(&work, "work");
+        // The archive holds hard links and the metadata, as the engine's does.
+        let mut kinds = Vec::new();
+        for e in tar::Archive::new(&tar[..]).entries().expect("entries") {
+            let e = e.expect("entry");
+            kinds.push((
+                e.path().expect("p").display().to_string(),
+                e.header().entry_type(),
+            ));
+        }
+        assert!(kinds.iter().any(|(_, k)| *k == tar::EntryType::Link));
+        assert!(kinds.iter().any(|(p, _)| p.starts_with("work/.git/")));
+
+        let blobs = base_blobs(&git, &base).await;
+        let lookup = move |p: &str| blobs.get(p).cloned();
+        let spec = spec(&base, changes);
+        let head = commit(
+            &git,
+            spec.clone(),
+            std::io::Cursor::new(tar.clone()),
+            lookup.clone(),
+            tmp.0.join("stream-1"),
+            64 << 20,
+        )
+        .await
+        .expect("commit");
+        assert!(!tmp.0.join("stream-1").exists(), "the stream is removed");
+
+        // The oracle: trusted git on the trusted copy, same identities and message.
+        git_in(&work, &["commit", "-q", "-m", "the change\n\nIn detail."]);
+        let trusted = head_of(&work);
+        let tree = |dir: &Path, c: &str| rev(dir, &format!("{c}^{{tree}}"));
+        let ours = String::from_utf8(
+            git.run("rev-parse", &["rev-parse", &format!("{head}^{{tree}}")])
+                .await
+                .expect("tree"),
+        )
+        .expect("utf8");
+        assert_eq!(ours.trim(), tree(&work, &trusted));
+        assert_eq!(head, trusted, "the commit itself is git's");
+
+        // Twice: the same id.
+        let again = commit(
+            &git,
+            spec.clone(),
+            std::io::Cursor::new(tar.clone()),
+            lookup.clone(),
+            tmp.0.join("stream-2"),
+            64 << 20,
+        )
+        .await
+        .expect("again");
+        assert_eq!(again, head);
+
+        // No change: no commit.
+        let none = commit(
+            &git,
+            Spec {
+                changes: vec![],
+                ..spec.clone()
+            },
+            std::io::Cursor::new(tar.clone()),
+            lookup.clone(),
+            tmp.0.join("stream-3"),
+            64 << 20,
+        )
+        .await
+        .expect("none");
+        assert_eq!(none, base);
+        assert!(!tmp.0.join("stream-3").exists());
+
+        // The content bound.
+        let full = commit(
+            &git,
+            spec.clone(),
+            std::io::Cursor::new(tar.clone()),
+            lookup,
+            tmp.0.join("stream-4"),
+            1000,
+        )
+        .await;
+        assert!(matches!(full, Err(Error::CommitScratchFull(_))), "{full:?}");
+
+        // The bundle: verified, fetched by a clone of base with every object checked.
+        let out = tmp.0.join("out.bundle");
+        let size = fsck_and_bundle(&git, &base, &head, &out, 64 << 20)
+            .await
+            .expect("bundle");
+        assert_eq!(std::fs::metadata(&out).expect("out").len(), size);
+        git_in(
+            &clone,
+            &["bundle", "verify", "-q", out.to_str().expect("utf8")],
+        );
+        git_in(
+            &clone,
+            &[
+                "-c",
+                "transfer.fsckObjects=true",
+                "fetch",
+                "-q",
+                out.to_str().expect("utf8"),
+                &format!("{REF}:refs/heads/got"),
+            ],
+        );
+        assert_eq!(rev(&clone, "refs/heads/got"), head);
+        // Never over an existing file; over the bound nothing is left.
+        let again = fsck_and_bundle(&git, &base, &head, &out, 64 << 20).await;
+        assert!(matches!(again, Err(Error::Invalid(_))), "{again:?}");
+        let small = tmp.0.join("small.bundle");
+        let r = fsck_and_bundle(&git, &base, &head, &small, 100).await;
+        assert!(matches!(r, Err(Error::BundleTooLarge(_))), "{r:?}");
+        assert!(!small.exists());
+        let leftovers: Vec<_> = std::fs::read_dir(&git.git_dir)
+            .expect("list")
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("cordon-bundle-")
+            })
+            .collect();
+        assert!(leftovers.is_empty());
+
+        // The diff: whole, and cut at a line.
+        let (text, cut) = diff(&git, &base, &head, 1 << 20).await.expect("diff");
+        assert!(!cut);
+        assert!(
+            text.contains("diff --git a/src/main.rs b/src/main.rs"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Binary files /dev/null and b/bin.dat differ"),
+            "{text}"
+        );
+        assert!(text.contains("old mode 100644\nnew mode 100755"));
+        let (short, cut) = diff(&git, &base, &head, 300).await.expect("diff");
+        assert!(
+            cut && short.len() <= 300 && short.ends_with('\n'),
+            "{short:?}"
+        );
+        assert!(text.starts_with(&short));
+    }
+
+    /// A `/work` archive of `entries`: (name under work/, kind, mode, data or link target).
+    fn work_tar(entries: &[(&str, tar::EntryType, u32, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, mode, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(*kind);
+            h.set_mode(*mode);
+            let name = format!("work/{name}");
+            match kind {
+                tar::EntryType::Symlink | tar::EntryType::Link => {
+                    h.set_size(0);
+                    let target = std::str::from_utf8(data).expect("utf8");
+                    b.append_link(&mut h, &name, target).expect("link");
+                }
+                _ => {
+                    h.set_size(data.len() as u64);
+                    b.append_data(&mut h, &name, *data).expect("data");
+                }
+            }
+        }
+        b.into_inner().expect("tar")
+    }
+
+    fn added(path: &str, kind: Kind, content: &[u8]) -> Change {
+        Change {
+            path: path.to_owned(),
+            old: None,
+            new: Some(Side {
+                kind,
+                blob: Some(blob_id(content)),
+                size: (kind != Kind::Link).then_some(content.len() as u64),
+                target: None,
+            }),
+            ignored: false,
+            link_target_traverses_link: None,
+        }
+    }
+
+    fn refused(result: Result<Contents>) -> Vec<(String, CommitReason)> {
+        match result {
+            Err(Error::CommitRefused { findings }) => {
+                findings.into_iter().map(|f| (f.path, f.reason)).collect()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn content_that_is_not_the_manifests_is_refused() {
+        use tar::EntryType::{Directory, Fifo, Link, Regular, Symlink};
+        let none = |_: &str| None;
+        let file = added("a.txt", Kind::File, b"approved\n");
+        let mismatch = |p: &str| vec![(p.to_owned(), CommitReason::ContentMismatch)];
+        let run = |tar: Vec<u8>, changes: Vec<Change>| {
+            refused(stream_changes(
+                &tar[..],
+                &changes,
+                none,
+                std::io::sink(),
+                1 << 20,
+            ))
+        };
+        // What matches passes (and the metadata's copy of the name is never read).
+        let ok = work_tar(&[
+            (".git/a.txt", Regular, 0o644, b"other"),
+            ("a.txt", Regular, 0o644, b"approved\n"),
+        ]);
+        let contents = stream_changes(
+            &ok[..],
+            std::slice::from_ref(&file),
+            none,
+            std::io::sink(),
+            1 << 20,
+        )
+        .expect("matches");
+        assert_eq!(contents.blobs, 1);
+        // Other bytes of the same size.
+        let tar = work_tar(&[("a.txt", Regular, 0o644, b"APPROVED\n")]);
+        assert_eq!(run(tar, vec![file.clone()]), mismatch("a.txt"));
+        // Another size.
+        let tar = work_tar(&[("a.txt", Regular, 0o644, b"approved!\n")]);
+        assert_eq!(run(tar, vec![file.clone()]), mismatch("a.txt"));
+        // A symlink, a fifo, a directory where a file is approved.
+        for (kind, data) in [(Symlink, &b"approved\n"[..]), (Fifo, b""), (Directory, b"")] {
+            let tar = work_tar(&[("a.txt", kind, 0o644, data)]);
+            assert_eq!(run(tar, vec![file.clone()]), mismatch("a.txt"), "{kind:?}");
+        }
+        // A file where a link is approved.
+        let link = added("l", Kind::Link, b"target");
+        let tar = work_tar(&[("l", Regular, 0o644, b"target")]);
+        assert_eq!(run(tar, vec![link.clone()]), mismatch("l"));
+        // Another target.
+        let tar = work_tar(&[("l", Symlink, 0o777, b"elsewhere")]);
+        assert_eq!(run(tar, vec![link]), mismatch("l"));
+        // The executable bit is not the kind's.
+        let tar = work_tar(&[("a.txt", Regular, 0o755, b"approved\n")]);
+        assert_eq!(run(tar, vec![file.clone()]), mismatch("a.txt"));
+        // Missing, or given twice.
+        let tar = work_tar(&[("b.txt", Regular, 0o644, b"approved\n")]);
+        assert_eq!(run(tar, vec![file.clone()]), mismatch("a.txt"));
+        let tar = work_tar(&[
+            ("a.txt", Regular, 0o644, b"approved\n"),
+            ("a.txt", Regular, 0o644, b"approved\n"),
+        ]);
+        assert_eq!(run(tar, vec![file.clone()]), mismatch("a.txt"));
+        // A hard link to content nobody hashed, or to a base file of other content.
+        let tar = work_tar(&[("a.txt", Link, 0o644, b"work/unknown")]);
+        assert_eq!(run(tar, vec![file.clone()]), mismatch("a.txt"));
+        let tar = work_tar(&[("a.txt", Link, 0o644, b"work/base.txt")]);
+        let other = |_: &str| Some(blob_id(b"base\n"));
+        let r = stream_changes(
+            &tar[..],
+            std::slice::from_ref(&file),
+            other,
+            std::io::sink(),
+            1 << 20,
+        );
+        assert_eq!(refused(r), mismatch("a.txt"));
+        let same = |p: &str| (p == "base.txt").then(|| blob_id(b"approved\n"));
+        let r = stream_changes(
+            &tar[..],
+            std::slice::from_ref(&file),
+            same,
+            std::io::sink(),
+            1 << 20,
+        );
+        assert!(r.is_ok(), "{r:?}");
+        // Every finding is reported, not only the first.
+        let two = vec![file.clone(), added("b.txt", Kind::File, b"b")];
+        let tar = work_tar(&[("a.txt", Regular, 0o644, b"wrong")]);
+        assert_eq!(run(tar, two).len(), 2);
+        // A gitlink or directory is never committed.
+        let mut gitlink = added("sub", Kind::Gitlink, b"");
+        gitlink.new.as_mut().expect("new").blob = Some("a".repeat(40));
+        let tar = work_tar(&[]);
+        assert_eq!(
+            run(tar, vec![gitlink]),
+            vec![("sub".to_owned(), CommitReason::Gitlink)]
+        );
+        // The scratch bound.
+        let tar = work_tar(&[("a.txt", Regular, 0o644, b"approved\n")]);
+        let r = stream_changes(&tar[..], &[file], none, std::io::sink(), 5);
+        assert!(matches!(r, Err(Error::CommitScratchFull(_))), "{r:?}");
+    }
+
+    #[test]
+    fn the_stream_quotes_every_path() {
+        assert_eq!(quoted("a b"), "\"a b\"");
+        assert_eq!(quoted("\"q\"\\x"), "\"\\\"q\\\"\\\\x\"");
+        assert_eq!(quoted("a\nb\tc\u{7f}"), "\"a\\012b\\011c\\177\"");
+        assert_eq!(quoted("日本"), "\"日本\"");
+    }
+
+    #[test]
+    fn identities_are_git_raw_and_nothing_else() {
+        for ok in [
+            AUTHOR,
+            "A <a@b> 0 +0000",
+            "Ünï Cödé <u@example.com> 1700000000 -0530",
+            "A <a@b> 1700000000 +1400",
+        ] {
+            assert_eq!(identity(ok).expect(ok), ok);
+        }
+        for bad in [
+            "A <a@b> 1700000000 -0000",
+            "A <a@b> 1700000000 +0000 ",
+            " A <a@b> 1700000000 +0000",
+            "<a@b> 1700000000 +0000",
+            "A <> 1700000000 +0000",
+            "A a@b 1700000000 +0000",
+            "A <a<b> 1700000000 +0000",
+            "A> <a@b> 1700000000 +0000",
+            "A <a@b> 1700000000",
+            "A <a@b> -1 +0000",
+            "A <a@b> 01700000000 +0000",
+            "A <a@b> 1.5 +0000",
+            "A <a@b> 99999999999999999999 +0000",
+            "A <a@b> 1700000000 +000",
+            "A <a@b> 1700000000 0000",
+            "A <a@b> 1700000000 +1500",
+            "A <a@b> 1700000000 +0160",
+            "A <a@b>  1700000000 +0000",
+            "A\n <a@b> 1700000000 +0000",
+            "A\0 <a@b> 1700000000 +0000",
+            "A\u{fdd0} <a@b> 1700000000 +0000",
+            "A <a@b\u{fffe}> 1700000000 +0000",
+            "A <a@b\u{10ffff}> 1700000000 +0000",
+            "A <a@b\u{1fffe}> 1700000000 +0000",
+        ] {
+            assert!(
+                matches!(identity(bad), Err(Error::Invalid(_))),
+                "{bad:?} passed"
+            );
+        }
+    }
+
+    #[test]
+    fn messages_end_with_one_newline_and_trailers_as_git_writes_them() {
+        assert_eq!(message("subject", &[]).expect("m"), "subject\n");
+        assert_eq!(message("subject\n\n\n", &[]).expect("m"), "subject\n");
+        let trailers = vec![
+            ("Signed-off-by".to_owned(), "A <a@b>".to_owned()),
+            ("Cordon-Task".to_owned(), "t-1".to_owned()),
+        ];
+        assert_eq!(
+            message("subject\n\nbody\n", &trailers).expect("m"),
+            "subject\n\nbody\n\nSigned-off-by: A <a@b>\nCordon-Task: t-1\n"
+        );
+        for (text, trailers) in [
+            ("", vec![]),
+            ("\n \n", vec![]),
+            ("a\0b", vec![]),
+            ("a\u{fdef}", vec![]),
+            ("a", vec![("Bad Key".to_owned(), "v".to_owned())]),
+            ("a", vec![("Key:".to_owned(), "v".to_owned())]),
+            ("a", vec![("Key".to_owned(), "two\nlines".to_owned())]),
+            ("a", vec![("Key".to_owned(), "\u{ffff}".to_owned())]),
+            ("a", vec![("Key".to_owned(), " ".to_owned())]),
+        ] {
+            assert!(
+                matches!(message(text, &trailers), Err(Error::Invalid(_))),
+                "{text:?} {trailers:?}"
+            );
+        }
+    }
+}

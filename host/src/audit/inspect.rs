@@ -1,0 +1,409 @@
+//! The post-run inspection: the change manifest of a writable run.
+//!
+//! 1. the metadata comes out of the storage as a tar (the engine's archive, from a reader
+//!    container that is never started) into a controller-owned scratch directory, its digest
+//!    computed from those bytes; not the seeder's baseline → the manifest says
+//!    `metadata_changed` and nothing else runs, no git command included;
+//! 2. hardened git on that copy only: base must be a commit (`audit-refused`, `base-not-commit`);
+//!    base's own `.gitignore` blobs are the ignore rules;
+//! 3. cordon-init's `tree inspect` reads the work tree in a read-only, no-network container
+//!    ([`super::reader`]); the host judges its one answer:
+//! - the metadata as the reader saw it (its digest, HEAD) must be as seeded: otherwise the
+//!   manifest says `metadata_changed` and lists nothing else (and no git command ever runs on
+//!   it);
+//! - any finding refuses the whole answer (`audit-refused`), never a part of it;
+//! - the declared links are compared with the snapshot taken before the run.
+//!
+//! [`inspect_then`] hands the reader's stopped container on before it is removed, for a later
+//! step to read the very content the inspection hashed.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cordon_contract::audit::{InspectReport, Manifest, INSPECT};
+use cordon_contract::tree::{DeclaredLink, Finding, LinkSnapshot, Reason, MAX_DECLARED_PATHS};
+
+use crate::controller::Controller;
+use crate::error::{Error, Result};
+use crate::task::git::Git;
+use crate::task::StorageHandle;
+
+use super::scratch;
+
+/// A controller-owned scratch directory (`cordon-audit-*` under the temp dir): the metadata's
+/// copy and git's HOME. Removed when dropped.
+#[derive(Debug)]
+pub struct Scratch {
+    root: PathBuf,
+}
+
+impl Scratch {
+    pub fn new() -> Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        let root = std::env::temp_dir().join(format!("cordon-audit-{}", uuid::Uuid::new_v4()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&root)
+            .map_err(|e| Error::io(format!("creating {}", root.display()), e))?;
+        let scratch = Scratch { root };
+        for dir in ["home", "git"] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(scratch.root.join(dir))
+                .map_err(|e| Error::io(format!("creating the scratch {dir}"), e))?;
+        }
+        Ok(scratch)
+    }
+
+    /// The metadata's copy (made by [`scratch::extract_metadata`]).
+    pub fn git_dir(&self) -> PathBuf {
+        self.root.join("git")
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Hardened git on the copy, bounded by `deadline`.
+    pub fn git(&self, deadline: Instant) -> Git {
+        Git {
+            git_dir: self.git_dir(),
+            home: self.root.join("home"),
+            deadline,
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// What one inspection read: the manifest, the reader's report (none when the metadata was not
+/// as seeded: no reader ran), and the scratch copy of the metadata with its git.
+#[derive(Debug)]
+pub struct Inspection {
+    pub manifest: Manifest,
+    pub report: Option<InspectReport>,
+    pub scratch: Scratch,
+    pub git: Git,
+}
+
+/// The change manifest of `handle`'s storage against `base`, with the declared links compared
+/// with `snapshot` (the one taken before the run).
+pub async fn inspect(
+    ctl: &Controller,
+    image_id: &str,
+    handle: &StorageHandle,
+    base: &str,
+    snapshot: &LinkSnapshot,
+    deadline: Duration,
+) -> Result<Manifest> {
+    let inspection = inspect_then(
+        ctl,
+        image_id,
+        handle,
+        base,
+        snapshot,
+        deadline,
+        |_, inspection| async move { Ok(inspection) },
+    )
+    .await?;
+    Ok(inspection.manifest)
+}
+
+/// The inspection, then `then` with the reader's stopped container (none when the metadata was
+/// not as seeded: no reader ran) and what it read, before that container is removed.
+pub async fn inspect_then<U, F, Fut>(
+    ctl: &Controller,
+    image_id: &str,
+    handle: &StorageHandle,
+    base: &str,
+    snapshot: &LinkSnapshot,
+    deadline: Duration,
+    then: F,
+) -> Result<U>
+where
+    F: FnOnce(Option<String>, Inspection) -> Fut,
+    Fut: std::future::Future<Output = Result<U>>,
+{
+    let until = Instant::now() + deadline;
+    super::check::check_base(base)?;
+    let baseline = super::reader::baseline(handle)?.to_owned();
+    let declared = declared_paths(snapshot, &baseline)?;
+    let engine = ctl.engine();
+    let scratch = Scratch::new()?;
+    let git = scratch.git(until);
+    let into = scratch.git_dir();
+    let digest = super::reader::archive_of(
+        engine,
+        image_id,
+        handle,
+        cordon_contract::paths::METADATA,
+        left(until)?,
+        move |tar| scratch::extract_metadata(tar, &into),
+    )
+    .await;
+    // A metadata archive holding what the seeder never writes (a link, a special file) is the
+    // metadata changing too.
+    let changed = match digest {
+        Ok(digest) => digest != baseline,
+        Err(Error::Invalid(_)) => true,
+        Err(e) => return Err(e),
+    };
+    if changed {
+        let manifest = metadata_changed(base);
+        let inspection = Inspection {
+            manifest,
+            report: None,
+            scratch,
+            git,
+        };
+        return then(None, inspection).await;
+    }
+    scratch::harden(&scratch.git_dir())?;
+    if !scratch::is_commit(&git, base).await? {
+        return Err(Error::AuditRefused {
+            findings: vec![Finding {
+                path: ".git".into(),
+                reason: Reason::BaseNotCommit,
+                detail: format!("base {base} is not a commit in the storage"),
+            }],
+            more: 0,
+        });
+    }
+    let rules = scratch::ignore_rules(&git, base).await?;
+    let rules = serde_json::to_string(&rules).map_err(|e| Error::Internal(e.to_string()))?;
+    let mut args = vec![INSPECT.to_owned(), base.to_owned(), rules];
+    args.extend(declared);
+    let before = snapshot.clone();
+    let base = base.to_owned();
+    super::reader::read_then(
+        engine,
+        image_id,
+        handle,
+        args,
+        left(until)?,
+        move |id, report: InspectReport| async move {
+            let manifest = judge(&report, &base, &baseline, &before)?;
+            let inspection = Inspection {
+                manifest,
+                report: Some(report),
+                scratch,
+                git,
+            };
+            then(Some(id), inspection).await
+        },
+    )
+    .await
+}
+
+/// Time left before `until`, or the deadline's error.
+fn left(until: Instant) -> Result<Duration> {
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(Error::Deadline("the inspection".into()))
+    } else {
+        Ok(left)
+    }
+}
+
+/// The declared paths of a snapshot of this storage (taken with this baseline).
+fn declared_paths(snapshot: &LinkSnapshot, baseline: &str) -> Result<Vec<String>> {
+    if snapshot.metadata_digest != baseline {
+        return Err(Error::Invalid(format!(
+            "the link snapshot was taken over metadata {}, not this storage's {baseline}",
+            snapshot.metadata_digest
+        )));
+    }
+    if snapshot.links.len() > MAX_DECLARED_PATHS {
+        return Err(Error::Invalid(format!(
+            "the link snapshot holds {} declared paths; at most {MAX_DECLARED_PATHS}",
+            snapshot.links.len()
+        )));
+    }
+    let paths: Vec<String> = snapshot.links.iter().map(|l| l.path.clone()).collect();
+    if let Some(bad) = paths.iter().find(|p| !cordon_contract::tree::clean_path(p)) {
+        return Err(Error::Invalid(format!(
+            "the link snapshot's path {bad:?} is not a clean path under /work"
+        )));
+    }
+    Ok(paths)
+}
+
+/// The manifest of a storage whose metadata is not as seeded: that, and nothing else.
+pub fn metadata_changed(base: &str) -> Manifest {
+    Manifest {
+        base: base.to_owned(),
+        changes: vec![],
+        agent_commits: vec![],
+        metadata_changed: true,
+        link_target_changes: vec![],
+        nested_gitlink_content: vec![],
+        digest: String::new(),
+    }
+    .sealed()
+}
+
+/// The reader's answer as a manifest: its findings refuse it whole; the metadata as the reader
+/// saw it must still be the baseline and HEAD base (the metadata is read-only to agents: either
+/// differing is the metadata changing, and then nothing else is listed).
+pub fn judge(
+    report: &InspectReport,
+    base: &str,
+    baseline: &str,
+    before: &LinkSnapshot,
+) -> Result<Manifest> {
+    if report.metadata_digest != baseline || report.head.as_deref() != Some(base) {
+        return Ok(metadata_changed(base));
+    }
+    if !report.findings.is_empty() {
+        return Err(Error::AuditRefused {
+            findings: report.findings.clone(),
+            more: report.more,
+        });
+    }
+    Ok(Manifest {
+        base: base.to_owned(),
+        changes: report.changes.clone(),
+        agent_commits: vec![],
+        metadata_changed: false,
+        link_target_changes: link_target_changes(&before.links, &report.links),
+        nested_gitlink_content: report.nested_gitlink_content.clone(),
+        digest: String::new(),
+    }
+    .sealed())
+}
+
+/// The declared paths whose link, resolution or target state is not what it was before.
+pub fn link_target_changes(before: &[DeclaredLink], now: &[DeclaredLink]) -> Vec<String> {
+    let mut changed: Vec<String> = before
+        .iter()
+        .filter(|b| now.iter().find(|n| n.path == b.path) != Some(b))
+        .map(|b| b.path.clone())
+        .collect();
+    changed.sort();
+    changed.dedup();
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_contract::audit::{Change, Kind, Side};
+    use cordon_contract::tree::{EntryKind, Resolution, TargetEntry};
+
+    fn report(base: &str) -> InspectReport {
+        InspectReport {
+            head: Some(base.to_owned()),
+            metadata_digest: "sha256:seeded".into(),
+            entries: 3,
+            changes: vec![Change {
+                path: "a.txt".into(),
+                old: None,
+                new: Some(Side {
+                    kind: Kind::File,
+                    blob: Some("0".repeat(40)),
+                    size: Some(1),
+                    target: None,
+                }),
+                ignored: false,
+                link_target_traverses_link: None,
+            }],
+            nested_gitlink_content: vec![],
+            links: vec![],
+            findings: vec![],
+            more: 0,
+        }
+    }
+
+    fn link(path: &str, blob: &str) -> DeclaredLink {
+        DeclaredLink {
+            path: path.into(),
+            kind: EntryKind::Link,
+            target: Some("t".into()),
+            resolution: Some(Resolution::Inside),
+            resolved: Some("t".into()),
+            through_link: false,
+            target_state: vec![TargetEntry {
+                path: "t".into(),
+                kind: EntryKind::File,
+                blob: Some(blob.into()),
+            }],
+        }
+    }
+
+    fn snapshot(links: Vec<DeclaredLink>) -> LinkSnapshot {
+        LinkSnapshot {
+            metadata_digest: "sha256:seeded".into(),
+            links,
+        }
+    }
+
+    #[test]
+    fn a_clean_answer_is_a_sealed_manifest() {
+        let base = "b".repeat(40);
+        let manifest = judge(&report(&base), &base, "sha256:seeded", &snapshot(vec![])).unwrap();
+        assert!(!manifest.metadata_changed && !manifest.needs_person());
+        assert_eq!(manifest.changes.len(), 1);
+        assert_eq!(manifest.digest, manifest.digest_of());
+    }
+
+    #[test]
+    fn metadata_or_head_not_as_seeded_lists_nothing_else() {
+        let base = "b".repeat(40);
+        let mut moved = report(&base);
+        moved.head = Some("c".repeat(40));
+        let mut changed = report(&base);
+        changed.metadata_digest = "sha256:other".into();
+        for r in [moved, changed] {
+            let m = judge(&r, &base, "sha256:seeded", &snapshot(vec![])).unwrap();
+            assert!(m.metadata_changed && m.changes.is_empty() && m.needs_person());
+        }
+    }
+
+    #[test]
+    fn any_finding_refuses_the_whole_answer() {
+        let base = "b".repeat(40);
+        let mut r = report(&base);
+        r.findings.push(Finding {
+            path: ".".into(),
+            reason: Reason::TooManyChanges,
+            detail: String::new(),
+        });
+        let e = judge(&r, &base, "sha256:seeded", &snapshot(vec![])).unwrap_err();
+        assert_eq!(e.id(), "audit-refused");
+    }
+
+    #[test]
+    fn a_declared_link_whose_target_state_moved_is_listed() {
+        let before = vec![link("l", "1"), link("m", "1")];
+        let now = vec![link("l", "1"), link("m", "2")];
+        assert_eq!(link_target_changes(&before, &now), vec!["m".to_owned()]);
+        assert_eq!(link_target_changes(&before, &before), Vec::<String>::new());
+        assert_eq!(
+            link_target_changes(&before, &now[..1]),
+            vec!["m".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_snapshot_of_other_metadata_is_refused() {
+        let mut s = snapshot(vec![]);
+        s.metadata_digest = "sha256:other".into();
+        assert_eq!(
+            declared_paths(&s, "sha256:seeded").unwrap_err().id(),
+            "invalid-input"
+        );
+    }
+
+    #[test]
+    fn the_scratch_directory_goes_with_its_owner() {
+        let scratch = Scratch::new().unwrap();
+        let root = scratch.root().to_owned();
+        assert!(root.join("home").is_dir());
+        drop(scratch);
+        assert!(!root.exists());
+    }
+}

@@ -1,0 +1,477 @@
+//! After a writable run, on the real engine: the change manifest lists every difference with the
+//! blob id git would store (git itself is the oracle: the same changes made on a trusted copy and
+//! staged with `git add -A` hold the same blobs at the same paths), refuses to answer in part,
+//! and says when a person must look.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cordon::audit;
+use cordon::task::StorageHandle;
+use cordon::Error;
+use cordon_contract::audit::{Kind, Manifest};
+use cordon_contract::tree::{LinkSnapshot, Reason};
+use cordon_tests::{owned, Owned, Repo};
+
+use super::tree_check::{agent_script, finish, plant, seed};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// One file operation, made the same way by the fake CLI in the container and by the test on a
+/// trusted copy.
+#[derive(Debug, Clone)]
+enum Op {
+    Write(&'static str, &'static [u8]),
+    Delete(&'static str),
+    Rename(&'static str, &'static str),
+    Chmod(&'static str, u32),
+    Symlink(&'static str, &'static str),
+    Mkdir(&'static str),
+}
+
+fn script(ops: &[Op]) -> String {
+    let json: Vec<serde_json::Value> = ops
+        .iter()
+        .map(|op| match op {
+            Op::Write(p, bytes) => match std::str::from_utf8(bytes) {
+                Ok(text) => serde_json::json!({ "write": [p, text] }),
+                Err(_) => serde_json::json!({ "bytes": [p, hex::encode(bytes)] }),
+            },
+            Op::Delete(p) => serde_json::json!({ "delete": p }),
+            Op::Rename(a, b) => serde_json::json!({ "rename": [a, b] }),
+            Op::Chmod(p, m) => serde_json::json!({ "chmod": [p, m] }),
+            Op::Symlink(p, t) => serde_json::json!({ "symlink": [p, t] }),
+            Op::Mkdir(p) => serde_json::json!({ "mkdir": p }),
+        })
+        .collect();
+    serde_json::to_string(&json).unwrap()
+}
+
+fn apply_on_host(dir: &Path, ops: &[Op]) {
+    use std::os::unix::fs::PermissionsExt;
+    for op in ops {
+        match op {
+            Op::Write(p, bytes) => std::fs::write(dir.join(p), bytes).unwrap(),
+            Op::Delete(p) => std::fs::remove_file(dir.join(p)).unwrap(),
+            Op::Rename(a, b) => std::fs::rename(dir.join(a), dir.join(b)).unwrap(),
+            Op::Chmod(p, m) => {
+                std::fs::set_permissions(dir.join(p), std::fs::Permissions::from_mode(*m)).unwrap()
+            }
+            Op::Symlink(p, t) => std::os::unix::fs::symlink(t, dir.join(p)).unwrap(),
+            Op::Mkdir(p) => std::fs::create_dir(dir.join(p)).unwrap(),
+        }
+    }
+}
+
+/// The base of the benign corpus.
+fn corpus_repo() -> (Repo, String) {
+    let repo = Repo::new("audit");
+    repo.write("README.md", b"# audit\n", 0o644);
+    repo.write("run.sh", b"#!/bin/sh\necho run\n", 0o755);
+    repo.write("src/lib.rs", b"pub fn f() {}\n", 0o644);
+    repo.write("src/gone.txt", b"gone\n", 0o644);
+    repo.write("tools/build.txt", b"build\n", 0o644);
+    repo.write("docs/guide.md", b"guide\n", 0o644);
+    repo.write(".gitignore", b"*.log\nbuild/\n", 0o644);
+    repo.symlink("link", "src/lib.rs");
+    let head = repo.commit();
+    (repo, head)
+}
+
+/// Edits, adds, deletes, renames, mode changes, links, binary and empty files, an ignored file,
+/// nested directories and non-ASCII names.
+fn corpus() -> Vec<Op> {
+    vec![
+        Op::Write("README.md", b"# audit\n\nedited\n"),
+        Op::Write("new.txt", b"new\n"),
+        Op::Delete("src/gone.txt"),
+        Op::Rename("tools/build.txt", "tools/renamed.txt"),
+        Op::Chmod("run.sh", 0o644),
+        Op::Chmod("docs/guide.md", 0o755),
+        Op::Symlink("new-link", "README.md"),
+        Op::Delete("link"),
+        Op::Symlink("link", "docs/guide.md"),
+        Op::Write("blob.bin", b"\x00\x01\x02\xff\xfe binary\x00"),
+        Op::Write("empty.txt", b""),
+        Op::Write("debug.log", b"ignored but listed\n"),
+        Op::Mkdir("deep"),
+        Op::Mkdir("deep/er"),
+        Op::Write("deep/er/file.rs", b"fn main() {}\n"),
+        Op::Write("ünïcödé-名前.txt", "non-ASCII\n".as_bytes()),
+    ]
+}
+
+fn no_links(storage: &StorageHandle) -> LinkSnapshot {
+    LinkSnapshot {
+        metadata_digest: storage.metadata_baseline.clone().unwrap(),
+        links: vec![],
+    }
+}
+
+async fn inspect(s: &Owned, storage: &StorageHandle) -> Result<Manifest, Error> {
+    let base = storage.head.clone().unwrap();
+    audit::inspect(
+        &s.ctl,
+        &s.image,
+        storage,
+        &base,
+        &no_links(storage),
+        DEADLINE,
+    )
+    .await
+}
+
+/// The git oracle: the same changes on a trusted copy, staged by git (`git add -A`, and `-f` for
+/// the ignored file the manifest lists), hold exactly the manifest's paths and blob ids; the same
+/// tree inspected again gives the same digest.
+#[tokio::test]
+async fn the_manifest_is_what_git_stages_on_a_trusted_copy() {
+    let s = owned("t-audit-oracle").await;
+    let (repo, head) = corpus_repo();
+    let storage = seed(&s, &repo, &head).await;
+    let ops = corpus();
+    agent_script(&s, &storage, &script(&ops)).await;
+
+    let manifest = inspect(&s, &storage).await.expect("a manifest");
+    assert!(!manifest.needs_person(), "{manifest:#?}");
+    let again = inspect(&s, &storage).await.expect("again");
+    assert_eq!(
+        again.digest, manifest.digest,
+        "the same tree, the same digest"
+    );
+    let ignored = manifest
+        .changes
+        .iter()
+        .find(|c| c.path == "debug.log")
+        .expect("the ignored file is listed");
+    assert!(ignored.ignored);
+
+    // The trusted copy: a clone of base, the same operations, git add -A (and -f for the ignored
+    // file the manifest lists), git commit with the same identities and message.
+    let copy = Repo::new("audit-oracle");
+    copy.git(&["fetch", "--quiet", repo.dir.to_str().unwrap(), &head]);
+    copy.git(&["checkout", "--quiet", &head]);
+    apply_on_host(&copy.dir, &ops);
+    copy.git(&["add", "-A"]);
+    copy.git(&["add", "-f", "debug.log"]);
+    // Every blob id the manifest holds is git's.
+    for change in &manifest.changes {
+        if let Some(new) = &change.new {
+            if matches!(new.kind, Kind::File | Kind::Executable | Kind::Link) {
+                let staged = copy.git(&["ls-files", "-s", "--", &change.path]);
+                let oid = staged.split_whitespace().nth(1).unwrap_or_default();
+                assert_eq!(new.blob.as_deref(), Some(oid), "{}", change.path);
+            }
+        }
+    }
+    // And nothing else: every path git staged differently from base is in the manifest.
+    let staged = copy.git(&[
+        "diff",
+        "--cached",
+        "--no-renames",
+        "--name-only",
+        "-z",
+        &head,
+    ]);
+    let mut git_paths: Vec<&str> = staged.split('\0').filter(|p| !p.is_empty()).collect();
+    git_paths.sort();
+    let mut listed: Vec<&str> = manifest.changes.iter().map(|c| c.path.as_str()).collect();
+    listed.sort();
+    assert_eq!(listed, git_paths, "the manifest's paths are git's");
+    cordon_tests::assert_only_storage(&s.engine, &s.owner, "after the audit").await;
+    assert_no_scratch();
+    finish(s, &storage).await;
+}
+
+/// No audit scratch directory is left on the host.
+fn assert_no_scratch() {
+    let left: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cordon-audit-"))
+        .collect();
+    // Other tests run in parallel and hold theirs while they run: only this process's own
+    // leftovers would pile up, so the count must stay small.
+    assert!(left.len() < 16, "audit scratch directories left: {left:?}");
+}
+
+/// The same base and the same changes in two storages give the same manifest (and digest); an
+/// untouched tree has no change.
+#[tokio::test]
+async fn the_same_changes_give_the_same_manifest_across_storages() {
+    let s = owned("t-audit-determinism").await;
+    let (repo, head) = corpus_repo();
+    let ops = script(&corpus());
+    let (one, two) = (seed(&s, &repo, &head).await, seed(&s, &repo, &head).await);
+    let unchanged = inspect(&s, &one).await.expect("a manifest");
+    assert!(
+        unchanged.changes.is_empty() && !unchanged.needs_person(),
+        "{unchanged:#?}"
+    );
+    agent_script(&s, &one, &ops).await;
+    agent_script(&s, &two, &ops).await;
+    let (m1, m2) = (
+        inspect(&s, &one).await.unwrap(),
+        inspect(&s, &two).await.unwrap(),
+    );
+    assert_eq!(m1, m2);
+    assert_ne!(m1.digest, unchanged.digest);
+    task_remove(&s, &two).await;
+    finish(s, &one).await;
+}
+
+async fn task_remove(s: &Owned, storage: &StorageHandle) {
+    cordon::task::remove(&s.ctl, storage)
+        .await
+        .expect("remove storage");
+}
+
+/// What a diff or a tree cannot show is listed as a change of its own kind: fifos, sockets, an
+/// empty and an ignored directory (one entry for all beneath it), a planted `.git` directory and
+/// a `gitdir:` file, content in a gitlink; hard links are two files with one blob; a new link
+/// says whether its target passes through a link.
+#[tokio::test]
+async fn every_kind_of_entry_is_listed_as_itself() {
+    let s = owned("t-audit-kinds").await;
+    let (repo, head) = corpus_repo();
+    let storage = seed(&s, &repo, &head).await;
+    agent_script(
+        &s,
+        &storage,
+        r#"[{"mkfifo":"pipe"},{"socket":"sock"},{"mkdir":"empty"},{"mkdir":"build"},
+            {"write":["build/out.o","o"]},{"mkdir":"build/deep"},{"write":["build/deep/x","x"]},
+            {"mkdir":"nested"},{"mkdir":"nested/.git"},{"write":["nested/.git/HEAD","ref: x"]},
+            {"mkdir":"planted"},{"write":["planted/.git","gitdir: /elsewhere\n"]},
+            {"write":["one.txt","same"]},{"hardlink":["two.txt","one.txt"]},
+            {"symlink":["via-link","link"]},{"symlink":["plain-link","README.md"]},
+            {"symlink":["out","/etc/passwd"]},{"symlink":["meta",".git/config"]}]"#,
+    )
+    .await;
+    let manifest = inspect(&s, &storage).await.expect("a manifest");
+    let kind = |path: &str| {
+        let c = manifest
+            .changes
+            .iter()
+            .find(|c| c.path == path)
+            .unwrap_or_else(|| panic!("{path} not listed: {manifest:#?}"));
+        (
+            c.new.as_ref().map(|n| n.kind),
+            c.ignored,
+            c.link_target_traverses_link,
+        )
+    };
+    assert_eq!(kind("pipe"), (Some(Kind::Fifo), false, None));
+    assert_eq!(kind("sock"), (Some(Kind::Socket), false, None));
+    assert_eq!(kind("empty"), (Some(Kind::Dir), false, None));
+    assert_eq!(
+        kind("build"),
+        (Some(Kind::Dir), true, None),
+        "ignored: one entry"
+    );
+    assert!(!manifest
+        .changes
+        .iter()
+        .any(|c| c.path.starts_with("build/")));
+    assert_eq!(kind("nested/.git/HEAD").0, Some(Kind::File));
+    assert_eq!(kind("planted/.git").0, Some(Kind::File));
+    let blob = |path: &str| {
+        manifest
+            .changes
+            .iter()
+            .find(|c| c.path == path)
+            .and_then(|c| c.new.as_ref()?.blob.clone())
+    };
+    assert_eq!(blob("one.txt"), blob("two.txt"));
+    assert_eq!(kind("via-link").2, Some(true));
+    assert_eq!(kind("plain-link").2, Some(false));
+    assert_eq!(kind("out").2, Some(true), "outside the work tree");
+    assert_eq!(kind("meta").2, Some(true), "into the metadata");
+    // Sorted by path, and the same again.
+    let paths: Vec<&String> = manifest.changes.iter().map(|c| &c.path).collect();
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths, sorted);
+    finish(s, &storage).await;
+}
+
+/// Refused whole, never in part: more than 10,000 changes; a changed name of 1,025 bytes (1,024
+/// passes) or with a bidirectional override; a sparse file of a terabyte.
+#[tokio::test]
+async fn an_answer_the_audit_cannot_give_whole_is_refused() {
+    let s = owned("t-audit-refusals").await;
+    let (repo, head) = corpus_repo();
+    let storage = seed(&s, &repo, &head).await;
+    let reasons = |r: Result<Manifest, Error>| match r {
+        Err(Error::AuditRefused { findings, .. }) => findings
+            .into_iter()
+            .map(|f| (f.reason, f.path))
+            .collect::<Vec<_>>(),
+        other => panic!("not an audit refusal: {other:?}"),
+    };
+    // 1,024 bytes of path: four 254-byte directories, their separators and a 4-byte name; one
+    // more byte is refused.
+    let dir = "d".repeat(254);
+    let at_bound = format!("{dir}/{dir}/{dir}/{dir}/abcd");
+    assert_eq!(at_bound.len(), 1024);
+    let entries: Vec<(String, u32, Option<&[u8]>)> = vec![(at_bound.clone(), 0o644, Some(b"x"))];
+    plant_owned(&s, &storage, &entries).await;
+    let manifest = inspect(&s, &storage).await.expect("1,024 bytes pass");
+    assert!(manifest.changes.iter().any(|c| c.path == at_bound));
+    let over = format!("{dir}/{dir}/{dir}/{dir}/abcde");
+    plant_owned(&s, &storage, &[(over.clone(), 0o644, Some(b"x"))]).await;
+    assert_eq!(
+        reasons(inspect(&s, &storage).await).first().map(|r| r.0),
+        Some(Reason::BadName)
+    );
+    finish(s, &storage).await;
+}
+
+/// Upload `entries` under /work as the storage's uid (the agent could have left them).
+async fn plant_owned(s: &Owned, storage: &StorageHandle, entries: &[(String, u32, Option<&[u8]>)]) {
+    let list: Vec<(&str, u32, Option<&[u8]>)> = entries
+        .iter()
+        .map(|(p, m, c)| (p.as_str(), *m, *c))
+        .collect();
+    if !list.is_empty() {
+        plant(s, storage, "/work", &list).await;
+    }
+}
+
+/// The reasons of an audit refusal, as (reason, path).
+fn audit_refused(result: Result<Manifest, Error>) -> Vec<(Reason, String)> {
+    match result {
+        Err(Error::AuditRefused { findings, .. }) => {
+            findings.into_iter().map(|f| (f.reason, f.path)).collect()
+        }
+        other => panic!("not an audit refusal: {other:?}"),
+    }
+}
+
+/// More than 10,000 changes (10,000 pass), a name with a bidirectional override, and a sparse
+/// file of a terabyte are each refused whole, with nothing listed, the same way on retry.
+#[tokio::test]
+async fn too_many_changes_a_hostile_name_and_a_sparse_file_are_refused() {
+    let s = owned("t-audit-limits").await;
+    let (repo, head) = corpus_repo();
+    let (many, name, sparse) = (
+        seed(&s, &repo, &head).await,
+        seed(&s, &repo, &head).await,
+        seed(&s, &repo, &head).await,
+    );
+    // 10,000 new files: exactly 10,000 changes pass.
+    let files: Vec<(String, u32, Option<&[u8]>)> = (0..10_000)
+        .map(|i| (format!("many/f{i:05}"), 0o644, Some(&b"x"[..])))
+        .collect();
+    plant_owned(&s, &many, &files).await;
+    let manifest = inspect(&s, &many).await.expect("10,000 changes pass");
+    assert_eq!(manifest.changes.len(), 10_000);
+    plant_owned(
+        &s,
+        &many,
+        &[("many/one-more".to_owned(), 0o644, Some(b"x"))],
+    )
+    .await;
+    let refused = audit_refused(inspect(&s, &many).await);
+    assert_eq!(
+        refused.first(),
+        Some(&(Reason::TooManyChanges, ".".to_owned()))
+    );
+    assert_eq!(
+        audit_refused(inspect(&s, &many).await),
+        refused,
+        "the same on retry"
+    );
+
+    plant_owned(
+        &s,
+        &name,
+        &[("evil\u{202e}txt.exe".to_owned(), 0o644, Some(b"x"))],
+    )
+    .await;
+    assert_eq!(
+        audit_refused(inspect(&s, &name).await),
+        vec![(Reason::BadName, "evil\u{202e}txt.exe".to_owned())]
+    );
+
+    agent_script(&s, &sparse, r#"[{"sparse":["huge.bin",1099511627776]}]"#).await;
+    assert_eq!(
+        audit_refused(inspect(&s, &sparse).await),
+        vec![(Reason::Unreadable, "huge.bin".to_owned())]
+    );
+    task_remove(&s, &many).await;
+    task_remove(&s, &name).await;
+    finish(s, &sparse).await;
+}
+
+/// A change to the metadata after seeding: the manifest says so and lists nothing else (no git
+/// runs on it), and the task needs a person.
+#[tokio::test]
+async fn a_metadata_change_lists_nothing_else() {
+    let s = owned("t-audit-metadata").await;
+    let (repo, head) = corpus_repo();
+    let storage = seed(&s, &repo, &head).await;
+    agent_script(&s, &storage, r#"[{"write":["new.txt","new"]}]"#).await;
+    plant(
+        &s,
+        &storage,
+        "/work/.git",
+        &[("hooks/post-commit", 0o755, Some(b"#!/bin/sh\n"))],
+    )
+    .await;
+    let manifest = inspect(&s, &storage).await.expect("a manifest");
+    assert!(manifest.metadata_changed && manifest.needs_person());
+    assert!(manifest.changes.is_empty() && manifest.link_target_changes.is_empty());
+    finish(s, &storage).await;
+}
+
+/// A declared link whose target changed during the run, and content in a gitlink, are listed
+/// (the task needs a person).
+#[tokio::test]
+async fn a_declared_link_retargeted_and_gitlink_content_need_a_person() {
+    let s = owned("t-audit-person").await;
+    let repo = Repo::new("audit-person");
+    repo.write("docs/guide.md", b"guide\n", 0o644);
+    repo.symlink("current", "docs");
+    repo.git(&["add", "-A"]);
+    let info = "160000,1234567890123456789012345678901234567890,vendor/sub";
+    repo.git(&["update-index", "--add", "--cacheinfo", info]);
+    repo.git(&["commit", "--quiet", "-m", "person"]);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    let storage = seed(&s, &repo, &head).await;
+    let snapshot = audit::snapshot_links(
+        &s.ctl,
+        &s.image,
+        &storage,
+        &["current".to_owned()],
+        DEADLINE,
+    )
+    .await
+    .expect("a snapshot");
+    // The run edits what the declared link's target holds.
+    agent_script(&s, &storage, r#"[{"write":["docs/guide.md","edited"]}]"#).await;
+    plant(
+        &s,
+        &storage,
+        "/work/vendor/sub",
+        &[("x.c", 0o644, Some(b"int x;"))],
+    )
+    .await;
+    let manifest = audit::inspect(&s.ctl, &s.image, &storage, &head, &snapshot, DEADLINE)
+        .await
+        .expect("a manifest");
+    assert_eq!(manifest.link_target_changes, ["current"]);
+    assert_eq!(manifest.nested_gitlink_content, ["vendor/sub"]);
+    assert!(manifest.needs_person());
+    let gitlink = manifest
+        .changes
+        .iter()
+        .find(|c| c.path == "vendor/sub")
+        .expect("one change");
+    assert_eq!(gitlink.old.as_ref().map(|o| o.kind), Some(Kind::Gitlink));
+    assert!(!manifest
+        .changes
+        .iter()
+        .any(|c| c.path.starts_with("vendor/sub/")));
+    finish(s, &storage).await;
+}
