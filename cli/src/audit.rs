@@ -64,6 +64,42 @@ pub enum AuditAction {
         #[arg(long, default_value_t = 120)]
         deadline_secs: u64,
     },
+    /// Commit what the approved manifest holds, as a git bundle with one ref,
+    /// `refs/heads/cordon` (exit 1, `commit-refused`: a person must look).
+    Commit(CommitArgs),
+}
+
+/// The arguments of `cordon audit commit`.
+#[derive(Debug, clap::Args)]
+pub struct CommitArgs {
+    /// The storage handle (JSON, or @FILE).
+    handle: String,
+    #[arg(long)]
+    base: String,
+    /// The approved manifest's digest.
+    #[arg(long)]
+    digest: String,
+    /// The link snapshot taken before the run (none declared when absent).
+    #[arg(long)]
+    links: Option<PathBuf>,
+    /// The commit message (UTF-8, at most 64 KiB).
+    #[arg(long)]
+    message_file: PathBuf,
+    /// `Name <email> SECONDS OFFSET` (git's raw form).
+    #[arg(long)]
+    author: String,
+    #[arg(long)]
+    committer: String,
+    /// A trailer `KEY=VALUE` (repeatable).
+    #[arg(long = "trailer", value_name = "K=V")]
+    trailers: Vec<String>,
+    /// Where the bundle goes (must not exist).
+    #[arg(long)]
+    bundle: PathBuf,
+    #[arg(long)]
+    image: Option<String>,
+    #[arg(long, default_value_t = 300)]
+    deadline_secs: u64,
 }
 
 /// The most a `--links` file may hold (the reader's report bound).
@@ -199,6 +235,43 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        AuditAction::Commit(args) => {
+            let handle = parse_handle(&args.handle)?;
+            let request = cordon::audit::CommitRequest {
+                snapshot: read_links(args.links.as_deref(), &handle)?,
+                base: args.base,
+                digest: args.digest,
+                message: cordon::caller_file::read_utf8(
+                    "message file",
+                    &args.message_file,
+                    crate::run::MAX_MESSAGE_BYTES,
+                )?,
+                trailers: crate::run::parse_trailers(&args.trailers)?,
+                author: args.author,
+                committer: args.committer,
+                bundle: args.bundle,
+            };
+            let image_id = image_id(ctx, args.image).await?;
+            let committed = cordon::audit::commit(
+                &ctx.ctl,
+                &image_id,
+                &handle,
+                &request,
+                std::time::Duration::from_secs(args.deadline_secs),
+            )
+            .await?;
+            print(ctx.json, &committed, || {
+                if committed.unchanged {
+                    "nothing changed: no commit, no bundle\n".to_owned()
+                } else {
+                    format!(
+                        "{} on refs/heads/cordon, {} bytes of bundle\n",
+                        committed.head, committed.bundle_bytes
+                    )
+                }
+            })?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

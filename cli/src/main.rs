@@ -162,7 +162,15 @@ async fn main() -> ExitCode {
             let library = e.chain().find_map(|c| c.downcast_ref::<cordon::Error>());
             // A refused tree is an answer, not a failure: the task needs a person.
             let refused_tree = match library {
-                Some(cordon::Error::TreeRefused { findings, more }) => Some((findings, *more)),
+                Some(cordon::Error::TreeRefused { findings, more }) => {
+                    Some((serde_json::to_value(findings).unwrap_or_default(), *more))
+                }
+                Some(cordon::Error::AuditRefused { findings, more }) => {
+                    Some((serde_json::to_value(findings).unwrap_or_default(), *more))
+                }
+                Some(cordon::Error::CommitRefused { findings }) => {
+                    Some((serde_json::to_value(findings).unwrap_or_default(), 0))
+                }
                 _ => None,
             };
             if json {
@@ -175,14 +183,16 @@ async fn main() -> ExitCode {
                         _ => serde_json::Value::Null,
                     },
                 });
-                if let Some((findings, more)) = refused_tree {
+                if let Some((findings, more)) = refused_tree.clone() {
                     report["needs_person"] = true.into();
-                    report["findings"] = serde_json::to_value(findings).unwrap_or_default();
+                    report["findings"] = findings;
                     report["more"] = more.into();
                 }
                 println!("{report}");
             } else if refused_tree.is_some() {
-                eprintln!("cordon: the task needs a person: the tree is not base's, or a declared operation does not fit");
+                eprintln!(
+                    "cordon: the task needs a person: the audit refused (see the reasons above)"
+                );
             }
             if refused_tree.is_some() {
                 ExitCode::FAILURE

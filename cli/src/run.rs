@@ -102,6 +102,21 @@ pub struct RunArgs {
     bundle: Option<PathBuf>,
 }
 
+/// The most a commit message file may hold.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// `K=V` trailers as pairs.
+pub fn parse_trailers(trailers: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    trailers
+        .iter()
+        .map(|t| {
+            t.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| anyhow::anyhow!("a trailer is KEY=VALUE, not {t:?}"))
+        })
+        .collect()
+}
+
 /// The vendor credential from the caller's environment: an OAuth token, or an API key.
 fn credential_from_env() -> anyhow::Result<cordon::invoke::Credential> {
     use cordon::invoke::{Credential, CredentialKind};
@@ -233,6 +248,28 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             None => Vec::new(),
         },
         declared_paths: args.paths,
+        commit: match (
+            args.commit,
+            args.author,
+            args.committer,
+            args.message_file,
+            args.bundle,
+        ) {
+            (true, Some(author), Some(committer), Some(message), Some(bundle)) => {
+                Some(cordon::invoke::oneshot::OneShotCommit {
+                    author,
+                    committer,
+                    message: cordon::caller_file::read_utf8(
+                        "message file",
+                        &message,
+                        MAX_MESSAGE_BYTES,
+                    )?,
+                    trailers: parse_trailers(&args.trailers)?,
+                    bundle,
+                })
+            }
+            _ => None,
+        },
     };
     // A refused vendor is refused before anything is prepared.
     if cordon::invoke::allowed_phases(vendor).is_empty() {

@@ -384,6 +384,63 @@ fn run_execute_checks_the_tree_and_reports_a_refusal_as_such() {
         changes[0]["new"]["blob"], "3e757656cf36eca53338e520d134963a44f793f8",
         "{wrote}"
     );
+    // With --commit: the manifest committed as a bundle with one ref at head.
+    let message = repo.with_extension("message.txt");
+    std::fs::write(&message, "the agent's change\n").unwrap();
+    let bundle = repo.with_extension("bundle");
+    let committed = cordon()
+        .args([
+            "run", "--json", "--vendor", "test", "--phase", "execute", "--repo",
+        ])
+        .arg(&repo)
+        .args([
+            "--owner",
+            &owner,
+            "--prompt",
+            r#"cordon-fake:script [{"write":["new.txt","new\n"]}]"#,
+            "--commit",
+            "--author",
+            "A <a@example.org> 1700000000 +0000",
+            "--committer",
+            "C <c@example.org> 1700000000 +0000",
+            "--trailer",
+            "Attempt=1",
+            "--message-file",
+        ])
+        .arg(&message)
+        .arg("--bundle")
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert_eq!(
+        committed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&committed.stderr)
+    );
+    let committed = json(&committed);
+    let head = committed["audit"]["commit"]["head"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(head.len(), 40, "{committed}");
+    assert_eq!(
+        committed["audit"]["commit"]["unchanged"], false,
+        "{committed}"
+    );
+    let heads = std::process::Command::new("git")
+        .args(["bundle", "list-heads"])
+        .arg(&bundle)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&heads.stdout).trim(),
+        format!("{head} refs/heads/cordon")
+    );
+    let _ = std::fs::remove_file(&bundle);
+    let _ = std::fs::remove_file(&message);
     let refused = execute(r#"[{"kind":"add","path":"README.md"},{"kind":"edit","path":"src"}]"#);
     assert_eq!(
         refused.status.code(),

@@ -598,6 +598,7 @@ pub(crate) fn questions_run(dir: &std::path::Path, run: usize) -> crate::invoke:
         exec: None,
         operations: Vec::new(),
         declared_paths: Vec::new(),
+        commit: None,
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use cordon::audit;
 use cordon::task::StorageHandle;
 use cordon::Error;
-use cordon_contract::audit::{Kind, Manifest};
+use cordon_contract::audit::{CommitReason, Kind, Manifest};
 use cordon_contract::tree::{LinkSnapshot, Reason};
 use cordon_tests::{owned, Owned, Repo};
 
@@ -474,4 +474,212 @@ async fn a_declared_link_retargeted_and_gitlink_content_need_a_person() {
         .iter()
         .any(|c| c.path.starts_with("vendor/sub/")));
     finish(s, &storage).await;
+}
+
+const AUTHOR: &str = "Ada Agent <ada@example.org> 1700000000 +0000";
+const COMMITTER: &str = "cordon <cordon@example.org> 1700000100 +0000";
+
+fn request(storage: &StorageHandle, digest: &str, bundle: &Path) -> audit::CommitRequest {
+    audit::CommitRequest {
+        base: storage.head.clone().unwrap(),
+        snapshot: no_links(storage),
+        digest: digest.to_owned(),
+        message: "cordon: the agent's changes\n".to_owned(),
+        trailers: vec![("Cordon-Attempt".to_owned(), "test".to_owned())],
+        author: AUTHOR.to_owned(),
+        committer: COMMITTER.to_owned(),
+        bundle: bundle.to_owned(),
+    }
+}
+
+fn bundle_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "cordon-test-bundle-{name}-{}.bundle",
+        uuid::Uuid::new_v4().simple()
+    ))
+}
+
+async fn commit(
+    s: &Owned,
+    storage: &StorageHandle,
+    digest: &str,
+    bundle: &Path,
+) -> Result<audit::Committed, Error> {
+    audit::commit(
+        &s.ctl,
+        &s.image,
+        storage,
+        &request(storage, digest, bundle),
+        Duration::from_secs(300),
+    )
+    .await
+}
+
+/// git's own commit of `copy`'s index, with the test's identities and `message`.
+fn commit_as_git(copy: &Repo, message: &str) -> String {
+    use std::io::Write;
+    let tree = copy.git(&["write-tree"]);
+    let parent = copy.git(&["rev-parse", "HEAD"]);
+    let mut child = std::process::Command::new("git")
+        .current_dir(&copy.dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &copy.dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "Ada Agent")
+        .env("GIT_AUTHOR_EMAIL", "ada@example.org")
+        .env("GIT_AUTHOR_DATE", "1700000000 +0000")
+        .env("GIT_COMMITTER_NAME", "cordon")
+        .env("GIT_COMMITTER_EMAIL", "cordon@example.org")
+        .env("GIT_COMMITTER_DATE", "1700000100 +0000")
+        .args(["commit-tree", &tree, "-p", &parent, "-F", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("git commit-tree");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(message.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// The commit is what git commits on a trusted copy with the same changes, identities, message
+/// and trailers (the same commit id); the bundle has one ref, `refs/heads/cordon`, at head, with
+/// base its prerequisite, and a fresh clone of base fetches it with `transfer.fsckObjects`;
+/// committing again gives the same id; an untouched tree makes no commit and no bundle.
+#[tokio::test]
+async fn the_commit_is_what_git_commits_on_a_trusted_copy() {
+    let s = owned("t-audit-commit").await;
+    let (repo, head) = corpus_repo();
+    let storage = seed(&s, &repo, &head).await;
+    let untouched = inspect(&s, &storage).await.expect("a manifest");
+    let none = bundle_path("none");
+    let empty = commit(&s, &storage, &untouched.digest, &none)
+        .await
+        .expect("no commit");
+    assert!(
+        empty.unchanged && empty.head == head && !none.exists(),
+        "{empty:?}"
+    );
+
+    let ops = corpus();
+    agent_script(&s, &storage, &script(&ops)).await;
+    let manifest = inspect(&s, &storage).await.expect("a manifest");
+    let copy = Repo::new("audit-commit-oracle");
+    copy.git(&["fetch", "--quiet", repo.dir.to_str().unwrap(), &head]);
+    copy.git(&["checkout", "--quiet", &head]);
+    apply_on_host(&copy.dir, &ops);
+    copy.git(&["add", "-A"]);
+    copy.git(&["add", "-f", "debug.log"]);
+    let oracle = commit_as_git(
+        &copy,
+        "cordon: the agent's changes\n\nCordon-Attempt: test\n",
+    );
+
+    let bundle = bundle_path("commit");
+    let committed = commit(&s, &storage, &manifest.digest, &bundle)
+        .await
+        .expect("the commit");
+    assert!(!committed.unchanged);
+    assert_eq!(committed.head, oracle, "git's commit of the trusted copy");
+    let fresh = Repo::new("audit-fresh");
+    fresh.git(&["fetch", "--quiet", repo.dir.to_str().unwrap(), &head]);
+    let b = bundle.to_str().unwrap();
+    assert_eq!(
+        fresh.git(&["bundle", "list-heads", b]),
+        format!("{oracle} refs/heads/cordon")
+    );
+    fresh.git(&["bundle", "verify", "--quiet", b]);
+    fresh.git(&[
+        "-c",
+        "transfer.fsckObjects=true",
+        "fetch",
+        "--quiet",
+        b,
+        "refs/heads/cordon:refs/heads/got",
+    ]);
+    assert_eq!(fresh.git(&["rev-parse", "refs/heads/got"]), oracle);
+
+    let second = bundle_path("commit-2");
+    let again = commit(&s, &storage, &manifest.digest, &second)
+        .await
+        .expect("again");
+    assert_eq!(
+        again.head, committed.head,
+        "the same inputs, the same commit"
+    );
+    // An existing bundle path is never overwritten.
+    let taken = commit(&s, &storage, &manifest.digest, &bundle)
+        .await
+        .unwrap_err();
+    assert_eq!(taken.id(), "invalid-input");
+    let _ = std::fs::remove_file(&bundle);
+    let _ = std::fs::remove_file(&second);
+    cordon_tests::assert_only_storage(&s.engine, &s.owner, "after the commits").await;
+    finish(s, &storage).await;
+}
+
+/// The reasons of a commit refusal.
+fn commit_refused(result: Result<audit::Committed, Error>) -> Vec<(CommitReason, String)> {
+    match result {
+        Err(Error::CommitRefused { findings }) => {
+            findings.into_iter().map(|f| (f.reason, f.path)).collect()
+        }
+        other => panic!("not a commit refusal: {other:?}"),
+    }
+}
+
+/// Whatever the audit said, the commit refuses what a tree must not hold, each with its reason:
+/// `.git` aliases holding a hook, a symlinked `.gitmodules`, a case-fold collision with a link,
+/// a fifo, a directory; a tree changed after the audit (the digest); and nothing is written.
+#[tokio::test]
+async fn the_commit_refuses_what_a_tree_must_not_hold() {
+    let s = owned("t-audit-refuse").await;
+    let (repo, head) = corpus_repo();
+    let (hostile, later) = (seed(&s, &repo, &head).await, seed(&s, &repo, &head).await);
+    agent_script(
+        &s,
+        &hostile,
+        r#"[{"mkdir":".GIT"},{"mkdir":".GIT/hooks"},{"write":[".GIT/hooks/post-checkout","x"]},
+            {"mkdir":"sub"},{"mkdir":"sub/.git"},{"write":["sub/.git/config","x"]},
+            {"mkdir":"git~1"},{"write":["git~1/config","x"]},
+            {"symlink":[".gitmodules","README.md"]},{"symlink":["readme.md","README.md"]},
+            {"mkfifo":"pipe"},{"mkdir":"empty"}]"#,
+    )
+    .await;
+    let manifest = inspect(&s, &hostile).await.expect("a manifest");
+    let bundle = bundle_path("refused");
+    let reasons = commit_refused(commit(&s, &hostile, &manifest.digest, &bundle).await);
+    for want in [
+        (CommitReason::GitPath, ".GIT/hooks/post-checkout"),
+        (CommitReason::GitPath, "sub/.git/config"),
+        (CommitReason::GitPath, "git~1/config"),
+        (CommitReason::GitmodulesLink, ".gitmodules"),
+        (CommitReason::CaseCollision, "readme.md"),
+        (CommitReason::SpecialFile, "pipe"),
+        (CommitReason::Directory, "empty"),
+    ] {
+        assert!(
+            reasons.iter().any(|(r, p)| *r == want.0 && p == want.1),
+            "{want:?} not in {reasons:?}"
+        );
+    }
+    assert!(!bundle.exists());
+
+    // The tree changed after the audit: the approved digest is not the inspection's.
+    let approved = inspect(&s, &later).await.unwrap();
+    agent_script(&s, &later, r#"[{"write":["late.txt","late"]}]"#).await;
+    assert_eq!(
+        commit_refused(commit(&s, &later, &approved.digest, &bundle).await),
+        vec![(CommitReason::DigestMismatch, ".".to_owned())]
+    );
+    assert!(!bundle.exists());
+    task_remove(&s, &later).await;
+    finish(s, &hostile).await;
 }

@@ -5,11 +5,12 @@
 //!
 //! Before a writable run: the declared-link snapshot ([`snapshot_links`]) and the pre-launch tree
 //! check ([`check_tree`]), whose one-shot [`TreeCheck`] an execute or fix start redeems. After
-//! it: the change manifest ([`inspect`]). After
-//! it: the change manifest ([`inspect`]).
+//! it: the change manifest ([`inspect`]) and the commit of what it holds ([`commit`]). After
+//! it: the change manifest ([`inspect`]) and the commit of what it holds ([`commit`]).
 
 pub mod build;
 pub mod check;
+pub mod commit;
 pub mod inspect;
 pub mod links;
 pub mod paths;
@@ -17,6 +18,7 @@ mod reader;
 pub mod scratch;
 
 pub use check::{check_tree, redeem, Masks, TreeCheck};
+pub use commit::{commit, CommitRequest, Committed};
 pub use inspect::inspect;
 pub use links::{refuse_through_links, snapshot_links};
 pub use reader::DEFAULT_DEADLINE;

@@ -47,13 +47,28 @@ pub struct OneShot {
     /// The task's declared paths (execute and fix: their links are snapshot, and one that
     /// passes through another link is refused).
     pub declared_paths: Vec<String>,
+    /// Execute and fix: after the run, commit what the manifest holds.
+    pub commit: Option<OneShotCommit>,
 }
 
-/// After a writable run: the change manifest, or the refusal that stopped it (then the task
-/// needs a person).
+/// What a one-shot execute or fix commits after its run (see [`crate::audit::CommitRequest`]).
+#[derive(Debug, Clone)]
+pub struct OneShotCommit {
+    pub author: String,
+    pub committer: String,
+    pub message: String,
+    pub trailers: Vec<(String, String)>,
+    pub bundle: PathBuf,
+}
+
+/// After a writable run: the change manifest and the commit, or the refusal that stopped them
+/// (then the task needs a person).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PostRun {
     pub manifest: Option<cordon_contract::audit::Manifest>,
+    /// The commit of what the manifest holds (when asked, the run answered and nothing needs a
+    /// person).
+    pub commit: Option<crate::audit::Committed>,
     /// The refusal's stable id, message and reasons (`audit-refused`, `commit-refused`).
     pub refused: Option<serde_json::Value>,
     /// The audit failing to run (not a refusal): its stable id and message.
@@ -181,8 +196,9 @@ pub async fn oneshot(
     let audit = match &outcome {
         Ok(result) if run.phase.work_writable() => {
             progress("auditing the changes");
-            let _ = result;
-            Some(post_run(ctl, image_id, &storage, link_snapshot.as_ref()).await)
+            // A stopped attempt is inspected, never committed.
+            let commit = run.commit.as_ref().filter(|_| result.answer.is_some());
+            Some(post_run(ctl, image_id, &storage, link_snapshot.as_ref(), commit).await)
         }
         _ => None,
     };
@@ -239,13 +255,15 @@ async fn check_before_start(
     Ok((snapshot, check))
 }
 
-/// After a writable run (a stopped one too): inspect. A refusal is recorded, never raised: the
+/// After a writable run (a stopped one too): inspect; when asked and the run answered, commit. A
+/// refusal is recorded, never raised: the
 /// run's result stands, and the task needs a person.
 async fn post_run(
     ctl: &Controller,
     image_id: &str,
     storage: &task::StorageHandle,
     snapshot: Option<&cordon_contract::tree::LinkSnapshot>,
+    commit: Option<&OneShotCommit>,
 ) -> PostRun {
     let started = Instant::now();
     let mut post = PostRun::default();
@@ -265,7 +283,23 @@ async fn post_run(
         let manifest =
             crate::audit::inspect(ctl, image_id, storage, &base, &snapshot, deadline).await?;
         post.needs_person = manifest.needs_person();
+        let digest = manifest.digest.clone();
         post.manifest = Some(manifest);
+        if let (Some(commit), false) = (commit, post.needs_person) {
+            let request = crate::audit::CommitRequest {
+                base,
+                snapshot,
+                digest,
+                message: commit.message.clone(),
+                trailers: commit.trailers.clone(),
+                author: commit.author.clone(),
+                committer: commit.committer.clone(),
+                bundle: commit.bundle.clone(),
+            };
+            let deadline = crate::audit::commit::DEFAULT_DEADLINE;
+            post.commit =
+                Some(crate::audit::commit(ctl, image_id, storage, &request, deadline).await?);
+        }
         Ok::<_, crate::Error>(())
     }
     .await;

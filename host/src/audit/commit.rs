@@ -1,0 +1,204 @@
+//! The commit: base plus exactly the approved manifest, as a git bundle.
+//!
+//! The inspection runs again in its own container; its manifest's digest must be the approved
+//! one, and every change must be one a tree may hold ([`super::paths::refusals`]). The content
+//! then streams out of that same stopped container (the engine's archive of /work, both volumes
+//! still read-only), each file checked against the blob id the inspection hashed, into
+//! `git fast-import` on the controller-owned scratch copy; `git fsck --strict` runs before the
+//! bundle is written. Identities, message and trailers are the caller's, validated; nothing
+//! comes from the environment or the repository, so the same inputs give the same commit id.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cordon_contract::audit::{CommitFinding, CommitReason};
+use cordon_contract::tree::LinkSnapshot;
+
+use crate::controller::Controller;
+use crate::error::{Error, Result};
+use crate::task::StorageHandle;
+
+use super::{build, inspect, paths, scratch};
+
+/// The commit's default deadline.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
+/// The bundle is at most this large.
+pub const MAX_BUNDLE_BYTES: u64 = 64 * 1024 * 1024;
+/// New content the scratch copy takes at most.
+pub const MAX_CONTENT_BYTES: u64 = 512 * 1024 * 1024;
+
+/// What to commit.
+#[derive(Debug, Clone)]
+pub struct CommitRequest {
+    /// The commit the storage was seeded from.
+    pub base: String,
+    /// The declared-link snapshot taken before the run.
+    pub snapshot: LinkSnapshot,
+    /// The approved manifest's digest.
+    pub digest: String,
+    pub message: String,
+    pub trailers: Vec<(String, String)>,
+    /// `Name <email> SECONDS OFFSET`, git's raw form.
+    pub author: String,
+    pub committer: String,
+    /// Where the bundle goes (must not exist).
+    pub bundle: PathBuf,
+}
+
+/// A commit made (or none: `unchanged`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Committed {
+    /// The new commit, or base when nothing changed.
+    pub head: String,
+    pub unchanged: bool,
+    /// The bundle's path and size (none when unchanged).
+    pub bundle: Option<PathBuf>,
+    pub bundle_bytes: u64,
+    /// The manifest the commit holds.
+    pub digest: String,
+    pub ms: u64,
+}
+
+/// Commit what the approved manifest holds.
+pub async fn commit(
+    ctl: &Controller,
+    image_id: &str,
+    handle: &StorageHandle,
+    request: &CommitRequest,
+    deadline: Duration,
+) -> Result<Committed> {
+    let started = Instant::now();
+    let until = started + deadline;
+    let author = build::identity(&request.author)?;
+    let committer = build::identity(&request.committer)?;
+    let message = build::message(&request.message, &request.trailers)?;
+    if std::fs::symlink_metadata(&request.bundle).is_ok() {
+        return Err(Error::Invalid(format!(
+            "the bundle path {} exists: it is never overwritten",
+            request.bundle.display()
+        )));
+    }
+    let base = request.base.clone();
+    let approved = request.digest.clone();
+    let out = request.bundle.clone();
+    inspect::inspect_then(
+        ctl,
+        image_id,
+        handle,
+        &request.base,
+        &request.snapshot,
+        deadline,
+        |container, inspection| async move {
+            let manifest = &inspection.manifest;
+            let mut findings = Vec::new();
+            if manifest.digest != approved {
+                findings.push(CommitFinding {
+                    path: ".".into(),
+                    reason: CommitReason::DigestMismatch,
+                    detail: format!("approved {approved}, inspected {}", manifest.digest),
+                });
+            }
+            let base_tree = if manifest.metadata_changed {
+                Vec::new()
+            } else {
+                scratch::base_paths(&inspection.git, &base).await?
+            };
+            findings.extend(paths::refusals(manifest, &base_tree));
+            if !findings.is_empty() {
+                findings.sort();
+                findings.dedup();
+                return Err(Error::CommitRefused { findings });
+            }
+            if manifest.changes.is_empty() {
+                return Ok(Committed {
+                    head: base.clone(),
+                    unchanged: true,
+                    bundle: None,
+                    bundle_bytes: 0,
+                    digest: manifest.digest.clone(),
+                    ms: started.elapsed().as_millis() as u64,
+                });
+            }
+            let container = container
+                .ok_or_else(|| Error::Internal("no reader container to read from".into()))?;
+            let spec = build::Spec {
+                base: base.clone(),
+                changes: manifest.changes.clone(),
+                author,
+                committer,
+                message,
+                reference: build::REF.to_owned(),
+            };
+            let left = until.saturating_duration_since(Instant::now());
+            let head = build_from_archive(
+                ctl.engine(),
+                &container,
+                &inspection,
+                spec,
+                MAX_CONTENT_BYTES,
+                left,
+            )
+            .await?;
+            let bytes =
+                build::fsck_and_bundle(&inspection.git, &base, &head, &out, MAX_BUNDLE_BYTES)
+                    .await?;
+            Ok(Committed {
+                head,
+                unchanged: false,
+                bundle: Some(out),
+                bundle_bytes: bytes,
+                digest: manifest.digest.clone(),
+                ms: started.elapsed().as_millis() as u64,
+            })
+        },
+    )
+    .await
+}
+
+/// Build `spec` on the inspection's scratch copy from the engine's archive of /work in the
+/// inspection's stopped `container`: each file checked against the manifest's blob id as it
+/// streams into a `git fast-import` stream (a scratch file), imported only once every blob
+/// matched. The commit `spec.reference` then names.
+pub async fn build_from_archive(
+    engine: &crate::engine::Engine,
+    container: &str,
+    inspection: &inspect::Inspection,
+    spec: build::Spec,
+    max_bytes: u64,
+    deadline: Duration,
+) -> Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let blobs: std::collections::HashMap<String, String> =
+        scratch::list_tree(&inspection.git, &spec.base)
+            .await?
+            .into_iter()
+            .filter(|e| e.kind == "blob")
+            .map(|e| (e.path, e.id))
+            .collect();
+    let stream = inspection.scratch.root().join("stream");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&stream)
+        .map_err(|e| Error::io(format!("creating {}", stream.display()), e))?;
+    let reference = spec.reference.clone();
+    super::reader::with_archive(
+        engine,
+        container,
+        cordon_contract::paths::WORK,
+        deadline,
+        move |tar| {
+            let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
+            build::write_stream(tar, &spec, |p| blobs.get(p).cloned(), &mut out, max_bytes)?;
+            out.flush()
+                .map_err(|e| Error::io("writing the fast-import stream", e))
+        },
+    )
+    .await?;
+    let head = build::import(&inspection.git, &stream, &reference).await;
+    let _ = std::fs::remove_file(&stream);
+    head
+}
