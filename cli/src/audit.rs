@@ -64,6 +64,18 @@ pub enum AuditAction {
         #[arg(long, default_value_t = 120)]
         deadline_secs: u64,
     },
+    /// At most 1 MiB of unified diff of what a writable attempt (a stopped one too) changed, with
+    /// a `cordon:` notice line for each thing a diff cannot show.
+    ExportDiff {
+        /// The storage handle (JSON, or @FILE; a recovered one with its recorded baseline).
+        handle: String,
+        #[arg(long)]
+        base: String,
+        #[arg(long)]
+        image: Option<String>,
+        #[arg(long, default_value_t = 120)]
+        deadline_secs: u64,
+    },
     /// Commit what the approved manifest holds, as a git bundle with one ref,
     /// `refs/heads/cordon` (exit 1, `commit-refused`: a person must look).
     Commit(CommitArgs),
@@ -235,6 +247,28 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        AuditAction::ExportDiff {
+            handle,
+            base,
+            image,
+            deadline_secs,
+        } => {
+            let handle = parse_handle(&handle)?;
+            let image_id = image_id(ctx, image).await?;
+            let export = cordon::audit::export_diff(
+                &ctx.ctl,
+                &image_id,
+                &handle,
+                &base,
+                std::time::Duration::from_secs(deadline_secs),
+            )
+            .await?;
+            // The diff quotes the agent's bytes: JSON escapes them; text shows them framed.
+            print(ctx.json, &export, || {
+                crate::human::framed("diff", &export.diff)
+            })?;
+            Ok(ExitCode::SUCCESS)
         }
         AuditAction::Commit(args) => {
             let handle = parse_handle(&args.handle)?;

@@ -97,6 +97,27 @@ pub fn run_report(report: &OneShotReport) -> String {
     if let Some(left) = &report.storage_left {
         text.push_str(&format!("storage not removed: {}\n", line(left)));
     }
+    if let Some(audit) = &report.audit {
+        if let Some(manifest) = &audit.manifest {
+            text.push_str(&format!(
+                "changes: {} (manifest {})\n",
+                manifest.changes.len(),
+                line(&manifest.digest)
+            ));
+        }
+        if let Some(commit) = &audit.commit {
+            text.push_str(&format!("committed: {}\n", line(&commit.head)));
+        }
+        if audit.needs_person {
+            text.push_str("the task needs a person: see the manifest (--json)\n");
+        }
+        if let Some(failed) = &audit.failed {
+            text.push_str(&format!(
+                "the audit failed: {}\n",
+                line(&failed.to_string())
+            ));
+        }
+    }
     let exit = match result.exit_code {
         Some(code) => code.to_string(),
         // The workload never reported one (it did not start, or was stopped).

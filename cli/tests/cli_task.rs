@@ -378,6 +378,10 @@ fn run_execute_checks_the_tree_and_reports_a_refusal_as_such() {
     );
     let wrote = json(&wrote);
     let changes = &wrote["audit"]["manifest"]["changes"];
+    let diff = wrote["audit"]["export"]["diff"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(diff.contains("+new"), "{wrote}");
     assert_eq!(changes[0]["path"], "new.txt", "{wrote}");
     // `printf 'new\n' | git hash-object --stdin`
     assert_eq!(

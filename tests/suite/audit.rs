@@ -683,3 +683,84 @@ async fn the_commit_refuses_what_a_tree_must_not_hold() {
     task_remove(&s, &later).await;
     finish(s, &hostile).await;
 }
+
+/// The diff export: a unified diff of what a diff can show, bounded at 1 MiB (`truncated`), with a
+/// `cordon:` notice for each thing it cannot: a fifo, an ignored path, an untracked nested
+/// repository, a file over 8 MiB, a file whose `ident` attribute changes what git would store;
+/// refused when the metadata changed.
+#[tokio::test]
+async fn the_export_shows_the_diff_and_a_notice_for_what_it_cannot() {
+    let s = owned("t-audit-export").await;
+    let (repo, head) = corpus_repo();
+    let (storage, big, meta) = (
+        seed(&s, &repo, &head).await,
+        seed(&s, &repo, &head).await,
+        seed(&s, &repo, &head).await,
+    );
+    agent_script(
+        &s,
+        &storage,
+        r##"[{"write":["README.md","# audit\n\nexported\n"]},{"mkfifo":"pipe"},
+            {"write":["debug.log","ignored"]},{"mkdir":"nested"},{"mkdir":"nested/.git"},
+            {"write":["nested/.git/HEAD","ref: x"]},
+            {"write":[".gitattributes","*.id ident\n"]},{"write":["x.id","$Id$\n"]}]"##,
+    )
+    .await;
+    let huge = vec![b'x'; 9 << 20];
+    plant_owned(
+        &s,
+        &storage,
+        &[("huge.txt".to_owned(), 0o644, Some(&huge[..]))],
+    )
+    .await;
+    let export = audit::export_diff(&s.ctl, &s.image, &storage, &head, DEADLINE)
+        .await
+        .expect("an export");
+    assert!(!export.truncated, "{}", export.diff);
+    assert!(export.diff.contains("+exported"), "{}", export.diff);
+    for notice in [
+        "cordon: a fifo or socket \"pipe\"",
+        "cordon: an ignored untracked path \"debug.log\"",
+        "cordon: an untracked nested repository \"nested\"",
+        "cordon: a changed file over 8 MiB \"huge.txt\"",
+        "cordon: \"x.id\" has the ident attribute",
+    ] {
+        assert!(
+            export.diff.contains(notice),
+            "{notice} not in {}",
+            export.diff
+        );
+    }
+    assert!(
+        !export.diff.contains("+ignored"),
+        "an ignored file is a notice only"
+    );
+
+    // More than 1 MiB of diff is cut, and says so.
+    let lines: Vec<u8> = (0..40_000)
+        .flat_map(|i| format!("line {i:06} of a long file\n").into_bytes())
+        .collect();
+    plant_owned(
+        &s,
+        &big,
+        &[("long.txt".to_owned(), 0o644, Some(&lines[..]))],
+    )
+    .await;
+    let cut = audit::export_diff(&s.ctl, &s.image, &big, &head, DEADLINE)
+        .await
+        .expect("an export");
+    assert!(
+        cut.truncated && cut.diff.len() <= 1024 * 1024,
+        "{}",
+        cut.diff.len()
+    );
+
+    plant(&s, &meta, "/work/.git", &[("planted", 0o644, Some(b"x"))]).await;
+    let refused = audit::export_diff(&s.ctl, &s.image, &meta, &head, DEADLINE)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.id(), "audit-refused");
+    task_remove(&s, &big).await;
+    task_remove(&s, &meta).await;
+    finish(s, &storage).await;
+}

@@ -5,12 +5,15 @@
 //!
 //! Before a writable run: the declared-link snapshot ([`snapshot_links`]) and the pre-launch tree
 //! check ([`check_tree`]), whose one-shot [`TreeCheck`] an execute or fix start redeems. After
-//! it: the change manifest ([`inspect`]) and the commit of what it holds ([`commit`]). After
-//! it: the change manifest ([`inspect`]) and the commit of what it holds ([`commit`]).
+//! it: the change manifest ([`inspect`]), the diff export ([`export_diff`]) and the commit of what
+//! it holds ([`commit`]). After
+//! it: the change manifest ([`inspect`]), the diff export ([`export_diff`]) and the commit of what
+//! it holds ([`commit`]).
 
 pub mod build;
 pub mod check;
 pub mod commit;
+pub mod export;
 pub mod inspect;
 pub mod links;
 pub mod paths;
@@ -19,6 +22,7 @@ pub mod scratch;
 
 pub use check::{check_tree, redeem, Masks, TreeCheck};
 pub use commit::{commit, CommitRequest, Committed};
+pub use export::{export_diff, Export};
 pub use inspect::inspect;
 pub use links::{refuse_through_links, snapshot_links};
 pub use reader::DEFAULT_DEADLINE;

@@ -66,6 +66,8 @@ pub struct OneShotCommit {
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PostRun {
     pub manifest: Option<cordon_contract::audit::Manifest>,
+    /// The diff export (when nothing needs a person).
+    pub export: Option<crate::audit::Export>,
     /// The commit of what the manifest holds (when asked, the run answered and nothing needs a
     /// person).
     pub commit: Option<crate::audit::Committed>,
@@ -255,7 +257,8 @@ async fn check_before_start(
     Ok((snapshot, check))
 }
 
-/// After a writable run (a stopped one too): inspect; when asked and the run answered, commit. A
+/// After a writable run (a stopped one too): inspect and export the diff; when asked and the run
+/// answered, commit. A
 /// refusal is recorded, never raised: the
 /// run's result stands, and the task needs a person.
 async fn post_run(
@@ -285,7 +288,12 @@ async fn post_run(
         post.needs_person = manifest.needs_person();
         let digest = manifest.digest.clone();
         post.manifest = Some(manifest);
-        if let (Some(commit), false) = (commit, post.needs_person) {
+        if post.needs_person {
+            return Ok(());
+        }
+        post.export =
+            Some(crate::audit::export_diff(ctl, image_id, storage, &base, deadline).await?);
+        if let Some(commit) = commit {
             let request = crate::audit::CommitRequest {
                 base,
                 snapshot,

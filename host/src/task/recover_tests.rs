@@ -173,3 +173,25 @@ fn other_owners_disagreeing_and_unowned_objects_are_never_removed() {
         "other owners are listed only when asked"
     );
 }
+
+/// An inspection, export or commit container left by a crash (the tree reader's tool container,
+/// over intact storage) is removed; the storage is handed back whole.
+#[test]
+fn a_left_audit_container_is_removed_and_its_storage_kept() {
+    let kept = uuid::Uuid::new_v4();
+    let mut objects = storage("runner", &kept, true);
+    objects.push(seen(
+        ObjectKind::Container,
+        "reader",
+        labels("runner", Kind::Tool, &kept, "1500000"),
+        false,
+    ));
+    let listing = Listing {
+        objects,
+        unlabelled_volumes: vec![],
+    };
+    let plan = classify(&listing, &owner(), false);
+    assert_eq!(plan.remove.containers, ["reader"]);
+    assert_eq!(plan.report.storage.len(), 1);
+    assert!(plan.remove.volumes.is_empty());
+}
