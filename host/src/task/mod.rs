@@ -285,16 +285,26 @@ fn digest_answer(seen: &[InitLine], before: usize) -> Option<&InitLine> {
 /// The metadata digest as the keeper computes it on SIGUSR1 (the seeder's baseline: the same
 /// code as [`metadata_digest`], without starting another container). Reads the keeper's log for
 /// the digest line that follows the request.
+///
+/// The keeper is PID 1 of its namespace, so a signal that lands before it installed its handler
+/// is discarded, not queued: the request is sent once the keeper said it is ready, and again
+/// every few seconds until an answer comes (seen under load in CI: a request lost, and the
+/// seeding waited out its 120 s).
 pub async fn keeper_digest(engine: &Engine, storage: &TaskStorage) -> Result<String> {
+    const RESEND: Duration = Duration::from_secs(5);
     let mut keeper = crate::launch::Launch::adopt(storage.keeper.clone());
     let lines =
         |stderr: &str| -> Vec<InitLine> { stderr.lines().filter_map(InitLine::parse).collect() };
     let before = lines(&keeper.output(engine).await?.stderr).len();
-    keeper.kill(engine, "USR1").await?;
     let asked = Instant::now();
+    let mut sent: Option<Instant> = None;
     loop {
-        tokio::time::sleep(Duration::from_millis(10)).await;
         let seen = lines(&keeper.output(engine).await?.stderr);
+        let ready = seen.iter().any(|l| matches!(l, InitLine::Ready { .. }));
+        if ready && sent.is_none_or(|at| at.elapsed() > RESEND) {
+            keeper.kill(engine, "USR1").await?;
+            sent = Some(Instant::now());
+        }
         match digest_answer(&seen, before) {
             Some(InitLine::Digest { digest, .. }) => return Ok(digest.clone()),
             Some(other) => {
@@ -309,7 +319,7 @@ pub async fn keeper_digest(engine: &Engine, storage: &TaskStorage) -> Result<Str
                     after: Duration::from_secs(120),
                 })
             }
-            None => {}
+            None => tokio::time::sleep(Duration::from_millis(25)).await,
         }
     }
 }
