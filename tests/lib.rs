@@ -38,11 +38,22 @@ pub async fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().await
 }
 
+/// The first failure to reach the engine in this run: once the engine stopped answering, every
+/// later test fails at once with it instead of waiting out its own timeout (a wedged engine would
+/// otherwise cost each remaining test two minutes).
+static ENGINE_LOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// A connected controller. Fails loudly when Docker is unreachable: these tests are never skipped.
 pub async fn controller() -> Controller {
+    if let Some(first) = ENGINE_LOST.get() {
+        panic!("the Docker engine stopped answering earlier in this run: {first}");
+    }
     match Controller::connect().await {
         Ok(ctl) => ctl,
-        Err(e) => panic!("the real-Docker suite needs a reachable Docker engine: {e}"),
+        Err(e) => {
+            let _ = ENGINE_LOST.set(e.to_string());
+            panic!("the real-Docker suite needs a reachable Docker engine: {e}")
+        }
     }
 }
 

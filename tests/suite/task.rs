@@ -1188,3 +1188,109 @@ async fn a_test_that_panics_midway_leaves_nothing_of_its_owner() {
     assert_no_staging(&safety.owner);
     safety.finish().await;
 }
+
+/// A helper (keeper, loader, tool, tree reader) has networking disabled: no libnetwork sandbox,
+/// no endpoint on the engine's shared `none` network, and a network namespace of its own that
+/// holds loopback alone. The same body with the switch removed shows the check can fail: the
+/// engine then gives the container a sandbox and an endpoint on `none`.
+#[tokio::test]
+async fn a_helper_has_no_network_at_all() {
+    use cordon::labels::Kind;
+    use futures_util::StreamExt;
+    let s = owned("t-helper-net").await;
+    let allocation = cordon::storage::new_allocation(&s.engine, &s.owner, "n")
+        .await
+        .unwrap();
+    let sleeping = vec![
+        cordon_contract::paths::PROBE.to_owned(),
+        "workload".into(),
+        "sleep".into(),
+        "30000".into(),
+    ];
+    let helper = cordon::launch::volumes::helper_body(
+        &s.image,
+        &allocation,
+        Kind::Tool,
+        sleeping,
+        Vec::new(),
+    );
+    let mut switched_off = helper.clone();
+    switched_off.network_disabled = None;
+    let docker = s.engine.docker();
+    let mut seen = Vec::new();
+    for (name, body) in [
+        (allocation.name(Kind::Tool), helper),
+        (
+            format!("{}-without", allocation.name(Kind::Tool)),
+            switched_off,
+        ),
+    ] {
+        let options = bollard::query_parameters::CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        docker.create_container(Some(options), body).await.unwrap();
+        docker
+            .start_container(
+                &name,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .unwrap();
+        let inspected = docker
+            .inspect_container(
+                &name,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .unwrap();
+        let pid = inspected.state.as_ref().and_then(|st| st.pid).unwrap_or(0);
+        // Read from the host: the interfaces of the namespace the helper's process lives in.
+        let devices = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap_or_default();
+        let interfaces: Vec<String> = devices
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split(':').next().map(|i| i.trim().to_owned()))
+            .collect();
+        let host_ns = std::fs::read_link("/proc/self/ns/net").ok();
+        let helper_ns = std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+        let settings = inspected.network_settings.unwrap_or_default();
+        seen.push((
+            inspected.config.and_then(|c| c.network_disabled),
+            settings.sandbox_id.unwrap_or_default(),
+            settings
+                .networks
+                .unwrap_or_default()
+                .into_keys()
+                .collect::<Vec<_>>(),
+            interfaces,
+            helper_ns.is_some() && helper_ns != host_ns,
+        ));
+        let _ = docker
+            .remove_container(
+                &name,
+                Some(bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+            )
+            .await;
+        // The removal settles before the next step's leftover check.
+        let mut waits = docker.wait_container(
+            &name,
+            None::<bollard::query_parameters::WaitContainerOptions>,
+        );
+        while waits.next().await.is_some() {}
+    }
+    let (disabled, sandbox, networks, interfaces, own_ns) = &seen[0];
+    assert_eq!(*disabled, Some(true), "{seen:?}");
+    assert!(sandbox.is_empty() && networks.is_empty(), "{seen:?}");
+    assert_eq!(interfaces, &["lo".to_owned()], "{seen:?}");
+    assert!(own_ns, "a namespace of its own: {seen:?}");
+    let (_, sandbox, networks, _, _) = &seen[1];
+    assert!(
+        !sandbox.is_empty() && networks == &["none".to_owned()],
+        "without the switch the engine makes a sandbox on none: {seen:?}"
+    );
+    s.finish().await;
+}

@@ -23,7 +23,14 @@ pub fn volume_mount(volume: &VolumeSpec, target: &str, read_only: bool) -> Mount
 }
 
 /// The create request of a trusted helper (keeper, loader, tool) of `allocation`: the agent's
-/// hardening, the allocation's uid, no capability at all, small limits.
+/// hardening, the allocation's uid, no capability at all, small limits, and networking disabled
+/// outright.
+///
+/// `NetworkDisabled` keeps the helper out of the engine's network code altogether: it gets a
+/// network namespace of its own holding only loopback, as `none` gives, but no libnetwork sandbox
+/// or endpoint on the one `none` network every parallel helper shares. On this engine (20.10.24)
+/// libnetwork's endpoint paths carry known lock-order deadlocks (moby/libnetwork#2649), and a
+/// helper's create, start, wait and remove took 180 ms instead of 291 ms (medians of 40 each).
 pub fn helper_body(
     image_id: &str,
     allocation: &Allocation,
@@ -31,7 +38,7 @@ pub fn helper_body(
     entrypoint: Vec<String>,
     mounts: Vec<Mount>,
 ) -> ContainerCreateBody {
-    hardened_body(Hardened {
+    let mut body = hardened_body(Hardened {
         image_id,
         labels: allocation.labels(kind),
         user: format!("{0}:{0}", allocation.uid),
@@ -45,7 +52,9 @@ pub fn helper_body(
         // tenth of a CPU took 0.8 s instead of 0.1 s.
         nano_cpus: 1_000_000_000,
         log_max_size: "64k",
-    })
+    });
+    body.network_disabled = Some(true);
+    body
 }
 
 /// The tree reader's create body (cordon-init's `tree` roles): a helper's hardening, with room
