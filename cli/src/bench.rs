@@ -58,6 +58,23 @@ pub enum BenchAction {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// The post-run inspection (every file hashed) of a generated tree with changed files
+    /// against git's refresh and status of the same tree on the host; then the commit of more
+    /// changed files against git's add and commit of them, with the peak memory of each.
+    Audit {
+        #[arg(long, default_value_t = 131_072)]
+        entries: usize,
+        #[arg(long, default_value_t = 64)]
+        mib: u64,
+        /// Files changed before the inspections.
+        #[arg(long, default_value_t = 1_000)]
+        changes: usize,
+        /// Files changed in all before the commits.
+        #[arg(long, default_value_t = 10_000)]
+        commit_files: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// Seeding a generated repository against a plain upload of the same tree.
     Seed {
         #[arg(long, default_value_t = 20_000)]
@@ -84,6 +101,27 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             let report = cordon::bench_check::check(engine, &built.id, entries, mib << 20, runs)
                 .await
                 .context("benchmarking the tree check")?;
+            print(ctx.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchAction::Audit {
+            entries,
+            mib,
+            changes,
+            commit_files,
+            runs,
+        } => {
+            let report = cordon::bench_audit::audit(
+                engine,
+                &built.id,
+                entries,
+                mib << 20,
+                changes,
+                commit_files,
+                runs,
+            )
+            .await
+            .context("benchmarking the change audit")?;
             print(ctx.json, &report, || report.text())?;
             Ok(ExitCode::SUCCESS)
         }

@@ -13,7 +13,7 @@ use crate::bench::{generate_repository, median, questions_run};
 use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::labels::Owner;
-use crate::task::{self, PrepareRequest};
+use crate::task::{self, PrepareRequest, StorageHandle};
 
 /// What the benchmark measured.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -48,13 +48,51 @@ fn git_timed(dir: &std::path::Path, args: &[&str]) -> Result<f64> {
 }
 
 /// git's answer on the host: the refresh that hashes every file, then status; and status alone.
-fn git_baseline(dir: &std::path::Path) -> Result<(f64, f64)> {
+pub(crate) fn git_baseline(dir: &std::path::Path) -> Result<(f64, f64)> {
     // An index without stat data: the refresh must read and hash every file.
     let _ = std::fs::remove_file(dir.join(".git/index"));
     crate::task::git::own_repository(dir, &["read-tree", "HEAD"])?;
     let refresh = git_timed(dir, &["update-index", "-q", "--really-refresh"])?;
     let status = git_timed(dir, &["status", "--porcelain"])?;
     Ok((refresh + status, status))
+}
+
+/// A generated repository of `entries` files and about `bytes` in `dir`, prepared as task storage
+/// of `owner` with room for it: the handle, its head, and the tree's bytes.
+pub(crate) async fn prepared_tree(
+    ctl: &Controller,
+    image_id: &str,
+    owner: &Owner,
+    dir: &std::path::Path,
+    entries: usize,
+    bytes: u64,
+    attempt: &str,
+) -> Result<(StorageHandle, String, u64)> {
+    let big = dir.to_path_buf();
+    let tree_bytes = tokio::task::spawn_blocking(move || generate_repository(&big, entries, bytes))
+        .await
+        .map_err(|e| Error::Internal(format!("generator: {e}")))??;
+    let work = crate::profile::Area {
+        // A page per file and the directories, twice over.
+        bytes: (entries as u64 * 4096 * 2 + tree_bytes).div_ceil(4096) * 4096,
+        inodes: entries as u64 * 2 + 1024,
+    };
+    let request = PrepareRequest {
+        repo: dir.to_path_buf(),
+        head: "HEAD".to_owned(),
+        owner: owner.clone(),
+        attempt: attempt.to_owned(),
+        allocation: None,
+        work,
+        deadline: Duration::from_secs(900),
+        uids: crate::uids::UidRange::default(),
+    };
+    let storage = task::prepare(ctl, image_id, &request).await?;
+    let base = storage
+        .head
+        .clone()
+        .ok_or_else(|| Error::Internal("prepared storage without a head".into()))?;
+    Ok((storage, base, tree_bytes))
 }
 
 /// Run the benchmark: `entries` files of `bytes` in all, `runs` interleaved pairs; then `runs`
@@ -70,34 +108,12 @@ pub async fn check(
     let dir = std::env::temp_dir().join(format!("cordon-bench-tree-{}", owner.as_str()));
     let small = std::env::temp_dir().join(format!("cordon-bench-start-{}", owner.as_str()));
     let result = async {
-        let (big, few) = (dir.clone(), small.clone());
-        let tree_bytes = tokio::task::spawn_blocking(move || {
-            let bytes = generate_repository(&big, entries, bytes)?;
-            generate_repository(&few, 5_000, 5_000 * 512)?;
-            Ok::<_, Error>(bytes)
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("generator: {e}")))??;
-        let work = crate::profile::Area {
-            // A page per file and the directories, twice over.
-            bytes: (entries as u64 * 4096 * 2 + tree_bytes).div_ceil(4096) * 4096,
-            inodes: entries as u64 * 2 + 1024,
-        };
-        let request = PrepareRequest {
-            repo: dir.clone(),
-            head: "HEAD".to_owned(),
-            owner: owner.clone(),
-            attempt: "bench-check".to_owned(),
-            allocation: None,
-            work,
-            deadline: Duration::from_secs(900),
-            uids: crate::uids::UidRange::default(),
-        };
-        let storage = task::prepare(ctl, image_id, &request).await?;
-        let base = storage
-            .head
-            .clone()
-            .ok_or_else(|| Error::Internal("prepared storage without a head".into()))?;
+        let few = small.clone();
+        tokio::task::spawn_blocking(move || generate_repository(&few, 5_000, 5_000 * 512))
+            .await
+            .map_err(|e| Error::Internal(format!("generator: {e}")))??;
+        let (storage, base, tree_bytes) =
+            prepared_tree(ctl, image_id, &owner, &dir, entries, bytes, "bench-check").await?;
         let mut report = CheckBench {
             entries,
             tree_bytes,

@@ -18,13 +18,14 @@
 //! - [`audit`]: the change audit's reads of task storage (the in-container tree reader): the
 //!   declared-link snapshot, the pre-launch tree check and its one-shot capability.
 //! - [`invoke`]: capture, start, supervise, settle one invocation.
-//! - [`gate`], [`bench`], [`bench_egress`], [`bench_claude`], [`bench_check`], [`doctor`]: the
+//! - [`gate`], [`bench`], [`bench_egress`], [`bench_claude`], [`bench_check`], [`bench_audit`], [`doctor`]: the
 //!   truth table, the benchmarks (the egress path, the real CLI and the tree check in their own),
 //!   the environment check.
 
 pub mod archive;
 pub mod audit;
 pub mod bench;
+pub mod bench_audit;
 pub mod bench_check;
 pub mod bench_claude;
 pub mod bench_egress;

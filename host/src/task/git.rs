@@ -231,10 +231,11 @@ pub enum Input {
     File(std::fs::File),
 }
 
-/// Run git, with no user or system config and no hooks, in a repository cordon made itself
-/// (the gate's fixture, the benchmark's generated repository), never in one it was given.
-pub fn own_repository(dir: &std::path::Path, args: &[&str]) -> Result<()> {
-    let output = std::process::Command::new("git")
+/// A git command line with no user or system config and no hooks, in a repository cordon made
+/// itself (the gate's fixture, the benchmark's generated repository), never in one it was given.
+pub fn own_command(dir: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new("git");
+    command
         .current_dir(dir)
         .env_clear()
         .env(
@@ -256,7 +257,13 @@ pub fn own_repository(dir: &std::path::Path, args: &[&str]) -> Result<()> {
             "-c",
             "maintenance.auto=false",
         ])
-        .args(args)
+        .args(args);
+    command
+}
+
+/// Run [`own_command`] to its end.
+pub fn own_repository(dir: &std::path::Path, args: &[&str]) -> Result<()> {
+    let output = own_command(dir, args)
         .output()
         .map_err(|e| Error::io("running git", e))?;
     if output.status.success() {
