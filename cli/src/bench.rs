@@ -74,6 +74,9 @@ pub enum BenchAction {
         commit_files: usize,
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Leave base's objects loose (by default they are in one pack, as a clone brings them).
+        #[arg(long)]
+        loose: bool,
     },
     /// Seeding a generated repository against a plain upload of the same tree.
     Seed {
@@ -110,6 +113,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             changes,
             commit_files,
             runs,
+            loose,
         } => {
             let report = cordon::bench_audit::audit(
                 engine,
@@ -119,6 +123,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
                 changes,
                 commit_files,
                 runs,
+                !loose,
             )
             .await
             .context("benchmarking the change audit")?;

@@ -189,7 +189,7 @@ pub enum CommitReason {
     /// A fifo, socket or device.
     SpecialFile,
     /// A path with a `.git` part, or any alias of one (case, HFS ignorables, NTFS short names,
-    /// trailing dots or spaces, alternate streams).
+    /// trailing dots or spaces, alternate streams); or a new link whose target has one.
     GitPath,
     /// A symlink named `.gitmodules` (or an alias of it).
     GitmodulesLink,

@@ -27,6 +27,8 @@ pub struct AuditBench {
     /// Files of the generated tree, and its bytes.
     pub entries: usize,
     pub tree_bytes: u64,
+    /// Whether base's objects were in one pack (as a clone brings them) or loose.
+    pub packed: bool,
     pub runs: usize,
     /// Files changed before the inspection runs.
     pub changed: usize,
@@ -175,6 +177,7 @@ async fn on_host<T: Send + 'static>(
 /// Run the benchmark: `entries` files of `bytes` in all; `changed` of them changed, then `runs`
 /// interleaved inspection pairs; `commit_files` changed in all, then `runs` interleaved commit
 /// pairs.
+#[allow(clippy::too_many_arguments)]
 pub async fn audit(
     ctl: &Controller,
     image_id: &str,
@@ -183,6 +186,7 @@ pub async fn audit(
     changed: usize,
     commit_files: usize,
     runs: usize,
+    packed: bool,
 ) -> Result<AuditBench> {
     if changed > commit_files || commit_files > cordon_contract::audit::MAX_CHANGES.min(entries) {
         return Err(Error::Invalid(format!(
@@ -194,8 +198,17 @@ pub async fn audit(
     let dir = std::env::temp_dir().join(format!("cordon-bench-audit-{}", owner.as_str()));
     let bundles = std::env::temp_dir().join(format!("cordon-bench-bundles-{}", owner.as_str()));
     let result = async {
-        let (storage, base, tree_bytes) =
-            prepared_tree(ctl, image_id, &owner, &dir, entries, bytes, "bench-audit").await?;
+        let (storage, base, tree_bytes) = prepared_tree(
+            ctl,
+            image_id,
+            &owner,
+            &dir,
+            entries,
+            bytes,
+            packed,
+            "bench-audit",
+        )
+        .await?;
         let measured = measure(ctl, image_id, &storage, &base, &dir, &bundles, runs, {
             let size = (bytes / entries.max(1) as u64) as usize;
             (
@@ -208,6 +221,7 @@ pub async fn audit(
         let mut report = measured?;
         report.entries = entries;
         report.tree_bytes = tree_bytes;
+        report.packed = packed;
         Ok::<_, Error>(report)
     }
     .await;
@@ -234,6 +248,7 @@ async fn measure(
     let mut report = AuditBench {
         entries: 0,
         tree_bytes: 0,
+        packed: false,
         runs,
         changed: first.len(),
         inspect_ms: vec![],
@@ -335,7 +350,7 @@ impl AuditBench {
     /// Plain text.
     pub fn text(&self) -> String {
         format!(
-            "audit: {} files, {:.1} MiB, {} interleaved runs\n\
+            "audit: {} files, {:.1} MiB, objects {}, {} interleaved runs\n\
              inspect with {} changed (container, every file hashed, manifest) median {:.0} ms\n\
              git update-index --really-refresh + status                median {:.0} ms\n\
              ratio inspect/git                                         {:.3} (target <= 1.0)\n\
@@ -346,6 +361,7 @@ impl AuditBench {
              every run made the same commit: {}\n",
             self.entries,
             self.tree_bytes as f64 / 1_048_576.0,
+            if self.packed { "in one pack" } else { "loose" },
             self.runs,
             self.changed,
             self.inspect_median_ms,

@@ -57,8 +57,10 @@ pub(crate) fn git_baseline(dir: &std::path::Path) -> Result<(f64, f64)> {
     Ok((refresh + status, status))
 }
 
-/// A generated repository of `entries` files and about `bytes` in `dir`, prepared as task storage
-/// of `owner` with room for it: the handle, its head, and the tree's bytes.
+/// A generated repository of `entries` files and about `bytes` in `dir` (its objects loose, or
+/// in one pack as a clone brings them), prepared as task storage of `owner` with room for it:
+/// the handle, its head, and the tree's bytes.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn prepared_tree(
     ctl: &Controller,
     image_id: &str,
@@ -66,12 +68,19 @@ pub(crate) async fn prepared_tree(
     dir: &std::path::Path,
     entries: usize,
     bytes: u64,
+    packed: bool,
     attempt: &str,
 ) -> Result<(StorageHandle, String, u64)> {
     let big = dir.to_path_buf();
-    let tree_bytes = tokio::task::spawn_blocking(move || generate_repository(&big, entries, bytes))
-        .await
-        .map_err(|e| Error::Internal(format!("generator: {e}")))??;
+    let tree_bytes = tokio::task::spawn_blocking(move || {
+        let bytes = generate_repository(&big, entries, bytes)?;
+        if packed {
+            crate::task::git::own_repository(&big, &["repack", "-a", "-d", "-q"])?;
+        }
+        Ok::<_, Error>(bytes)
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("generator: {e}")))??;
     let work = crate::profile::Area {
         // A page per file and the directories, twice over.
         bytes: (entries as u64 * 4096 * 2 + tree_bytes).div_ceil(4096) * 4096,
@@ -112,8 +121,17 @@ pub async fn check(
         tokio::task::spawn_blocking(move || generate_repository(&few, 5_000, 5_000 * 512))
             .await
             .map_err(|e| Error::Internal(format!("generator: {e}")))??;
-        let (storage, base, tree_bytes) =
-            prepared_tree(ctl, image_id, &owner, &dir, entries, bytes, "bench-check").await?;
+        let (storage, base, tree_bytes) = prepared_tree(
+            ctl,
+            image_id,
+            &owner,
+            &dir,
+            entries,
+            bytes,
+            false,
+            "bench-check",
+        )
+        .await?;
         let mut report = CheckBench {
             entries,
             tree_bytes,

@@ -764,3 +764,178 @@ async fn the_export_shows_the_diff_and_a_notice_for_what_it_cannot() {
     task_remove(&s, &meta).await;
     finish(s, &storage).await;
 }
+
+/// The blob at `path` of the commit a bundle carries, fetched into a fresh clone of base with
+/// `transfer.fsckObjects`.
+fn committed_blob(repo: &Repo, base: &str, bundle: &Path, path: &str) -> Vec<u8> {
+    let fresh = Repo::new("audit-committed-blob");
+    fresh.git(&["fetch", "--quiet", repo.dir.to_str().unwrap(), base]);
+    fresh.git(&[
+        "-c",
+        "transfer.fsckObjects=true",
+        "fetch",
+        "--quiet",
+        bundle.to_str().unwrap(),
+        "refs/heads/cordon:refs/heads/got",
+    ]);
+    let out = std::process::Command::new("git")
+        .current_dir(&fresh.dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args(["cat-file", "blob", &format!("refs/heads/got:{path}")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{path}: {out:?}");
+    out.stdout
+}
+
+/// The CR-in-a-submodule-path shape (CVE-2025-48384: `.gitmodules` naming `sub\r`, an entry at
+/// `sub\r`, and `sub` a link to `.git/modules/sub/hooks`) is refused whole by the audit and by the
+/// commit; without the CR entry, the link into the metadata is still refused by the commit, by
+/// any spelling of `.git`; nothing is written.
+#[tokio::test]
+async fn the_cr_submodule_shape_with_a_link_into_hooks_is_refused() {
+    let s = owned("t-audit-cr").await;
+    let (repo, head) = corpus_repo();
+    let (with_cr, link_only) = (seed(&s, &repo, &head).await, seed(&s, &repo, &head).await);
+    let gitmodules =
+        r#"{"write":[".gitmodules","[submodule \"sub\"]\n\tpath = \"sub\r\"\n\turl = ./x\n"]}"#;
+    agent_script(
+        &s,
+        &with_cr,
+        &format!(
+            r#"[{gitmodules},{{"mkdir":"sub\r"}},{{"write":["sub\r/.git","gitdir: ../.git/modules/sub\n"]}},
+                {{"symlink":["sub",".git/modules/sub/hooks"]}}]"#
+        ),
+    )
+    .await;
+    let refused = audit_refused(inspect(&s, &with_cr).await);
+    assert!(
+        refused
+            .iter()
+            .any(|(r, p)| *r == Reason::BadName && p.starts_with("sub")),
+        "{refused:?}"
+    );
+    let bundle = bundle_path("cr");
+    let at_commit = commit(&s, &with_cr, "sha256:unknown", &bundle)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(at_commit.id(), "audit-refused" | "commit-refused"),
+        "{at_commit:?}"
+    );
+    assert!(!bundle.exists());
+
+    agent_script(
+        &s,
+        &link_only,
+        &format!(
+            r#"[{gitmodules},{{"symlink":["sub",".git/modules/sub/hooks"]}},
+                {{"symlink":["alias",".GIT/hooks"]}},{{"symlink":["short","git~1/hooks"]}},
+                {{"symlink":["fine","README.md"]}}]"#
+        ),
+    )
+    .await;
+    let manifest = inspect(&s, &link_only).await.expect("a manifest");
+    let sub = manifest.changes.iter().find(|c| c.path == "sub").unwrap();
+    assert_eq!(
+        sub.link_target_traverses_link,
+        Some(true),
+        "into the metadata"
+    );
+    let reasons = commit_refused(commit(&s, &link_only, &manifest.digest, &bundle).await);
+    for path in ["sub", "alias", "short"] {
+        assert!(
+            reasons
+                .iter()
+                .any(|(r, p)| *r == CommitReason::GitPath && p == path),
+            "{path} not refused: {reasons:?}"
+        );
+    }
+    assert!(!reasons
+        .iter()
+        .any(|(_, p)| p == "fine" || p == ".gitmodules"));
+    assert!(!bundle.exists());
+    task_remove(&s, &link_only).await;
+    finish(s, &with_cr).await;
+}
+
+/// Content is committed as read, never filtered: a `.gitattributes` that names a filter driver
+/// and `ident` changes nothing the commit stores (an `$Id: ...$` that git's clean filter would
+/// collapse stays as written); hard links are two files with one blob; the same changes in two
+/// storages give the same commit id.
+#[tokio::test]
+async fn attributes_filter_nothing_hard_links_commit_as_files_and_storages_agree() {
+    let s = owned("t-audit-bytes").await;
+    let (repo, head) = corpus_repo();
+    let (one, two) = (seed(&s, &repo, &head).await, seed(&s, &repo, &head).await);
+    let ops = r#"[{"write":[".gitattributes","*.c filter=evil\n*.id ident\n* text=auto eol=crlf\n"]},
+        {"write":["x.id","$Id: 0123456789abcdef0123456789abcdef01234567 $\n"]},
+        {"write":["y.c","int y;\n"]},{"hardlink":["z.c","y.c"]},
+        {"write":["lf.txt","one\ntwo\n"]}]"#;
+    agent_script(&s, &one, ops).await;
+    agent_script(&s, &two, ops).await;
+    let (m1, m2) = (
+        inspect(&s, &one).await.unwrap(),
+        inspect(&s, &two).await.unwrap(),
+    );
+    assert_eq!(m1.digest, m2.digest);
+    let blob = |path: &str| {
+        m1.changes
+            .iter()
+            .find(|c| c.path == path)
+            .and_then(|c| c.new.as_ref()?.blob.clone())
+            .unwrap_or_else(|| panic!("{path} not listed"))
+    };
+    assert_eq!(blob("y.c"), blob("z.c"), "hard links: one blob");
+    let (b1, b2) = (bundle_path("bytes-1"), bundle_path("bytes-2"));
+    let c1 = commit(&s, &one, &m1.digest, &b1).await.expect("commit one");
+    let c2 = commit(&s, &two, &m2.digest, &b2).await.expect("commit two");
+    assert_eq!(c1.head, c2.head, "two storages, the same commit");
+    assert_eq!(
+        committed_blob(&repo, &head, &b1, "x.id"),
+        b"$Id: 0123456789abcdef0123456789abcdef01234567 $\n",
+        "no ident collapse"
+    );
+    assert_eq!(committed_blob(&repo, &head, &b1, "lf.txt"), b"one\ntwo\n");
+    assert_eq!(committed_blob(&repo, &head, &b1, "z.c"), b"int y;\n");
+    let _ = std::fs::remove_file(&b1);
+    let _ = std::fs::remove_file(&b2);
+    task_remove(&s, &two).await;
+    finish(s, &one).await;
+}
+
+/// The export works on a handle recovery hands back once the caller sets the metadata baseline
+/// it recorded at prepare (the same diff as on the original handle), and is refused without it.
+#[tokio::test]
+async fn the_export_works_on_a_recovery_handle_with_the_recorded_baseline() {
+    let s = owned("t-audit-recovered").await;
+    let (repo, head) = corpus_repo();
+    let storage = seed(&s, &repo, &head).await;
+    agent_script(
+        &s,
+        &storage,
+        r##"[{"write":["README.md","# recovered\n"]}]"##,
+    )
+    .await;
+    let original = audit::export_diff(&s.ctl, &s.image, &storage, &head, DEADLINE)
+        .await
+        .expect("an export");
+    let mut recovered =
+        cordon::task::recover::recover_one(&s.engine, &s.owner, &storage.allocation)
+            .await
+            .expect("recovery")
+            .expect("the storage is intact");
+    assert_eq!(recovered.metadata_baseline, None, "recovery cannot know it");
+    let without = audit::export_diff(&s.ctl, &s.image, &recovered, &head, DEADLINE)
+        .await
+        .unwrap_err();
+    assert_eq!(without.id(), "invalid-input", "{without:?}");
+    recovered.metadata_baseline = storage.metadata_baseline.clone();
+    let again = audit::export_diff(&s.ctl, &s.image, &recovered, &head, DEADLINE)
+        .await
+        .expect("an export on the recovered handle");
+    assert_eq!(again.diff, original.diff);
+    assert!(again.diff.contains("+# recovered"), "{}", again.diff);
+    finish(s, &storage).await;
+}

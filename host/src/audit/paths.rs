@@ -87,6 +87,11 @@ pub fn refusals(manifest: &Manifest, base: &[(String, String)]) -> Vec<CommitFin
             }
             new_entries.insert(path, kind);
         }
+        if let Some(target) = change.new.as_ref().and_then(|n| n.target.as_deref()) {
+            if let Some(detail) = link_into_git(target) {
+                push(path, CommitReason::GitPath, detail);
+            }
+        }
     }
 
     tree_refusals(&new_entries, &changed, base, &mut push);
@@ -171,6 +176,17 @@ fn name_refusals(path: &str, kind: Kind) -> Vec<(CommitReason, String)> {
         ));
     }
     found
+}
+
+/// A link whose target names a `.git` part or an alias of one: a link into the git metadata
+/// (the CR-in-a-submodule-path attack plants one to `.git/modules/<name>/hooks`). git commits such
+/// a link, but a checkout that writes through it writes into a repository's metadata, and
+/// cordon's own seeding refuses a repository that holds one: the commit never makes one.
+fn link_into_git(target: &str) -> Option<String> {
+    target
+        .split(['/', '\\'])
+        .find_map(dotgit_alias)
+        .map(|how| format!("a link to {target:?}, through .git {how}"))
 }
 
 /// How `part` (one component, no separator in it) is `.git` to git, if it is.
@@ -549,6 +565,46 @@ mod tests {
 
     fn check(changes: Vec<Change>, base_entries: &[(&str, &str)]) -> Vec<CommitFinding> {
         refusals(&manifest(changes), &base(base_entries))
+    }
+
+    fn link_to(path: &str, target: &str) -> Change {
+        let mut change = added(path, Kind::Link);
+        if let Some(new) = change.new.as_mut() {
+            new.target = Some(target.into());
+        }
+        change
+    }
+
+    #[test]
+    fn a_link_into_the_git_metadata_is_refused_by_any_spelling() {
+        for target in [
+            ".git/modules/sub/hooks",
+            ".git",
+            "../.git/hooks",
+            "a/../.GIT/config",
+            "x/.git./hooks",
+            "git~1/hooks",
+            ".g\u{200c}it/hooks",
+            "..\\.git\\hooks",
+        ] {
+            let findings = check(vec![link_to("sub", target)], &[]);
+            assert_eq!(
+                reasons_of(&findings, "sub"),
+                BTreeSet::from([CommitReason::GitPath]),
+                "{target:?}: {findings:?}"
+            );
+        }
+        for target in [
+            "README.md",
+            "../up",
+            ".github/x",
+            ".gitignore",
+            "git/x",
+            "a.git",
+        ] {
+            let findings = check(vec![link_to("sub", target)], &[]);
+            assert!(findings.is_empty(), "{target:?}: {findings:?}");
+        }
     }
 
     fn reasons_of(findings: &[CommitFinding], path: &str) -> BTreeSet<CommitReason> {

@@ -717,6 +717,35 @@ fn the_check_fails_on_a_bad_base_or_too_many_operations() {
     let _ = std::fs::remove_dir_all(&other);
 }
 
+/// A file swapped for a link between its stat and its open (what an agent's leftover process, or
+/// a race with the reading, could do) is never read through the link: not to a file beside it,
+/// not out of the tree; and a file swapped for another file is refused as another inode.
+#[test]
+fn a_file_swapped_for_a_link_during_the_reading_is_never_read_through_it() {
+    let dir = scratch("swap");
+    std::fs::write(dir.join("a"), "shown").expect("write");
+    std::fs::write(dir.join("beside"), "beside").expect("write");
+    let root = fs::open_root(&dir).expect("root");
+    let root = std::os::fd::AsFd::as_fd(&root);
+    for target in ["beside", "/etc/hostname", "../swap"] {
+        std::fs::write(dir.join("a"), "shown").expect("write");
+        let shown = fs::stat_at(root, c"a").expect("a");
+        std::fs::remove_file(dir.join("a")).expect("remove");
+        symlink(target, dir.join("a")).expect("symlink");
+        let opened = fs::open_file_at(root, c"a", &shown);
+        assert!(opened.is_err(), "{target}: read through a link");
+        std::fs::remove_file(dir.join("a")).expect("remove");
+    }
+    std::fs::write(dir.join("a"), "shown").expect("write");
+    let shown = fs::stat_at(root, c"a").expect("a");
+    std::fs::rename(dir.join("beside"), dir.join("a")).expect("rename over");
+    assert!(
+        fs::open_file_at(root, c"a", &shown).is_err(),
+        "another inode"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_primitives_open_only_the_regular_file_they_were_shown_and_count_what_they_read() {
     let dir = scratch("fs");
