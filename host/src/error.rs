@@ -124,17 +124,20 @@ pub enum Error {
     BundleTooLarge(String),
 }
 
-/// `reason "path"` for each commit finding, bounded.
+/// `reason "path" (detail)` for one finding of a refusal.
+fn finding_text(reason: &str, path: &str, detail: &str) -> String {
+    if detail.is_empty() {
+        format!("{reason} {path:?}")
+    } else {
+        format!("{reason} {path:?} ({detail})")
+    }
+}
+
+/// The commit's findings, bounded.
 fn commit_findings_text(findings: &[cordon_contract::audit::CommitFinding]) -> String {
     let items: Vec<String> = findings
         .iter()
-        .map(|f| {
-            if f.detail.is_empty() {
-                format!("{} {:?}", f.reason.id(), f.path)
-            } else {
-                format!("{} {:?} ({})", f.reason.id(), f.path, f.detail)
-            }
-        })
+        .map(|f| finding_text(f.reason.id(), &f.path, &f.detail))
         .collect();
     bounded_list(&items, 2000)
 }
@@ -143,13 +146,7 @@ fn commit_findings_text(findings: &[cordon_contract::audit::CommitFinding]) -> S
 fn findings_text(findings: &[cordon_contract::tree::Finding], more: u64) -> String {
     let items: Vec<String> = findings
         .iter()
-        .map(|f| {
-            if f.detail.is_empty() {
-                format!("{} {:?}", f.reason.id(), f.path)
-            } else {
-                format!("{} {:?} ({})", f.reason.id(), f.path, f.detail)
-            }
-        })
+        .map(|f| finding_text(f.reason.id(), &f.path, &f.detail))
         .collect();
     let mut text = bounded_list(&items, 2000);
     if more > 0 {

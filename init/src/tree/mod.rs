@@ -24,6 +24,8 @@ pub mod inspect;
 pub mod links;
 
 #[cfg(test)]
+mod fixture;
+#[cfg(test)]
 mod inspect_tests;
 #[cfg(test)]
 mod tests;
