@@ -863,7 +863,7 @@ async fn the_cr_submodule_shape_with_a_link_into_hooks_is_refused() {
 /// Content is committed as read, never filtered: a `.gitattributes` that names a filter driver
 /// and `ident` changes nothing the commit stores (an `$Id: ...$` that git's clean filter would
 /// collapse stays as written); hard links are two files with one blob; the same changes in two
-/// storages give the same commit id.
+/// storages give the same diff and the same commit id.
 #[tokio::test]
 async fn attributes_filter_nothing_hard_links_commit_as_files_and_storages_agree() {
     let s = owned("t-audit-bytes").await;
@@ -880,6 +880,16 @@ async fn attributes_filter_nothing_hard_links_commit_as_files_and_storages_agree
         inspect(&s, &two).await.unwrap(),
     );
     assert_eq!(m1.digest, m2.digest);
+    let (d1, d2) = (
+        audit::export_diff(&s.ctl, &s.image, &one, &head, DEADLINE)
+            .await
+            .expect("an export"),
+        audit::export_diff(&s.ctl, &s.image, &two, &head, DEADLINE)
+            .await
+            .expect("an export"),
+    );
+    assert_eq!(d1.diff, d2.diff, "two storages, the same diff");
+    assert_eq!(d1.digest, d2.digest);
     let blob = |path: &str| {
         m1.changes
             .iter()
