@@ -286,10 +286,11 @@ fn digest_answer(seen: &[InitLine], before: usize) -> Option<&InitLine> {
 /// code as [`metadata_digest`], without starting another container). Reads the keeper's log for
 /// the digest line that follows the request.
 ///
-/// The keeper is PID 1 of its namespace, so a signal that lands before it installed its handler
-/// is discarded, not queued: the request is sent once the keeper said it is ready, and again
-/// every few seconds until an answer comes (seen under load in CI: a request lost, and the
-/// seeding waited out its 120 s).
+/// The request is sent once the keeper said it is ready (it blocks its signals from the start
+/// of main, so only a request landing before that could be dropped: the keeper is PID 1 of its
+/// namespace), and again every few seconds until an answer comes. CI once saw a seeding wait out
+/// its 120 s for an answer, under load, for a cause not pinned down: asking again is harmless,
+/// since only the first digest after the request counts.
 pub async fn keeper_digest(engine: &Engine, storage: &TaskStorage) -> Result<String> {
     const RESEND: Duration = Duration::from_secs(5);
     let mut keeper = crate::launch::Launch::adopt(storage.keeper.clone());
