@@ -586,20 +586,37 @@ pub const CANARIES: &[Canary] = canaries! {
     "clone-newnet": clone(libc::CLONE_NEWNET as u64 | libc::CLONE_THREAD as u64) => "EINVAL";
     "clone-newtime": clone(0x80 | libc::CLONE_THREAD as u64) => "EINVAL";
     "clone3": clone3(0, 0) => "EINVAL (size 0); Docker 20.10's profile answers ENOSYS too";
+    // Every argument-filtered rule has a canary aimed at PID 1 and one at another process
+    // (`every_filtered_rule_is_aimed_at_pid_1_and_at_another_process`).
     "prlimit-pid1": prlimit64(1, libc::RLIMIT_CPU as u64, BAD_PTR, 0) => "EFAULT (new limit)";
+    "prlimit-other": prlimit64(NO_PID, libc::RLIMIT_CPU as u64, BAD_PTR, 0) => "EFAULT (new limit)";
+    // No argument makes the kernel refuse this one: unfiltered, PID 1 is reniced to 19 (see
+    // [`CARRIED_OUT_UNFILTERED`]), or EPERM for another uid.
+    "setpriority-pid1": setpriority(0, 1, 19) => "0 (PID 1 reniced to 19) or EPERM";
     "setpriority-other-pid": setpriority(0, NO_PID, 0) => "ESRCH";
     "setpriority-user": setpriority(2, 0xffff_fffe, 0) => "ESRCH (no process of that uid)";
     "sched-setscheduler-pid1": sched_setscheduler(1, 0, BAD_PTR) => "EFAULT (param)";
+    "sched-setscheduler-other": sched_setscheduler(NO_PID, 0, BAD_PTR) => "EFAULT (param)";
     "sched-setparam-pid1": sched_setparam(1, BAD_PTR) => "EFAULT (param)";
+    "sched-setparam-other": sched_setparam(NO_PID, BAD_PTR) => "EFAULT (param)";
     "sched-setattr-pid1": sched_setattr(1, 0, 0) => "EINVAL (attr NULL)";
+    "sched-setattr-other": sched_setattr(NO_PID, 0, 0) => "EINVAL (attr NULL)";
     "sched-setaffinity-pid1": sched_setaffinity(1, 8, BAD_PTR) => "EFAULT (mask)";
+    "sched-setaffinity-other": sched_setaffinity(NO_PID, 8, BAD_PTR) => "EFAULT (mask)";
     "ioprio-set-pid1": ioprio_set(1, 1, 0xffff_ffff) => "EINVAL (class)";
+    "ioprio-set-other": ioprio_set(1, NO_PID, 0xffff_ffff) => "EINVAL (class)";
     "ioprio-set-group": ioprio_set(2, 0, 0xffff_ffff) => "EINVAL (class)";
+    "migrate-pages-pid1": migrate_pages(1, 0x10_0000, BAD_PTR, BAD_PTR) => "EINVAL (maxnode), or ENOSYS without NUMA";
     "migrate-pages-other": migrate_pages(NO_PID, 0, 0, 0) => "ESRCH";
+    "move-pages-pid1": move_pages(1, 0, 0, 0, 0, 0xffff) => "EINVAL (flags)";
     "move-pages-other": move_pages(NO_PID, 0, 0, 0, 0, 0xffff) => "EINVAL (flags)";
     "process-madvise": process_madvise(BAD_FD, 0, 0, 0, 0) => "EBADF";
     "process-mrelease": process_mrelease(BAD_FD, 0) => "EBADF";
 };
+
+/// Canaries an unfiltered kernel would carry out: harmless in a container (its own PID 1), never
+/// to be called unfiltered anywhere else (a host-side test skips them).
+pub const CARRIED_OUT_UNFILTERED: &[&str] = &["setpriority-pid1"];
 
 /// A socket type no kernel has: `socket(family, BAD_TYPE, proto)` fails with EINVAL in the kernel
 /// for every family, before the family's own code runs, so a canary never makes a socket.
@@ -706,6 +723,88 @@ mod tests {
         let mut actions = std::collections::BTreeSet::new();
         for canary in CANARIES.iter().chain(FAMILY_CANARIES).chain(FAMILY_ALLOWED) {
             assert!(actions.insert(canary.action), "{} twice", canary.action);
+        }
+    }
+
+    /// The process an argument-filtered sealed rule's call is aimed at: (which argument holds the
+    /// pid, the value the "which" argument must hold for that pid to be a process id), or None
+    /// for a rule that takes a pidfd (refused whatever it names).
+    fn aim(rule: &Rule) -> Option<(usize, Option<(usize, u32)>)> {
+        match rule.name {
+            "prlimit64" | "sched_setscheduler" | "sched_setparam" | "sched_setattr"
+            | "sched_setaffinity" | "migrate_pages" | "move_pages" => Some((0, None)),
+            // (PRIO_PROCESS, pid) and (IOPRIO_WHO_PROCESS, pid).
+            "setpriority" => Some((1, Some((0, 0)))),
+            "ioprio_set" => Some((1, Some((0, 1)))),
+            _ => None,
+        }
+    }
+
+    /// Each sealed rule admits exactly the calls aimed at the caller itself (pid 0, with the
+    /// process "which"), over a grid of pids and "which" values: PID 1, another pid, -1, and
+    /// values whose low 32 bits are 0 or 1 (the kernel reads a 32-bit pid_t, as the filter does).
+    #[test]
+    fn each_sealed_rule_admits_exactly_the_caller_itself() {
+        const VALUES: [u64; 9] = [
+            0,
+            1,
+            2,
+            3,
+            NO_PID,
+            0xffff_ffff,
+            0x1_0000_0000,
+            0x1_0000_0001,
+            u64::MAX,
+        ];
+        let low = |v: u64| v as u32;
+        for rule in SEALED {
+            for a in VALUES {
+                for b in VALUES {
+                    let args = [a, b, 0, 0, 0, 0];
+                    let at_self = match aim(rule) {
+                        None => false,
+                        Some((pid, which)) => {
+                            low(args[pid]) == 0
+                                && which.is_none_or(|(arg, value)| low(args[arg]) == value)
+                        }
+                    };
+                    assert_eq!(
+                        rule.refuses(rule.nr, &args),
+                        !at_self,
+                        "{} with {args:x?}: {}",
+                        rule.name,
+                        if at_self {
+                            "the caller itself is refused"
+                        } else {
+                            "a call aimed at another process is admitted"
+                        }
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every argument-filtered rule has a canary aimed at PID 1 and one at another process (with
+    /// the process "which"), so a rule that lets either through shows in the probes.
+    #[test]
+    fn every_filtered_rule_is_aimed_at_pid_1_and_at_another_process() {
+        for rule in SEALED.iter().filter(|r| !r.when.is_empty()) {
+            let Some((pid, which)) = aim(rule) else {
+                panic!("{} is filtered by argument but has no aim", rule.name);
+            };
+            let aimed = |want: &dyn Fn(u32) -> bool| {
+                CANARIES.iter().any(|c| {
+                    c.nr == rule.nr
+                        && want(c.args[pid] as u32)
+                        && which.is_none_or(|(arg, value)| c.args[arg] as u32 == value)
+                })
+            };
+            assert!(aimed(&|p| p == 1), "{}: no canary aimed at PID 1", rule.name);
+            assert!(
+                aimed(&|p| p != 0 && p != 1),
+                "{}: no canary aimed at another process",
+                rule.name
+            );
         }
     }
 
