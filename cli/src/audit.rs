@@ -108,6 +108,10 @@ pub struct CommitArgs {
     /// Where the bundle goes (must not exist).
     #[arg(long)]
     bundle: PathBuf,
+    /// Commit names a Windows or macOS checkout cannot hold, for a repository that never
+    /// leaves Linux; refused by default (`non-portable`).
+    #[arg(long)]
+    allow_non_portable_names: bool,
     #[arg(long)]
     image: Option<String>,
     #[arg(long, default_value_t = 300)]
@@ -285,6 +289,7 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
                 author: args.author,
                 committer: args.committer,
                 bundle: args.bundle,
+                allow_non_portable: args.allow_non_portable_names,
             };
             let image_id = image_id(ctx, args.image).await?;
             let committed = cordon::audit::commit(

@@ -108,6 +108,13 @@ pub fn run_report(report: &OneShotReport) -> String {
         if let Some(commit) = &audit.commit {
             text.push_str(&format!("committed: {}\n", line(&commit.head)));
         }
+        if let Some(why) = &audit.not_committed {
+            text.push_str(&format!(
+                "no commit ({}): {}\n",
+                why.reason,
+                line(&why.detail)
+            ));
+        }
         if audit.needs_person {
             text.push_str("the task needs a person: see the manifest (--json)\n");
         }

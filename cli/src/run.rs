@@ -100,6 +100,11 @@ pub struct RunArgs {
     /// Where the bundle goes (must not exist).
     #[arg(long, requires = "commit")]
     bundle: Option<PathBuf>,
+    /// Commit names a Windows or macOS checkout cannot hold (`CON`, `aux.c`, `a:b`, a trailing
+    /// dot or space), for a repository that never leaves Linux; refused by default
+    /// (`non-portable`).
+    #[arg(long, requires = "commit")]
+    allow_non_portable_names: bool,
 }
 
 /// The most a commit message file may hold.
@@ -266,6 +271,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                     )?,
                     trailers: parse_trailers(&args.trailers)?,
                     bundle,
+                    allow_non_portable: args.allow_non_portable_names,
                 })
             }
             _ => None,

@@ -444,6 +444,44 @@ fn run_execute_checks_the_tree_and_reports_a_refusal_as_such() {
         format!("{head} refs/heads/cordon")
     );
     let _ = std::fs::remove_file(&bundle);
+    // A run that gives no answer (the agent exits 3) is never committed, and says why.
+    let unanswered = cordon()
+        .args([
+            "run", "--json", "--vendor", "test", "--phase", "execute", "--repo",
+        ])
+        .arg(&repo)
+        .args([
+            "--owner",
+            &owner,
+            "--prompt",
+            "cordon-fake:exit-3",
+            "--commit",
+            "--author",
+            "A <a@example.org> 1700000000 +0000",
+            "--committer",
+            "C <c@example.org> 1700000000 +0000",
+            "--message-file",
+        ])
+        .arg(&message)
+        .arg("--bundle")
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    let unanswered = json(&unanswered);
+    assert!(unanswered["audit"]["commit"].is_null(), "{unanswered}");
+    assert_eq!(
+        unanswered["audit"]["not_committed"]["id"], "commit-not-made",
+        "{unanswered}"
+    );
+    assert_eq!(
+        unanswered["audit"]["not_committed"]["reason"], "run-not-answered",
+        "{unanswered}"
+    );
+    let detail = unanswered["audit"]["not_committed"]["detail"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(detail.contains("exited 3"), "{unanswered}");
+    assert!(!bundle.exists());
     let _ = std::fs::remove_file(&message);
     let refused = execute(r#"[{"kind":"add","path":"README.md"},{"kind":"edit","path":"src"}]"#);
     assert_eq!(

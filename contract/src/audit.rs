@@ -195,13 +195,32 @@ pub enum CommitReason {
     GitmodulesLink,
     /// CR, LF or another control character, or a backslash, in a path.
     BadCharacter,
-    /// Two entries of the resulting tree that are equal after case folding.
+    /// Two entries of the resulting tree that are one name after Unicode normalisation and case
+    /// folding together (NFC and NFD twins, `ß` and `ss`, the Kelvin sign and `K`).
     CaseCollision,
     /// A gitlink added, changed or removed: the audit never commits one.
     Gitlink,
     /// Content streamed out for the commit that is not what the inspection hashed (a file
     /// swapped or changed during the reading).
     ContentMismatch,
+    /// A link with an absolute target, or one that leaves the tree as the kernel would resolve
+    /// it in the resulting tree (the seeder's rule): cordon's own seeding would refuse the result.
+    LinkEscapes,
+    /// A directory git would discover as a repository (a `HEAD` beside `objects`, `refs`,
+    /// `commondir` or `config`), bare or not, at any depth: its config runs code on a receiver.
+    NestedRepository,
+    /// A `.gitmodules` git's fsck refuses (a `..` or empty name, a path or url that is an
+    /// option, a url that decodes to a line break or escapes with `../`, `update = !command`),
+    /// that does not parse, is too large, or is not a file.
+    Gitmodules,
+    /// A `.gitattributes` with a line git will not parse (2,048 bytes or more), or not a file.
+    Gitattributes,
+    /// `git fsck --strict` refused the commit (git's message in the detail).
+    Fsck,
+    /// A name a Windows or macOS checkout cannot hold (a reserved device name, a trailing dot or
+    /// space, `:` and the other characters Windows refuses); a runner may allow them for a
+    /// repository that never leaves Linux.
+    NonPortable,
 }
 
 impl CommitReason {
@@ -220,6 +239,12 @@ impl CommitReason {
             CommitReason::CaseCollision => "case-collision",
             CommitReason::Gitlink => "gitlink",
             CommitReason::ContentMismatch => "content-mismatch",
+            CommitReason::LinkEscapes => "link-escapes",
+            CommitReason::NestedRepository => "nested-repository",
+            CommitReason::Gitmodules => "gitmodules",
+            CommitReason::Gitattributes => "gitattributes",
+            CommitReason::Fsck => "fsck",
+            CommitReason::NonPortable => "non-portable",
         }
     }
 }

@@ -799,7 +799,11 @@ mod tests {
                         && which.is_none_or(|(arg, value)| c.args[arg] as u32 == value)
                 })
             };
-            assert!(aimed(&|p| p == 1), "{}: no canary aimed at PID 1", rule.name);
+            assert!(
+                aimed(&|p| p == 1),
+                "{}: no canary aimed at PID 1",
+                rule.name
+            );
             assert!(
                 aimed(&|p| p != 0 && p != 1),
                 "{}: no canary aimed at another process",

@@ -308,6 +308,7 @@ async fn measure(
             author: "cordon bench <bench@cordon.invalid> 1700000000 +0000".to_owned(),
             committer: "cordon bench <bench@cordon.invalid> 1700000000 +0000".to_owned(),
             bundle: bundles.join(format!("run-{run}.bundle")),
+            allow_non_portable: false,
         };
         let ours = async {
             reset_peak_rss()?;

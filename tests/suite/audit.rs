@@ -489,6 +489,7 @@ fn request(storage: &StorageHandle, digest: &str, bundle: &Path) -> audit::Commi
         author: AUTHOR.to_owned(),
         committer: COMMITTER.to_owned(),
         bundle: bundle.to_owned(),
+        allow_non_portable: false,
     }
 }
 
@@ -682,6 +683,187 @@ async fn the_commit_refuses_what_a_tree_must_not_hold() {
     assert!(!bundle.exists());
     task_remove(&s, &later).await;
     finish(s, &hostile).await;
+}
+
+/// What a receiver's checkout would run or could not hold is refused (issue 20's second outside
+/// review), each with its reason: links that leave the tree as the seeder would refuse them; names
+/// that are one after Unicode normalisation and case folding (NFC and NFD twins, a twin of a name
+/// base has, the CVE-2021-21300 link beside a directory holding a hook); directories git would
+/// take for a repository, bare or not, at any depth; names Windows or macOS cannot hold (unless
+/// the runner allows them); a hostile `.gitmodules` and an over-long `.gitattributes` line,
+/// checked before anything is imported; and git fsck's own refusal of base's `.gitmodules`. The
+/// export names the nested repositories and the special files it would refuse; nothing is written.
+#[tokio::test]
+async fn the_commit_refuses_what_a_receiver_would_run_or_could_not_hold() {
+    let s = owned("t-audit-receiver").await;
+    let repo = Repo::new("audit-receiver");
+    repo.write("README.md", b"# receiver\n", 0o644);
+    repo.write("r\u{e9}sum\u{e9}.md", b"base's, composed\n", 0o644);
+    repo.write("tools/build.txt", b"build\n", 0o644);
+    let head = repo.commit();
+    let hostile_base = Repo::new("audit-receiver-fsck");
+    hostile_base.write(
+        ".gitmodules",
+        b"[submodule \"x\"]\n\tpath = x\n\turl = ./x\n\tupdate = !touch /tmp/cordon-pwned\n",
+        0o644,
+    );
+    let hostile_head = hostile_base.commit();
+    let (paths, contents, portable, fsck) = (
+        seed(&s, &repo, &head).await,
+        seed(&s, &repo, &head).await,
+        seed(&s, &repo, &head).await,
+        seed(&s, &hostile_base, &hostile_head).await,
+    );
+    let bundle = bundle_path("receiver");
+
+    agent_script(
+        &s,
+        &paths,
+        r##"[{"symlink":["escape-link","../../../../etc/passwd"]},
+            {"symlink":["proc-link","/proc/self/environ"]},
+            {"write":["caf\u00e9","nfc\n"]},{"write":["cafe\u0301","nfd\n"]},
+            {"write":["re\u0301sume\u0301.md","a twin of base's\n"]},
+            {"symlink":["d\u00e9j\u00e0",".git/hooks"]},{"mkdir":"de\u0301ja\u0300"},
+            {"write":["de\u0301ja\u0300/post-checkout","#!/bin/sh\n"]},
+            {"chmod":["de\u0301ja\u0300/post-checkout",493]},
+            {"mkdir":"evil"},{"write":["evil/HEAD","ref: refs/heads/main\n"]},
+            {"mkdir":"evil/objects"},{"write":["evil/objects/keep",""]},
+            {"mkdir":"evil/refs"},{"write":["evil/refs/keep",""]},
+            {"write":["evil/config","[core]\n\tworktree = ..\n\tfsmonitor = touch /tmp/cordon-pwned\n"]},
+            {"mkdir":"tools/evil.git"},
+            {"write":["tools/evil.git/HEAD","0000000000000000000000000000000000000000\n"]},
+            {"write":["tools/evil.git/commondir","../../../.."]},
+            {"write":["CON","x"]},{"write":["aux.c","x"]},{"write":["NUL.txt","x"]},
+            {"write":["COM1","x"]},{"write":["LPT9.log","x"]},{"write":["CONIN$","x"]},
+            {"write":["a.","x"]},{"write":["a ","x"]},{"write":["a:b","x"]}]"##,
+    )
+    .await;
+    let manifest = inspect(&s, &paths).await.expect("a manifest");
+    let reasons = commit_refused(commit(&s, &paths, &manifest.digest, &bundle).await);
+    let mut wanted = vec![
+        (CommitReason::LinkEscapes, "escape-link"),
+        (CommitReason::LinkEscapes, "proc-link"),
+        (CommitReason::CaseCollision, "caf\u{e9}"),
+        (CommitReason::CaseCollision, "cafe\u{301}"),
+        (CommitReason::CaseCollision, "re\u{301}sume\u{301}.md"),
+        (CommitReason::CaseCollision, "d\u{e9}j\u{e0}"),
+        (
+            CommitReason::CaseCollision,
+            "de\u{301}ja\u{300}/post-checkout",
+        ),
+        (CommitReason::NestedRepository, "evil"),
+        (CommitReason::NestedRepository, "tools/evil.git"),
+    ];
+    for name in [
+        "CON", "aux.c", "NUL.txt", "COM1", "LPT9.log", "CONIN$", "a.", "a ", "a:b",
+    ] {
+        wanted.push((CommitReason::NonPortable, name));
+    }
+    for want in &wanted {
+        assert!(
+            reasons.iter().any(|(r, p)| *r == want.0 && p == want.1),
+            "{want:?} not in {reasons:?}"
+        );
+    }
+    assert!(!bundle.exists());
+    let export = audit::export_diff(&s.ctl, &s.image, &paths, &head, DEADLINE)
+        .await
+        .expect("an export");
+    for dir in ["evil", "tools/evil.git"] {
+        let notice = format!("cordon: a nested repository {dir:?}");
+        assert!(
+            export.diff.contains(&notice),
+            "{notice} not in {}",
+            export.diff
+        );
+    }
+
+    // Content git's fsck refuses, checked before anything is imported.
+    let long_line = "a".repeat(4096);
+    agent_script(
+        &s,
+        &contents,
+        &format!(
+            r##"[{{"write":[".gitmodules","[submodule \"../../escape\"]\n\tpath = -x\n\turl = ./x%0a\n[submodule \"ok\"]\n\tpath = ok\n\turl = -oProxyCommand=touch\n\tupdate = !touch /tmp/cordon-pwned\n"]}},
+                {{"mkdir":"sub"}},{{"write":["sub/.gitattributes","{long_line}\n"]}}]"##
+        ),
+    )
+    .await;
+    let manifest = inspect(&s, &contents).await.expect("a manifest");
+    let findings = match commit(&s, &contents, &manifest.digest, &bundle).await {
+        Err(Error::CommitRefused { findings }) => findings,
+        other => panic!("not a commit refusal: {other:?}"),
+    };
+    let at = |reason: CommitReason, path: &str| {
+        findings
+            .iter()
+            .filter(|f| f.reason == reason && f.path == path)
+            .count()
+    };
+    // The name, the path, both urls and the update command.
+    assert_eq!(
+        at(CommitReason::Gitmodules, ".gitmodules"),
+        5,
+        "{findings:?}"
+    );
+    assert_eq!(
+        at(CommitReason::Gitattributes, "sub/.gitattributes"),
+        1,
+        "{findings:?}"
+    );
+    assert!(!bundle.exists());
+    let export = audit::export_diff(&s.ctl, &s.image, &contents, &head, DEADLINE)
+        .await
+        .expect("an export shows what the commit refuses");
+    assert!(
+        export
+            .diff
+            .contains("cordon: the commit refuses \"sub/.gitattributes\" (gitattributes:"),
+        "{}",
+        export.diff
+    );
+
+    // Names only Linux can hold: refused by default, committed when the runner allows them.
+    agent_script(
+        &s,
+        &portable,
+        r#"[{"write":["CON","x"]},{"write":["a:b","x"]}]"#,
+    )
+    .await;
+    let manifest = inspect(&s, &portable).await.expect("a manifest");
+    assert_eq!(
+        commit_refused(commit(&s, &portable, &manifest.digest, &bundle).await),
+        vec![
+            (CommitReason::NonPortable, "CON".to_owned()),
+            (CommitReason::NonPortable, "a:b".to_owned())
+        ]
+    );
+    let mut allowed = request(&portable, &manifest.digest, &bundle);
+    allowed.allow_non_portable = true;
+    let committed = audit::commit(&s.ctl, &s.image, &portable, &allowed, DEADLINE)
+        .await
+        .expect("a Linux-only commit");
+    assert!(!committed.unchanged && bundle.exists(), "{committed:?}");
+    let _ = std::fs::remove_file(&bundle);
+
+    // git fsck refuses base's own `.gitmodules`: a refusal that needs a person, with git's words.
+    agent_script(&s, &fsck, r#"[{"write":["new.txt","new\n"]}]"#).await;
+    let manifest = inspect(&s, &fsck).await.expect("a manifest");
+    let findings = match commit(&s, &fsck, &manifest.digest, &bundle).await {
+        Err(Error::CommitRefused { findings }) => findings,
+        other => panic!("not a commit refusal: {other:?}"),
+    };
+    assert!(
+        findings.len() == 1
+            && findings[0].reason == CommitReason::Fsck
+            && findings[0].detail.contains("gitmodulesUpdate"),
+        "{findings:?}"
+    );
+    assert!(!bundle.exists());
+    for storage in [&contents, &portable, &fsck] {
+        task_remove(&s, storage).await;
+    }
+    finish(s, &paths).await;
 }
 
 /// The diff export: a unified diff of what a diff can show, bounded at 1 MiB (`truncated`), with a

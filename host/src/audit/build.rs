@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::task::git::{Git, Input};
 
 use super::scratch::object_id;
+use super::special;
 
 /// The ref the commit is made on.
 pub const REF: &str = "refs/heads/cordon";
@@ -55,6 +56,9 @@ pub struct Contents {
     pub bytes: u64,
     /// Blobs written (a content shared by several paths is written once).
     pub blobs: u64,
+    /// What was read of each blob a `.gitmodules` or `.gitattributes` holds, by blob id (for
+    /// [`special::findings`]).
+    pub special: BTreeMap<String, special::Seen>,
 }
 
 /// What an entry of the archive was, for a later hard link to it.
@@ -155,6 +159,14 @@ pub fn stream_changes(
         .filter(|c| needs_content(c))
         .map(|c| (c.path.as_str(), c))
         .collect();
+    // The blobs a `.gitmodules` or `.gitattributes` will hold: read as they stream, whichever
+    // path brings them.
+    let mut special_blobs: HashMap<String, special::Special> = HashMap::new();
+    for (_, kind, blob) in special::paths_of(changes) {
+        let known = special_blobs.entry(blob).or_insert(kind);
+        // A blob both hold is kept as a `.gitmodules` (and measured as attributes too).
+        *known = (*known).min(kind);
+    }
     let mut contents = Contents::default();
     let mut findings = Vec::new();
     let mut found: HashSet<String> = HashSet::new();
@@ -288,6 +300,10 @@ pub fn stream_changes(
                         mark
                     }
                 };
+                let mut measured = special_blobs
+                    .get(expected)
+                    .filter(|_| !contents.special.contains_key(expected))
+                    .map(|&kind| special::Seen::new(kind));
                 let mut read = 0u64;
                 loop {
                     let n = entry.read(&mut buf).map_err(read_err)?;
@@ -296,6 +312,9 @@ pub fn stream_changes(
                     }
                     read += n as u64;
                     hasher.update(&buf[..n]);
+                    if let Some(measured) = measured.as_mut() {
+                        measured.feed(&buf[..n]);
+                    }
                     if known.is_none() {
                         out.write_all(&buf[..n]).map_err(write_err)?;
                     }
@@ -313,6 +332,9 @@ pub fn stream_changes(
                 if blob != expected {
                     findings.push(mismatch(&path, format!("content's blob {blob}")));
                     continue;
+                }
+                if let Some(measured) = measured {
+                    contents.special.insert(blob.clone(), measured);
                 }
                 marks.insert(blob.clone(), mark);
                 seen.insert(
@@ -533,16 +555,41 @@ where
         .map_err(|e| Error::io(format!("creating {}", stream_path.display()), e))?;
     let guard = Remove(stream_path.clone());
     let reference_name = spec.reference.clone();
+    let special_paths = special::paths_of(&spec.changes);
     let written = tokio::task::spawn_blocking(move || {
         let out = std::io::BufWriter::with_capacity(256 * 1024, file);
         write_stream(content_tar, &spec, base_blob, out, max_bytes)
     })
     .await
     .map_err(|e| Error::Internal(format!("the stream writer: {e}")))?;
-    written?;
+    let contents = written?;
+    let scratch = stream_path
+        .parent()
+        .ok_or_else(|| Error::Internal("the stream has no directory".into()))?;
+    let findings = special::findings(git, scratch, &special_paths, &contents.special).await?;
+    if !findings.is_empty() {
+        return Err(Error::CommitRefused { findings });
+    }
     let head = import(git, &stream_path, &reference_name).await;
     drop(guard);
     head
+}
+
+/// git fsck's refusal as the commit's finding: at the path of the change whose blob its message
+/// names (`error in blob <id>: ...`), else at the top.
+fn fsck_finding(message: &str, changes: &[Change]) -> CommitFinding {
+    let named = message.split_whitespace().find_map(|word| {
+        let id = word.trim_end_matches(':');
+        changes
+            .iter()
+            .find(|c| c.new.as_ref().and_then(|n| n.blob.as_deref()) == Some(id))
+    });
+    CommitFinding {
+        path: named.map_or_else(|| ".".to_owned(), |c| c.path.clone()),
+        reason: CommitReason::Fsck,
+        // git names what it refused; a hostile url in its message is bounded here.
+        detail: message.chars().take(1024).collect(),
+    }
 }
 
 /// Removes a file when dropped.
@@ -662,13 +709,15 @@ pub fn message(text: &str, trailers: &[(String, String)]) -> Result<String> {
     Ok(out)
 }
 
-/// `git fsck --strict --no-dangling` on the copy, then a bundle of [`REF`] (which must be `head`)
-/// beyond `base`, at most `max_bytes` ([`Error::BundleTooLarge`], nothing left at `out`),
+/// `git fsck --strict --no-dangling` on the copy (a refusal is the commit's: `fsck`, git's
+/// message, the path of the change whose blob it names), then a bundle of [`REF`] (which must be
+/// `head`) beyond `base`, at most `max_bytes` ([`Error::BundleTooLarge`], nothing left at `out`),
 /// verified, and only then put at `out`, which must not exist (never overwritten). Its size.
 pub async fn fsck_and_bundle(
     git: &Git,
     base: &str,
     head: &str,
+    changes: &[Change],
     out: &Path,
     max_bytes: u64,
 ) -> Result<u64> {
@@ -699,11 +748,21 @@ pub async fn fsck_and_bundle(
     if String::from_utf8_lossy(&at).trim() != head {
         return Err(Error::Internal(format!("{REF} is not {head}")));
     }
-    git.run(
-        "fsck",
-        &["fsck", "--strict", "--no-dangling", "--no-progress"],
-    )
-    .await?;
+    match git
+        .run(
+            "fsck",
+            &["fsck", "--strict", "--no-dangling", "--no-progress"],
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(Error::Git { message, .. }) => {
+            return Err(Error::CommitRefused {
+                findings: vec![fsck_finding(&message, changes)],
+            })
+        }
+        Err(e) => return Err(e),
+    }
     let tmp = git.dir().join(format!(
         "cordon-bundle-{}.tmp",
         uuid::Uuid::new_v4().simple()
@@ -1054,7 +1113,7 @@ mod tests {
 
         // The bundle: verified, fetched by a clone of base with every object checked.
         let out = tmp.0.join("out.bundle");
-        let size = fsck_and_bundle(&git, &base, &head, &out, 64 << 20)
+        let size = fsck_and_bundle(&git, &base, &head, &[], &out, 64 << 20)
             .await
             .expect("bundle");
         assert_eq!(std::fs::metadata(&out).expect("out").len(), size);
@@ -1075,10 +1134,10 @@ mod tests {
         );
         assert_eq!(rev(&clone, "refs/heads/got"), head);
         // Never over an existing file; over the bound nothing is left.
-        let again = fsck_and_bundle(&git, &base, &head, &out, 64 << 20).await;
+        let again = fsck_and_bundle(&git, &base, &head, &[], &out, 64 << 20).await;
         assert!(matches!(again, Err(Error::Invalid(_))), "{again:?}");
         let small = tmp.0.join("small.bundle");
-        let r = fsck_and_bundle(&git, &base, &head, &small, 100).await;
+        let r = fsck_and_bundle(&git, &base, &head, &[], &small, 100).await;
         assert!(matches!(r, Err(Error::BundleTooLarge(_))), "{r:?}");
         assert!(!small.exists());
         let leftovers: Vec<_> = std::fs::read_dir(&git.git_dir)

@@ -43,6 +43,9 @@ pub struct CommitRequest {
     pub committer: String,
     /// Where the bundle goes (must not exist).
     pub bundle: PathBuf,
+    /// Commit names a Windows or macOS checkout cannot hold (a repository that never leaves
+    /// Linux); refused by default (`non-portable`).
+    pub allow_non_portable: bool,
 }
 
 /// A commit made (or none: `unchanged`).
@@ -79,6 +82,9 @@ pub async fn commit(
         )));
     }
     let base = request.base.clone();
+    let rules = paths::Rules {
+        allow_non_portable: request.allow_non_portable,
+    };
     let approved = request.digest.clone();
     let out = request.bundle.clone();
     inspect::inspect_then(
@@ -99,11 +105,12 @@ pub async fn commit(
                 });
             }
             let base_tree = if manifest.metadata_changed {
-                Vec::new()
+                paths::Base::default()
             } else {
-                scratch::base_paths(&inspection.git, &base).await?
+                let links = paths::needs_link_targets(manifest);
+                scratch::base_for_rules(&inspection.git, &base, links).await?
             };
-            findings.extend(paths::refusals(manifest, &base_tree));
+            findings.extend(paths::refusals(manifest, &base_tree, rules));
             if !findings.is_empty() {
                 findings.sort();
                 findings.dedup();
@@ -130,18 +137,25 @@ pub async fn commit(
                 reference: build::REF.to_owned(),
             };
             let left = until.saturating_duration_since(Instant::now());
-            let head = build_from_archive(
+            let (head, _) = build_from_archive(
                 ctl.engine(),
                 &container,
                 &inspection,
                 spec,
                 MAX_CONTENT_BYTES,
                 left,
+                OnSpecial::Refuse,
             )
             .await?;
-            let bytes =
-                build::fsck_and_bundle(&inspection.git, &base, &head, &out, MAX_BUNDLE_BYTES)
-                    .await?;
+            let bytes = build::fsck_and_bundle(
+                &inspection.git,
+                &base,
+                &head,
+                &manifest.changes,
+                &out,
+                MAX_BUNDLE_BYTES,
+            )
+            .await?;
             Ok(Committed {
                 head,
                 unchanged: false,
@@ -155,10 +169,21 @@ pub async fn commit(
     .await
 }
 
+/// What [`build_from_archive`] does with a `.gitmodules` or `.gitattributes` git's fsck would
+/// refuse ([`super::special`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnSpecial {
+    /// Refuse the build before anything is imported (the commit).
+    Refuse,
+    /// Build anyway and return the findings (the diff export shows them as notices).
+    Report,
+}
+
 /// Build `spec` on the inspection's scratch copy from the engine's archive of /work in the
 /// inspection's stopped `container`: each file checked against the manifest's blob id as it
 /// streams into a `git fast-import` stream (a scratch file), imported only once every blob
-/// matched. The commit `spec.reference` then names.
+/// matched and the special files were checked. The commit `spec.reference` then names, and the
+/// special files' findings (none, with [`OnSpecial::Refuse`]).
 pub async fn build_from_archive(
     engine: &crate::engine::Engine,
     container: &str,
@@ -166,7 +191,8 @@ pub async fn build_from_archive(
     spec: build::Spec,
     max_bytes: u64,
     deadline: Duration,
-) -> Result<String> {
+    on_special: OnSpecial,
+) -> Result<(String, Vec<CommitFinding>)> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let blobs: std::collections::HashMap<String, String> =
@@ -185,20 +211,38 @@ pub async fn build_from_archive(
         .open(&stream)
         .map_err(|e| Error::io(format!("creating {}", stream.display()), e))?;
     let reference = spec.reference.clone();
-    super::reader::with_archive(
+    let special_paths = super::special::paths_of(&spec.changes);
+    let written = super::reader::with_archive(
         engine,
         container,
         cordon_contract::paths::WORK,
         deadline,
         move |tar| {
             let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
-            build::write_stream(tar, &spec, |p| blobs.get(p).cloned(), &mut out, max_bytes)?;
+            let contents =
+                build::write_stream(tar, &spec, |p| blobs.get(p).cloned(), &mut out, max_bytes)?;
             out.flush()
-                .map_err(|e| Error::io("writing the fast-import stream", e))
+                .map_err(|e| Error::io("writing the fast-import stream", e))?;
+            Ok(contents)
         },
     )
-    .await?;
-    let head = build::import(&inspection.git, &stream, &reference).await;
+    .await;
+    let built = async {
+        let contents = written?;
+        let findings = super::special::findings(
+            &inspection.git,
+            inspection.scratch.root(),
+            &special_paths,
+            &contents.special,
+        )
+        .await?;
+        if on_special == OnSpecial::Refuse && !findings.is_empty() {
+            return Err(Error::CommitRefused { findings });
+        }
+        let head = build::import(&inspection.git, &stream, &reference).await?;
+        Ok((head, findings))
+    }
+    .await;
     let _ = std::fs::remove_file(&stream);
-    head
+    built
 }

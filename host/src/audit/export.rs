@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use cordon_contract::audit::{Change, Kind, Manifest};
+use cordon_contract::audit::{Change, CommitReason, Kind, Manifest};
 use cordon_contract::tree::{Finding, LinkSnapshot, Reason};
 
 use crate::controller::Controller;
@@ -70,6 +70,16 @@ pub async fn export_diff(
                 });
             }
             let (shown, mut notices) = split(manifest);
+            // What git would take for a repository (bare ones too): the commit refuses it.
+            let base_tree = super::scratch::base_for_rules(&inspection.git, &base, false).await?;
+            for finding in paths::refusals(manifest, &base_tree, paths::Rules::default()) {
+                if finding.reason == CommitReason::NestedRepository {
+                    notices.push(format!(
+                        "cordon: a nested repository {:?} ({})",
+                        finding.path, finding.detail
+                    ));
+                }
+            }
             let mut text = String::new();
             for notice in &notices {
                 text.push_str(notice);
@@ -89,15 +99,24 @@ pub async fn export_diff(
                     reference: EXPORT_REF.to_owned(),
                 };
                 let left = until.saturating_duration_since(std::time::Instant::now());
-                let head = super::commit::build_from_archive(
+                let (head, special) = super::commit::build_from_archive(
                     ctl.engine(),
                     &container,
                     &inspection,
                     spec,
                     super::commit::MAX_CONTENT_BYTES,
                     left,
+                    super::commit::OnSpecial::Report,
                 )
                 .await?;
+                for finding in special {
+                    text.push_str(&format!(
+                        "cordon: the commit refuses {:?} ({}: {})\n",
+                        finding.path,
+                        finding.reason.id(),
+                        finding.detail
+                    ));
+                }
                 let left = MAX_DIFF_BYTES.saturating_sub(text.len());
                 let (diff, cut) = build::diff(&inspection.git, &base, &head, left).await?;
                 for line in attribute_notices(&inspection.git, &head, &shown).await? {

@@ -17,8 +17,10 @@ pub mod export;
 pub mod inspect;
 pub mod links;
 pub mod paths;
+pub mod portable;
 mod reader;
 pub mod scratch;
+pub mod special;
 
 pub use check::{check_tree, redeem, Masks, TreeCheck};
 pub use commit::{commit, CommitRequest, Committed};

@@ -8,13 +8,45 @@
 //! refuses more, never less; each place says so.
 //!
 //! The name rules apply to new entries only (added or changed paths): a deletion can only remove
-//! what base holds, and base is not the agent's. The tree rules (case collisions, a path beneath
-//! a file, a file where the tree has a directory) look at the resulting tree: base minus every
-//! changed path plus the manifest's new entries.
+//! what base holds, and base is not the agent's. The tree rules (names that are one after
+//! normalisation and case folding, a path beneath a file, a file where the tree has a directory,
+//! a directory git would discover as a repository, a link that leaves the tree) look at the
+//! resulting tree: base minus every changed path plus the manifest's new entries.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use cordon_contract::audit::{CommitFinding, CommitReason, Kind, Manifest};
+use unicode_normalization::UnicodeNormalization;
+
+use crate::error::Unusable;
+use crate::task::tree::check_link;
+
+/// What a runner may relax.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// Commit names a Windows or macOS checkout cannot hold (for a repository that never leaves
+    /// Linux). Off by default: such names are refused (`non-portable`).
+    pub allow_non_portable: bool,
+}
+
+/// Base's tree as the rules read it.
+#[derive(Debug, Clone, Default)]
+pub struct Base {
+    /// `(path, git mode)` of every file, link and gitlink (no directories).
+    pub entries: Vec<(String, String)>,
+    /// The targets of base's links, by path; needed only when the manifest adds a link
+    /// ([`needs_link_targets`]), empty otherwise.
+    pub links: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Whether [`refusals`] needs base's link targets: only a new link can change where a link of
+/// the resulting tree leads.
+pub fn needs_link_targets(manifest: &Manifest) -> bool {
+    manifest
+        .changes
+        .iter()
+        .any(|c| c.new.as_ref().is_some_and(|n| n.kind == Kind::Link))
+}
 
 /// git's mode for a tree (a directory); base's listing should hold none, but one is taken as a
 /// directory, not as an entry a path could sit beneath.
@@ -23,10 +55,9 @@ const TREE_MODE: &str = "040000";
 /// Every reason the manifest's changes cannot be committed onto `base`, sorted by path then
 /// reason, without duplicates; empty when every change is one a tree may hold.
 ///
-/// `base` is base's full tree listing: `(path, git mode)` of every file, link and gitlink (no
-/// directories). The work is bounded by the input: one pass over `base`, sets and maps keyed by
-/// the new entries' path prefixes, no quadratic loop.
-pub fn refusals(manifest: &Manifest, base: &[(String, String)]) -> Vec<CommitFinding> {
+/// The work is bounded by the input: one pass over base's entries, sets and maps keyed by the new
+/// entries' path prefixes, no quadratic loop; links are resolved only when a link is new.
+pub fn refusals(manifest: &Manifest, base: &Base, rules: Rules) -> Vec<CommitFinding> {
     let mut out = Vec::new();
     let mut push = |path: &str, reason: CommitReason, detail: String| {
         out.push(CommitFinding {
@@ -85,6 +116,11 @@ pub fn refusals(manifest: &Manifest, base: &[(String, String)]) -> Vec<CommitFin
             for (reason, detail) in name_refusals(path, kind) {
                 push(path, reason, detail);
             }
+            if !rules.allow_non_portable {
+                for detail in super::portable::refusals(path) {
+                    push(path, CommitReason::NonPortable, detail);
+                }
+            }
             new_entries.insert(path, kind);
         }
         if let Some(target) = change.new.as_ref().and_then(|n| n.target.as_deref()) {
@@ -94,7 +130,10 @@ pub fn refusals(manifest: &Manifest, base: &[(String, String)]) -> Vec<CommitFin
         }
     }
 
-    tree_refusals(&new_entries, &changed, base, &mut push);
+    tree_refusals(&new_entries, &changed, &base.entries, &mut push);
+    if needs_link_targets(manifest) {
+        link_escapes(manifest, &changed, &base.links, &mut push);
+    }
 
     out.sort();
     out.dedup();
@@ -132,6 +171,25 @@ fn name_refusals(path: &str, kind: Kind) -> Vec<(CommitReason, String)> {
                 CommitReason::GitPath,
                 format!("part {part:?} is .git {how}"),
             ));
+        }
+    }
+
+    // `fsck` wants `.gitmodules` and `.gitattributes` to be blobs (gitmodulesBlob,
+    // gitattributesBlob): a directory of either name (or an alias) is refused here first.
+    if let Some((_, above)) = parts.split_last() {
+        for part in above {
+            if is_dot_name(part, "gitmodules", b"gi7eba") {
+                found.push((
+                    CommitReason::Gitmodules,
+                    format!("part {part:?} is a directory named .gitmodules"),
+                ));
+            }
+            if is_dot_name(part, "gitattributes", b"gi7d29") {
+                found.push((
+                    CommitReason::Gitattributes,
+                    format!("part {part:?} is a directory named .gitattributes"),
+                ));
+            }
         }
     }
 
@@ -205,7 +263,7 @@ fn dotgit_alias(part: &str) -> Option<&'static str> {
 }
 
 /// `.<name>` or any HFS+/NTFS alias of it (`is_hfs_dot_generic` || `is_ntfs_dot_generic`).
-fn is_dot_name(part: &str, name: &str, short_prefix: &[u8; 6]) -> bool {
+pub(super) fn is_dot_name(part: &str, name: &str, short_prefix: &[u8; 6]) -> bool {
     is_hfs_dot_generic(part, name)
         || is_ntfs_dot_generic(c_string(part.as_bytes()), name.as_bytes(), short_prefix)
 }
@@ -320,6 +378,42 @@ fn is_ntfs_dot_generic(name: &[u8], dotgit_name: &[u8], short_prefix: &[u8; 6]) 
     only_spaces_and_periods(name.get(i..).unwrap_or(&[]))
 }
 
+/// Every link of the resulting tree (base's that survive, and the new ones) that leaves it as the
+/// kernel would resolve it there, by the seeder's own rule ([`check_link`]): an absolute target,
+/// a step above the top, a step into `.git`, also through other links. A base link counts too:
+/// a new link on its way can make it leave (`x -> sub/y/../../etc` once `sub/y -> ..` is added).
+fn link_escapes(
+    manifest: &Manifest,
+    changed: &HashSet<&str>,
+    base_links: &BTreeMap<Vec<u8>, Vec<u8>>,
+    push: &mut impl FnMut(&str, CommitReason, String),
+) {
+    let mut links: BTreeMap<Vec<u8>, Vec<u8>> = base_links
+        .iter()
+        .filter(|(path, _)| std::str::from_utf8(path).map_or(true, |p| !changed.contains(p)))
+        .map(|(path, target)| (path.clone(), target.clone()))
+        .collect();
+    for change in &manifest.changes {
+        if let Some(new) = change.new.as_ref().filter(|n| n.kind == Kind::Link) {
+            let target = new.target.as_deref().unwrap_or_default();
+            links.insert(change.path.as_bytes().to_vec(), target.as_bytes().to_vec());
+        }
+    }
+    for (path, target) in &links {
+        let detail = match check_link(path, target, &links) {
+            Ok(()) => continue,
+            Err(Unusable::AbsoluteLink { target, .. }) => format!("an absolute target {target:?}"),
+            Err(Unusable::EscapingLink { reaches, .. }) => format!("it leads to {reaches}"),
+            Err(other) => other.to_string(),
+        };
+        push(
+            &String::from_utf8_lossy(path),
+            CommitReason::LinkEscapes,
+            detail,
+        );
+    }
+}
+
 /// One spelling of a name in the resulting tree (a path or a directory prefix).
 #[derive(Debug, Default, Clone, Copy)]
 struct Spelling {
@@ -349,19 +443,43 @@ fn levels(path: &str) -> impl Iterator<Item = (&str, &str, &str)> {
     })
 }
 
-/// The case-folding key of one part, into `out`: each character upper- then lower-cased
-/// (`ς`/`σ`/`Σ`, `ſ`/`s`, `ı`/`i`, `K` and the Kelvin sign all meet, as NTFS's upcase table
-/// or APFS/HFS+ folding would make them; `ß` meets `ss`, which refuses a little more than a
-/// filesystem would), with the HFS+-ignorable code points dropped. No Unicode normalisation:
-/// the host has no normalisation tables, so `é` and `e` + U+0301 stay apart here.
+/// The key two names of one directory must not share, into `out`: canonical decomposition (NFD,
+/// as HFS+ stores names and APFS compares them: `é` and `e` + U+0301, the Ångström sign and
+/// `Å`, meet), each character upper- then lower-cased (`ς`/`σ`/`Σ`, `ſ`/`s`, `ı`/`i`, `K`
+/// and the Kelvin sign meet, as NTFS's upcase table or APFS/HFS+ folding would make them; `ß`
+/// meets `ss` and `ﬁ` meets `fi`, which refuses a little more than a filesystem would),
+/// decomposed again (a case mapping can compose), with the HFS+-ignorable code points dropped.
+/// No compatibility mapping: `①` and `1` stay apart, as they do on every filesystem.
 fn fold_into(part: &str, out: &mut String) {
     out.clear();
-    for c in part.chars().filter(|&c| !is_hfs_ignorable(c)) {
-        for upper in c.to_uppercase() {
-            out.extend(upper.to_lowercase());
-        }
+    if part.is_ascii() {
+        // The same key, without the tables: ASCII is its own NFD, and folds to lower case.
+        out.extend(part.chars().map(|c| c.to_ascii_lowercase()));
+        return;
     }
+    let folded: String = part
+        .nfd()
+        .filter(|&c| !is_hfs_ignorable(c))
+        .flat_map(char::to_uppercase)
+        .flat_map(char::to_lowercase)
+        .collect();
+    out.extend(folded.nfd().filter(|&c| !is_hfs_ignorable(c)));
 }
+
+/// The key of a name as [`fold_into`] makes it.
+fn folded(part: &str) -> String {
+    let mut out = String::new();
+    fold_into(part, &mut out);
+    out
+}
+
+/// What makes git take a directory for a repository (`setup.c` `is_git_directory`): a valid
+/// `HEAD`, and `objects` and `refs` there or in the directory its `commondir` names. Here a
+/// `HEAD` beside any one of these, or beside a `config` (the part that runs code), is enough,
+/// of any kind (an executable file named `objects` passes git's `access(X_OK)`, a link is
+/// followed), compared after folding (a case-insensitive receiver reads `head` as `HEAD`).
+const REPOSITORY_HEAD: &str = "HEAD";
+const REPOSITORY_PARTS: [&str; 4] = ["objects", "refs", "commondir", "config"];
 
 /// The rules of the resulting tree for the new entries: a case collision at any level, a path
 /// beneath a file, and a file where the tree has a directory.
@@ -391,6 +509,18 @@ fn tree_refusals<'a>(
                 .entry(prefix)
                 .or_default()
                 .in_result = true;
+        }
+    }
+
+    // Every directory on a new entry's way is looked at for the parts of a repository, whoever
+    // put them there.
+    let repository_keys: Vec<(&str, String)> = std::iter::once(REPOSITORY_HEAD)
+        .chain(REPOSITORY_PARTS)
+        .map(|name| (name, folded(name)))
+        .collect();
+    for &parent in &parents {
+        for (_, key) in &repository_keys {
+            groups.entry((parent, key.clone())).or_default();
         }
     }
 
@@ -429,6 +559,36 @@ fn tree_refusals<'a>(
             {
                 holds.entry(prefix).or_insert(path);
             }
+        }
+    }
+
+    // A directory on a new entry's way that git would discover as a repository.
+    let mut repositories: Vec<&str> = parents.iter().copied().collect();
+    repositories.sort_unstable();
+    for parent in repositories {
+        let present = |key: &String| {
+            groups
+                .get(&(parent, key.clone()))
+                .is_some_and(|group| group.values().any(|s| s.in_result))
+        };
+        let (head, parts) = repository_keys.split_at(1);
+        if !present(&head[0].1) {
+            continue;
+        }
+        let beside: Vec<&str> = parts
+            .iter()
+            .filter(|(_, key)| present(key))
+            .map(|(name, _)| *name)
+            .collect();
+        if !beside.is_empty() {
+            push(
+                if parent.is_empty() { "." } else { parent },
+                CommitReason::NestedRepository,
+                format!(
+                    "HEAD beside {}: git would take the directory for a repository and read its config",
+                    beside.join(", ")
+                ),
+            );
         }
     }
 
@@ -486,7 +646,7 @@ fn tree_refusals<'a>(
                 push(
                     path,
                     CommitReason::CaseCollision,
-                    format!("{prefix:?} and {whose} {other:?} are one name after case folding"),
+                    format!("{prefix:?} and {whose} {other:?} are one name after normalisation and case folding"),
                 );
                 break;
             }
@@ -564,7 +724,15 @@ mod tests {
     }
 
     fn check(changes: Vec<Change>, base_entries: &[(&str, &str)]) -> Vec<CommitFinding> {
-        refusals(&manifest(changes), &base(base_entries))
+        let base = Base {
+            entries: base(base_entries),
+            links: BTreeMap::new(),
+        };
+        // The name rules' own tests: names Windows refuses are `non_portable_...`'s.
+        let rules = Rules {
+            allow_non_portable: true,
+        };
+        refusals(&manifest(changes), &base, rules)
     }
 
     fn link_to(path: &str, target: &str) -> Change {
@@ -588,15 +756,14 @@ mod tests {
             "..\\.git\\hooks",
         ] {
             let findings = check(vec![link_to("sub", target)], &[]);
-            assert_eq!(
-                reasons_of(&findings, "sub"),
-                BTreeSet::from([CommitReason::GitPath]),
+            assert!(
+                reasons_of(&findings, "sub").contains(&CommitReason::GitPath),
                 "{target:?}: {findings:?}"
             );
         }
         for target in [
             "README.md",
-            "../up",
+            "a/../up",
             ".github/x",
             ".gitignore",
             "git/x",
@@ -782,12 +949,13 @@ mod tests {
     fn a_link_named_gitmodules_or_any_alias_is_refused() {
         assert_refused(GITMODULES_LINKS, Kind::Link, CommitReason::GitmodulesLink);
         assert_refused(META_LINKS, Kind::Link, CommitReason::GitmodulesLink);
-        // As regular files they are fine (those not also refused for another reason).
+        // As regular files they are fine (those not also refused for another reason: a
+        // `.gitmodules` directory is `gitmodules`, fsck's gitmodulesBlob).
         let files: Vec<&str> = GITMODULES_LINKS
             .iter()
             .chain(META_LINKS)
             .copied()
-            .filter(|p| p.is_ascii() && !p.contains('\\'))
+            .filter(|p| p.is_ascii() && !p.contains('\\') && !p.starts_with(".gitmodules/"))
             .collect();
         assert_passes(&files, Kind::File);
         assert_passes(&files, Kind::Executable);
@@ -964,7 +1132,7 @@ mod tests {
             .map(|f| f.detail.as_str());
         assert_eq!(
             docs,
-            Some("\"Docs\" and base's \"docs\" are one name after case folding")
+            Some("\"Docs\" and base's \"docs\" are one name after normalisation and case folding")
         );
     }
 
@@ -1073,7 +1241,7 @@ mod tests {
         m.agent_commits = vec!["c1".into(), "c2".into()];
         m.link_target_changes = vec!["decl/link".into()];
         m.nested_gitlink_content = vec!["vendor/lib".into()];
-        let found = refusals(&m, &[]);
+        let found = refusals(&m, &Base::default(), Rules::default());
         let got: Vec<(&str, CommitReason, &str)> = found
             .iter()
             .map(|f| (f.path.as_str(), f.reason, f.detail.as_str()))
@@ -1102,7 +1270,7 @@ mod tests {
             added("A/x", Kind::File),
         ]);
         m.link_target_changes = vec!["a/.gitmodules".into(), "a/.gitmodules".into()];
-        let found = refusals(&m, &[]);
+        let found = refusals(&m, &Base::default(), Rules::default());
         let mut sorted = found.clone();
         sorted.sort();
         sorted.dedup();
@@ -1129,6 +1297,210 @@ mod tests {
         );
     }
 
+    fn check_with(
+        changes: Vec<Change>,
+        base_entries: &[(&str, &str)],
+        base_links: &[(&str, &str)],
+        rules: Rules,
+    ) -> Vec<CommitFinding> {
+        let base = Base {
+            entries: base(base_entries),
+            links: base_links
+                .iter()
+                .map(|(p, t)| (p.as_bytes().to_vec(), t.as_bytes().to_vec()))
+                .collect(),
+        };
+        refusals(&manifest(changes), &base, rules)
+    }
+
+    #[test]
+    fn a_link_that_leaves_the_tree_is_refused_as_the_seeder_would() {
+        let found = check_with(
+            vec![
+                link_to("escape-link", "../../../../etc/passwd"),
+                link_to("proc-link", "/proc/self/environ"),
+                link_to("a/up", "../.."),
+                link_to("a/chain", "up/x"),
+                link_to("meta", ".git/config"),
+                link_to("inside", "src/lib.rs"),
+                link_to("a/back", "../src"),
+                link_to("a/loop", "loop"),
+                link_to("dangling", "not/yet/there"),
+                // Harmless alone (it leads to the top)...
+                link_to("sub/y", ".."),
+            ],
+            &[("x", "120000"), ("src/lib.rs", "100644")],
+            // ...but base's `x` now leads through it, above the top.
+            &[("x", "sub/y/../../etc")],
+            Rules::default(),
+        );
+        let escaping = paths_for(&found, CommitReason::LinkEscapes);
+        assert_eq!(
+            escaping,
+            ["escape-link", "proc-link", "a/up", "a/chain", "meta", "x"]
+                .map(String::from)
+                .into(),
+            "{found:?}"
+        );
+        let proc_link = found.iter().find(|f| f.path == "proc-link").unwrap();
+        assert_eq!(
+            proc_link.detail,
+            "an absolute target \"/proc/self/environ\""
+        );
+        // Base's links alone are not looked at again when nothing adds a link.
+        let found = check_with(
+            vec![added("new.txt", Kind::File)],
+            &[("x", "120000")],
+            &[("x", "../../etc")],
+            Rules::default(),
+        );
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn names_that_meet_after_normalisation_and_case_folding_collide() {
+        let nfc = "caf\u{e9}";
+        let nfd = "cafe\u{301}";
+        let found = check(
+            vec![
+                added(nfc, Kind::File),
+                added(nfd, Kind::File),
+                // An NFD twin of a name base has.
+                added("re\u{301}sume\u{301}.md", Kind::File),
+                // CVE-2021-21300: a link beside a directory of the other form holding a hook.
+                link_to("d\u{e9}j\u{e0}", ".git/hooks"),
+                added("de\u{301}ja\u{300}/post-checkout", Kind::Executable),
+                // The Angstrom sign and Å, composed and not.
+                added("\u{212b}", Kind::File),
+                added("A\u{30a}", Kind::File),
+                // Case and normalisation together.
+                added("\u{c9}COLE", Kind::File),
+                added("e\u{301}cole", Kind::File),
+                // Compatibility forms stay apart, as on every filesystem.
+                added("x\u{2460}", Kind::File),
+                added("x1", Kind::File),
+            ],
+            &[("r\u{e9}sum\u{e9}.md", "100644")],
+        );
+        let collided = paths_for(&found, CommitReason::CaseCollision);
+        for p in [
+            nfc,
+            nfd,
+            "re\u{301}sume\u{301}.md",
+            "d\u{e9}j\u{e0}",
+            "de\u{301}ja\u{300}/post-checkout",
+            "\u{212b}",
+            "A\u{30a}",
+            "\u{c9}COLE",
+            "e\u{301}cole",
+        ] {
+            assert!(collided.contains(p), "{p:?} not refused: {found:?}");
+        }
+        assert!(!collided.contains("x\u{2460}") && !collided.contains("x1"));
+    }
+
+    #[test]
+    fn a_directory_git_would_take_for_a_repository_is_refused() {
+        let found = check(
+            vec![
+                added("evil/HEAD", Kind::File),
+                added("evil/config", Kind::File),
+                added("evil/objects/info/x", Kind::File),
+                added("evil/refs/heads/main", Kind::File),
+                added("evil.git/HEAD", Kind::File),
+                added("evil.git/objects/ab/cdef", Kind::File),
+                added("evil.git/refs/x", Kind::File),
+                // Deep, with a commondir naming objects and refs elsewhere.
+                added("a/b/c/HEAD", Kind::Link),
+                added("a/b/c/commondir", Kind::File),
+                // Other cases, as a case-insensitive receiver reads them.
+                added("Mixed/head", Kind::File),
+                added("Mixed/Refs/x", Kind::File),
+                // HEAD beside a config only: refused too (more than git needs).
+                added("cfg/HEAD", Kind::File),
+                added("cfg/config", Kind::File),
+                // The top.
+                added("HEAD", Kind::File),
+                added("objects", Kind::Executable),
+                // Base holds the rest.
+                added("fixture/config", Kind::File),
+                // Not a repository: HEAD alone, or the parts without HEAD.
+                added("lonely/HEAD", Kind::File),
+                added("lonely/README", Kind::File),
+                added("parts/objects/x", Kind::File),
+                added("parts/refs/y", Kind::File),
+                added("parts/config", Kind::File),
+                // Beside base's repository-shaped directory, not in it.
+                added("kept/readme", Kind::File),
+            ],
+            &[
+                ("fixture/HEAD", "100644"),
+                ("fixture/refs/heads/main", "100644"),
+                ("kept/repo.git/HEAD", "100644"),
+                ("kept/repo.git/objects/x", "100644"),
+                ("kept/repo.git/refs/y", "100644"),
+            ],
+        );
+        let repositories = paths_for(&found, CommitReason::NestedRepository);
+        assert_eq!(
+            repositories,
+            ["evil", "evil.git", "a/b/c", "Mixed", "cfg", ".", "fixture"]
+                .map(String::from)
+                .into(),
+            "{found:?}"
+        );
+        let evil = found.iter().find(|f| f.path == "evil").unwrap();
+        assert!(
+            evil.detail.starts_with("HEAD beside objects, refs, config"),
+            "{evil:?}"
+        );
+    }
+
+    #[test]
+    fn non_portable_names_are_refused_unless_a_runner_allows_them() {
+        let changes = || {
+            vec![
+                added("CON", Kind::File),
+                added("src/aux.c", Kind::File),
+                added("a:b", Kind::File),
+                added("trailing.", Kind::File),
+                added("fine.txt", Kind::File),
+            ]
+        };
+        let found = check_with(changes(), &[], &[], Rules::default());
+        assert_eq!(
+            paths_for(&found, CommitReason::NonPortable),
+            ["CON", "src/aux.c", "a:b", "trailing."]
+                .map(String::from)
+                .into()
+        );
+        let allowed = Rules {
+            allow_non_portable: true,
+        };
+        assert!(check_with(changes(), &[], &[], allowed).is_empty());
+    }
+
+    #[test]
+    fn a_directory_named_gitmodules_or_gitattributes_is_refused() {
+        let found = check(
+            vec![
+                added(".gitmodules/x", Kind::File),
+                added("sub/.GitAttributes/y", Kind::File),
+                added("gitmod~1/z", Kind::File),
+                added(".gitmodules", Kind::File),
+            ],
+            &[],
+        );
+        assert_eq!(
+            paths_for(&found, CommitReason::Gitmodules),
+            [".gitmodules/x", "gitmod~1/z"].map(String::from).into()
+        );
+        assert_eq!(
+            paths_for(&found, CommitReason::Gitattributes),
+            ["sub/.GitAttributes/y"].map(String::from).into()
+        );
+    }
+
     #[test]
     fn large_inputs_stay_fast() {
         // 2,000,000 base entries and 10,000 changes, many in the same directories.
@@ -1143,15 +1515,19 @@ mod tests {
         let changes: Vec<Change> = (0..10_000)
             .map(|i| added(&format!("d{}/s{}/new{i}", i % 100, i % 7), Kind::File))
             .collect();
+        let base = Base {
+            entries: base_tree,
+            links: BTreeMap::new(),
+        };
         let started = std::time::Instant::now();
-        let found = refusals(&manifest(changes), &base_tree);
+        let found = refusals(&manifest(changes), &base, Rules::default());
         assert!(found.is_empty(), "{:?}", &found[..found.len().min(3)]);
         assert!(started.elapsed() < std::time::Duration::from_secs(60));
         // Deep paths: 10,000 new entries of 50 levels each.
         let deep: Vec<Change> = (0..10_000)
             .map(|i| added(&format!("{i}/{}", ["a"; 50].join("/")), Kind::File))
             .collect();
-        assert!(refusals(&manifest(deep), &[]).is_empty());
+        assert!(refusals(&manifest(deep), &Base::default(), Rules::default()).is_empty());
     }
 
     /// git as the oracle: with core.protectNTFS and core.protectHFS, `update-index` refuses

@@ -381,6 +381,58 @@ pub async fn base_paths(git: &Git, base: &str) -> Result<Vec<(String, String)>> 
         .collect())
 }
 
+/// The most bytes of link targets [`base_for_rules`] reads (each at most 4,095 bytes).
+pub const MAX_LINK_TARGET_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Base's tree as the commit's rules read it ([`super::paths::Base`]): every path with its mode,
+/// and, when `with_links`, every link's target (one `cat-file --batch`; a target over 4,095
+/// bytes, or more than [`MAX_LINK_TARGET_BYTES`] in all, is refused).
+pub async fn base_for_rules(git: &Git, base: &str, with_links: bool) -> Result<super::paths::Base> {
+    let listed = list_tree(git, base).await?;
+    let mut links = std::collections::BTreeMap::new();
+    let wanted: Vec<&TreeEntry> = listed
+        .iter()
+        .filter(|e| with_links && e.mode == "120000" && e.kind == "blob")
+        .collect();
+    if !wanted.is_empty() {
+        let total: u64 = wanted.iter().map(|e| e.size.unwrap_or(0)).sum();
+        if total > MAX_LINK_TARGET_BYTES {
+            return Err(Error::Invalid(format!(
+                "base's link targets take {total} bytes: at most {MAX_LINK_TARGET_BYTES} are read"
+            )));
+        }
+        let mut input = Vec::new();
+        for e in &wanted {
+            input.extend_from_slice(e.id.as_bytes());
+            input.push(b'\n');
+        }
+        let out = git
+            .run_with_input(
+                "cat-file --batch",
+                &["cat-file", "--batch"],
+                Input::Bytes(input),
+            )
+            .await?;
+        let mut rest = &out[..];
+        for e in &wanted {
+            let (target, after) = batch_blob(rest, &e.id)?;
+            rest = after;
+            if target.len() > crate::task::clone::MAX_LINK_TARGET {
+                return Err(Error::Invalid(format!(
+                    "base's link {:?} has a target of {} bytes",
+                    e.path,
+                    target.len()
+                )));
+            }
+            links.insert(e.path.as_bytes().to_vec(), target.to_vec());
+        }
+    }
+    Ok(super::paths::Base {
+        entries: listed.into_iter().map(|e| (e.path, e.mode)).collect(),
+        links,
+    })
+}
+
 /// Base's own ignore rules: the text of every `.gitignore` blob of `base`'s tree (a regular
 /// file: git reads no rules through a symlinked `.gitignore`), by its directory. More than
 /// [`MAX_IGNORE_FILES`] files, more than [`MAX_IGNORE_RULES_BYTES`] of JSON, or text that is not

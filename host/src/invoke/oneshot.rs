@@ -59,6 +59,8 @@ pub struct OneShotCommit {
     pub message: String,
     pub trailers: Vec<(String, String)>,
     pub bundle: PathBuf,
+    /// Names a Windows or macOS checkout cannot hold are committed (a Linux-only repository).
+    pub allow_non_portable: bool,
 }
 
 /// After a writable run: the change manifest and the commit, or the refusal that stopped them
@@ -78,7 +80,52 @@ pub struct PostRun {
     /// The metadata changed, a declared link's target changed, a gitlink has content, or a
     /// refusal: a person must look before anything of this run is used.
     pub needs_person: bool,
+    /// A commit was asked for and none was made: why, with a stable reason.
+    pub not_committed: Option<NotCommitted>,
     pub ms: f64,
+}
+
+/// Why a commit that was asked for was not made (`id` is always `commit-not-made`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NotCommitted {
+    pub id: &'static str,
+    /// `run-not-answered` (the agent's run gave no answer: it exited non-zero, was stopped, or
+    /// its answer was refused), `needs-person` (the manifest routes the task to a person),
+    /// `audit-refused` or `audit-failed` (the inspection or the export), `commit-refused` or
+    /// `commit-failed` (the commit itself; `refused` or `failed` holds the rest).
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+impl NotCommitted {
+    fn new(reason: &'static str, detail: impl Into<String>) -> NotCommitted {
+        NotCommitted {
+            id: "commit-not-made",
+            reason,
+            detail: detail.into(),
+        }
+    }
+
+    /// Why a run gave no answer, in a line.
+    fn unanswered(result: &InvocationResult) -> NotCommitted {
+        let mut why = Vec::new();
+        if let Some(code) = result.exit_code {
+            why.push(format!("the agent exited {code}"));
+        }
+        if let Some(signal) = result.signal {
+            why.push(format!("the agent died of signal {signal}"));
+        }
+        if let Some(stop) = result.stop_reason {
+            why.push(format!("stopped: {}", stop.as_str()));
+        }
+        if let Some(failure) = &result.failure {
+            why.push(format!("{}: {}", failure.id, failure.message));
+        }
+        if why.is_empty() {
+            why.push("no answer".to_owned());
+        }
+        NotCommitted::new("run-not-answered", why.join("; "))
+    }
 }
 
 /// Where the time went (milliseconds).
@@ -198,8 +245,12 @@ pub async fn oneshot(
     let audit = match &outcome {
         Ok(result) if run.phase.work_writable() => {
             progress("auditing the changes");
-            // A stopped attempt is inspected, never committed.
-            let commit = run.commit.as_ref().filter(|_| result.answer.is_some());
+            // A run without an answer (stopped, failed, refused) is inspected, never committed.
+            let commit = match (&run.commit, &result.answer) {
+                (None, _) => Ask::None,
+                (Some(commit), Some(_)) => Ask::Commit(commit),
+                (Some(_), None) => Ask::Skip(NotCommitted::unanswered(result)),
+            };
             Some(post_run(ctl, image_id, &storage, link_snapshot.as_ref(), commit).await)
         }
         _ => None,
@@ -257,19 +308,36 @@ async fn check_before_start(
     Ok((snapshot, check))
 }
 
+/// What the run asks of the post-run audit.
+#[derive(Debug)]
+enum Ask<'a> {
+    /// No commit.
+    None,
+    Commit(&'a OneShotCommit),
+    /// A commit was asked for, and is not made: why.
+    Skip(NotCommitted),
+}
+
 /// After a writable run (a stopped one too): inspect and export the diff; when asked and the run
-/// answered, commit. A
-/// refusal is recorded, never raised: the
-/// run's result stands, and the task needs a person.
+/// answered, commit. A refusal is recorded, never raised: the run's result stands, and the task
+/// needs a person. A commit asked for and not made always says why (`not_committed`).
 async fn post_run(
     ctl: &Controller,
     image_id: &str,
     storage: &task::StorageHandle,
     snapshot: Option<&cordon_contract::tree::LinkSnapshot>,
-    commit: Option<&OneShotCommit>,
+    ask: Ask<'_>,
 ) -> PostRun {
     let started = Instant::now();
     let mut post = PostRun::default();
+    let asked = !matches!(ask, Ask::None);
+    let (commit, skipped) = match ask {
+        Ask::Commit(commit) => (Some(commit), None),
+        Ask::Skip(why) => (None, Some(why)),
+        Ask::None => (None, None),
+    };
+    post.not_committed = skipped;
+    let mut committing = false;
     let result = async {
         let base = storage
             .head
@@ -287,6 +355,12 @@ async fn post_run(
             crate::audit::inspect(ctl, image_id, storage, &base, &snapshot, deadline).await?;
         post.needs_person = manifest.needs_person();
         let digest = manifest.digest.clone();
+        if post.needs_person && commit.is_some() {
+            post.not_committed = Some(NotCommitted::new(
+                "needs-person",
+                needs_person_detail(&manifest),
+            ));
+        }
         post.manifest = Some(manifest);
         if post.needs_person {
             return Ok(());
@@ -303,8 +377,10 @@ async fn post_run(
                 author: commit.author.clone(),
                 committer: commit.committer.clone(),
                 bundle: commit.bundle.clone(),
+                allow_non_portable: commit.allow_non_portable,
             };
             let deadline = crate::audit::commit::DEFAULT_DEADLINE;
+            committing = true;
             post.commit =
                 Some(crate::audit::commit(ctl, image_id, storage, &request, deadline).await?);
         }
@@ -322,7 +398,17 @@ async fn post_run(
             "message": e.to_string(),
             "findings": findings,
         });
-        if findings.is_some() {
+        let refused = findings.is_some();
+        if asked && post.not_committed.is_none() {
+            let reason = match (committing, refused) {
+                (true, true) => "commit-refused",
+                (true, false) => "commit-failed",
+                (false, true) => "audit-refused",
+                (false, false) => "audit-failed",
+            };
+            post.not_committed = Some(NotCommitted::new(reason, e.to_string()));
+        }
+        if refused {
             post.needs_person = true;
             post.refused = Some(record);
         } else {
@@ -331,4 +417,28 @@ async fn post_run(
     }
     post.ms = ms(started);
     post
+}
+
+/// Which of the manifest's flags route the task to a person.
+fn needs_person_detail(manifest: &cordon_contract::audit::Manifest) -> String {
+    let mut why = Vec::new();
+    if manifest.metadata_changed {
+        why.push("the metadata changed".to_owned());
+    }
+    if !manifest.agent_commits.is_empty() {
+        why.push(format!("{} agent commits", manifest.agent_commits.len()));
+    }
+    if !manifest.link_target_changes.is_empty() {
+        why.push(format!(
+            "declared links changed: {:?}",
+            manifest.link_target_changes
+        ));
+    }
+    if !manifest.nested_gitlink_content.is_empty() {
+        why.push(format!(
+            "submodule directories with content: {:?}",
+            manifest.nested_gitlink_content
+        ));
+    }
+    why.join("; ")
 }
