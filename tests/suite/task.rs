@@ -533,6 +533,141 @@ async fn a_link_anywhere_in_the_git_metadata_is_refused() {
     failures.assert_none();
 }
 
+/// Hard-link `.git/<rel>` to `file` (replacing what was there): the repository then holds the
+/// file itself, whatever it is, under a git name.
+fn hard_link_into(repo: &Repo, rel: &str, file: &std::path::Path) {
+    let path = repo.dir.join(".git").join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let _ = std::fs::remove_file(&path);
+    std::fs::hard_link(file, &path).unwrap();
+}
+
+/// A file outside the repository hard-linked into its git metadata: a host "secret" under a loose
+/// object's name and under a pack's name (nothing refers to either, so git in the copy never
+/// reads them and the copy alone would carry the secret into the metadata volume), and the
+/// repository's own `refs/heads/main`, `packed-refs` and `HEAD` moved outside and hard-linked
+/// back (their content is what git needs; a link count above one says the file is also
+/// elsewhere). Each is refused with `repo-metadata-link`, nothing left.
+#[tokio::test]
+async fn a_file_hard_linked_into_the_git_metadata_is_refused() {
+    let mut failures = Failures::default();
+    let outside = Outside::new("hard-links");
+    let secret = outside.0.join("secret");
+    std::fs::write(&secret, b"-----BEGIN PRIVATE KEY-----\na host secret\n").unwrap();
+    let loose = format!("objects/ab/{}", "cd".repeat(19));
+    let pack = format!("objects/pack/pack-{}.pack", "ef".repeat(20));
+    for rel in [loose.as_str(), pack.as_str()] {
+        let (repo, head) = small_repo(&case_name("hard-link-secret", rel));
+        hard_link_into(&repo, rel, &secret);
+        failures
+            .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+            .await;
+    }
+    for rel in ["refs/heads/main", "packed-refs", "HEAD"] {
+        let (repo, head) = small_repo(&case_name("hard-link-own", rel));
+        if rel == "packed-refs" {
+            repo.git(&["pack-refs", "--all"]);
+        }
+        let aside = outside.0.join(case_name("aside", rel));
+        std::fs::copy(repo.dir.join(".git").join(rel), &aside).unwrap();
+        hard_link_into(&repo, rel, &aside);
+        failures
+            .refused(&repo, &repo.dir, &head, "repo-metadata-link")
+            .await;
+    }
+    failures.assert_none();
+}
+
+/// A repository made by `git clone --local` (every file of the source's `objects` hard-linked:
+/// loose objects, the pack, its index and reverse index, the commit-graph, `info/packs`) seeds,
+/// and its tree is the repository's. The link counts are checked, so this cannot pass without
+/// links.
+#[tokio::test]
+async fn a_local_clone_with_hard_linked_objects_seeds() {
+    use std::os::unix::fs::MetadataExt;
+    let s = owned("t-local-clone").await;
+    let origin = Repo::new("local-clone-origin");
+    origin.write("README.md", b"# origin\n", 0o644);
+    origin.write("src/lib.rs", b"pub fn f() {}\n", 0o644);
+    origin.commit();
+    origin.git(&["gc", "--quiet"]);
+    origin.write("src/more.rs", b"pub fn g() {}\n", 0o644);
+    origin.write("bin/run.sh", b"#!/bin/sh\necho run\n", 0o755);
+    origin.symlink("src/link", "lib.rs");
+    origin.commit();
+    let clone = Repo::new("local-clone");
+    std::fs::remove_dir_all(clone.dir.join(".git")).unwrap();
+    clone.git(&[
+        "clone",
+        "--quiet",
+        "--local",
+        &origin.dir.display().to_string(),
+        ".",
+    ]);
+    let head = clone.git(&["rev-parse", "HEAD"]);
+    // Every kind the clone linked, with its link count.
+    let git_dir = clone.dir.join(".git");
+    let mut linked: Vec<(String, u64)> = Vec::new();
+    let mut pending = vec![git_dir.join("objects")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let meta = std::fs::symlink_metadata(entry.path()).unwrap();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else {
+                let rel = entry
+                    .path()
+                    .strip_prefix(&git_dir)
+                    .unwrap()
+                    .display()
+                    .to_string();
+                linked.push((rel, meta.nlink()));
+            }
+        }
+    }
+    let kind = |rel: &str| match rel {
+        "objects/info/commit-graph" => Some("commit-graph"),
+        "objects/info/packs" => Some("info/packs"),
+        _ if rel.len() == 49 && rel.as_bytes()[10] == b'/' => Some("loose object"),
+        _ => [".pack", ".idx", ".rev"]
+            .into_iter()
+            .find(|suffix| rel.starts_with("objects/pack/pack-") && rel.ends_with(suffix)),
+    };
+    let kinds: std::collections::BTreeSet<&str> = linked
+        .iter()
+        .filter(|(_, links)| *links > 1)
+        .filter_map(|(rel, _)| kind(rel))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ".idx",
+            ".pack",
+            ".rev",
+            "commit-graph",
+            "info/packs",
+            "loose object"
+        ]
+        .into(),
+        "what the clone hard-linked: {linked:?}"
+    );
+
+    let handle = task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &clone, "main"))
+        .await
+        .expect("prepare a local clone");
+    assert_eq!(handle.head.as_deref(), Some(head.as_str()));
+    let storage = handle.storage().unwrap();
+    let seeded = task::volume_digest(&s.engine, &s.image, &storage, &handle.work_volume)
+        .await
+        .expect("digest");
+    let expected_dir = expected_tree(&clone);
+    let expected = host_digest(&expected_dir);
+    let _ = std::fs::remove_dir_all(&expected_dir);
+    assert_eq!(seeded, expected, "the seeded tree differs from the clone's");
+    task::remove(&s.ctl, &handle).await.expect("remove");
+    s.finish().await;
+}
+
 /// Links in the caller's own path (the repository path itself a link, or a link above it) are
 /// the caller's: they are followed, and only from the repository's root down is nothing
 /// followed. A bare repository (objects, refs and HEAD at its root) prepares too.
