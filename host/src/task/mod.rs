@@ -10,6 +10,10 @@ pub mod recover;
 pub mod seed;
 pub mod source;
 pub mod tree;
+pub mod verify;
+
+#[cfg(test)]
+mod test_repo;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
