@@ -426,6 +426,21 @@ mod tests {
         }
     }
 
+    /// A hard link in the metadata that does not verify is refused as any other link there is.
+    #[test]
+    fn a_hard_link_refusal_has_the_metadata_link_id() {
+        let err = Error::Unusable(Unusable::MetadataHardLink {
+            path: "objects/ab/cd".into(),
+            links: 2,
+            reason: "it is not a zlib stream (x)".into(),
+        });
+        assert_eq!(err.id(), "repo-metadata-link");
+        assert_eq!(
+            Error::Unusable(Unusable::MetadataLink { path: "x".into() }).id(),
+            err.id()
+        );
+    }
+
     #[test]
     fn bounded_list_cuts_at_a_character_boundary_and_counts_the_rest() {
         let items: Vec<String> = (0..100).map(|i| format!("volume ü{i:03}ü")).collect();

@@ -16,6 +16,13 @@ pub enum Unusable {
     MetadataLink {
         path: String,
     },
+    /// A file of the git metadata with more than one link (it is also elsewhere) that is not
+    /// verifiably what its name says.
+    MetadataHardLink {
+        path: String,
+        links: u64,
+        reason: String,
+    },
     BadName {
         path: String,
     },
@@ -39,7 +46,9 @@ impl Unusable {
         match self {
             Unusable::AbsoluteLink { .. } => "repo-absolute-link",
             Unusable::EscapingLink { .. } => "repo-escaping-link",
-            Unusable::MetadataLink { .. } => "repo-metadata-link",
+            Unusable::MetadataLink { .. } | Unusable::MetadataHardLink { .. } => {
+                "repo-metadata-link"
+            }
             Unusable::BadName { .. } => "repo-bad-name",
             Unusable::Alternates => "repo-alternates",
             Unusable::NotARepository { .. } => "repo-not-a-repository",
@@ -54,6 +63,7 @@ impl std::fmt::Display for Unusable {
             Unusable::AbsoluteLink { path, target } => write!(f, "the link {path:?} has an absolute target {target:?}"),
             Unusable::EscapingLink { path, reaches } => write!(f, "the link {path:?} leads out of the checkout, to {reaches}"),
             Unusable::MetadataLink { path } => write!(f, "the git metadata holds a link or special file at {path:?}"),
+            Unusable::MetadataHardLink { path, links, reason } => write!(f, "the git metadata file {path:?} has {links} links, and {reason}"),
             Unusable::BadName { path } => write!(f, "git would not check out {path:?}"),
             Unusable::Alternates => write!(f, "the object store borrows objects from another (objects/info/alternates)"),
             Unusable::NotARepository { path, reason } => write!(f, "{path}: {reason}"),

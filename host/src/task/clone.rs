@@ -8,10 +8,11 @@
 //! (`.git` itself, `objects`, a fan-out directory, `objects/info`, `objects/pack`, `refs` and
 //! below, `packed-refs`, `HEAD`), or an alternates file that points at another object store,
 //! makes the repository unusable. Every file is opened non-blocking, checked to be a regular file
-//! on the descriptor it is then read from, and read with a bound; the listing and the copy run on
-//! a thread of their own that the caller gives up on at the deadline. git then runs, hardened,
-//! only in the copy, to resolve the head, check that every object it needs is there, and list the
-//! tree.
+//! on the descriptor it is then read from, and read with a bound; one with more than one link on
+//! that descriptor (it is also elsewhere) is copied only if it is the owner's and verifies as what
+//! its name says ([`super::verify`]). The listing and the copy run on a thread of their own that
+//! the caller gives up on at the deadline. git then runs, hardened, only in the copy, to resolve
+//! the head, check that every object it needs is there, and list the tree.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -30,6 +31,7 @@ use nix::sys::stat::Mode;
 use super::git::Git;
 use super::source::{self, Kind as SourceKind, Refused};
 use super::tree::{self, Entry, Kind, Needs};
+use super::verify::{self, Linked, Mismatch, Verifier};
 use super::Unusable;
 use crate::error::{Error, Result};
 use crate::labels::Owner;
@@ -257,6 +259,8 @@ fn open_git_dir(source_path: &Path) -> Result<OwnedFd> {
 struct Listing {
     /// The source's git directory.
     git_dir: OwnedFd,
+    /// Its owner: a file with more than one link must be theirs.
+    owner: u32,
     /// Directories to make in the copy (relative to the git directory), parents first.
     dirs: Vec<PathBuf>,
     /// Regular files in the order they are copied: the object store and the refs (each sorted),
@@ -339,8 +343,10 @@ impl Listing {
 /// oversize stores).
 fn list_source(source_path: &Path, stop: &Stop) -> Result<Listing> {
     let git_dir = open_git_dir(source_path)?;
+    let owner = source::owner(git_dir.as_fd()).map_err(|r| refusal(Path::new("."), r))?;
     let mut listing = Listing {
         git_dir,
+        owner,
         dirs: Vec::new(),
         files: Vec::new(),
         bytes: 0,
@@ -416,10 +422,49 @@ fn copy_bounded(from: &File, to: &mut File, limit: u64, stop: &Stop, rel: &Path)
     Ok(total)
 }
 
-/// Copy what was listed into the staging repository `to` (its own directory, made by git init):
-/// each file opened again beneath the source's git directory and checked again, read from the
-/// descriptor it was checked on, the whole copy bounded by the object store's limit.
-fn copy_source(listing: &Listing, to: &Path, stop: &Stop) -> Result<Copied> {
+/// The bytes read between two looks at a verified file's checks and the deadline.
+const VERIFY_CHUNK: usize = 64 * 1024;
+
+/// [`copy_bounded`], every byte read given to `verifier` before it is written: the bytes copied
+/// (at most `limit` + 1), or the first mismatch.
+fn copy_verified(
+    from: &File,
+    to: &mut File,
+    limit: u64,
+    stop: &Stop,
+    rel: &Path,
+    verifier: &mut Verifier,
+) -> Result<std::result::Result<u64, Mismatch>> {
+    let mut reader = from.take(limit.saturating_add(1));
+    let mut buffer = vec![0u8; VERIFY_CHUNK];
+    let mut total = 0u64;
+    loop {
+        let n = match reader.read(&mut buffer) {
+            Ok(0) => return Ok(Ok(total)),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io(format!("copying {}", rel.display()), e)),
+        };
+        if let Err(mismatch) = verifier.update(&buffer[..n]) {
+            return Ok(Err(mismatch));
+        }
+        to.write_all(&buffer[..n])
+            .map_err(|e| Error::io(format!("copying {}", rel.display()), e))?;
+        total += n as u64;
+        stop.check()?;
+    }
+}
+
+/// Copy what was listed into the staging repository `to` (its own directory, made by git init,
+/// of object format `format`): each file opened again beneath the source's git directory and
+/// checked again, read from the descriptor it was checked on (one with more than one link
+/// verified as it is read), the whole copy bounded by the object store's limit.
+fn copy_source(
+    listing: &Listing,
+    to: &Path,
+    format: verify::Format,
+    stop: &Stop,
+) -> Result<Copied> {
     let dest = nix::fcntl::open(
         to,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -441,8 +486,32 @@ fn copy_source(listing: &Listing, to: &Path, stop: &Stop) -> Result<Copied> {
     let mut left = MAX_OBJECT_STORE_BYTES;
     for rel in &listing.files {
         stop.check()?;
-        let (from, _) =
+        let opened =
             source::open_file(listing.git_dir.as_fd(), rel).map_err(|r| refusal(rel, r))?;
+        let from = opened.file;
+        let links = opened.links;
+        let hard_link = |mismatch: Mismatch| {
+            Error::Unusable(Unusable::MetadataHardLink {
+                path: rel.display().to_string(),
+                links,
+                reason: mismatch.to_string(),
+            })
+        };
+        // Decided on the descriptor the bytes come from: a file linked after the listing is seen.
+        let mut verifier = None;
+        if links > 1 {
+            match verify::linked(rel, format, MAX_OBJECT_STORE_BYTES) {
+                Linked::LeaveOut => continue,
+                Linked::Refuse(mismatch) => return Err(hard_link(mismatch)),
+                Linked::Verify(_) if opened.uid != listing.owner => {
+                    return Err(hard_link(Mismatch::NotTheOwners {
+                        file: opened.uid,
+                        dir: listing.owner,
+                    }))
+                }
+                Linked::Verify(v) => verifier = Some(v),
+            }
+        }
         let create = || {
             nix::fcntl::openat(
                 &dest,
@@ -466,7 +535,19 @@ fn copy_source(listing: &Listing, to: &Path, stop: &Stop) -> Result<Copied> {
             other => other,
         }
         .map_err(|e| io(rel, e))?;
-        let n = copy_bounded(&from, &mut File::from(made), left, stop, rel)?;
+        let mut made = File::from(made);
+        let n = match verifier {
+            None => copy_bounded(&from, &mut made, left, stop, rel)?,
+            Some(mut verifier) => {
+                let n = copy_verified(&from, &mut made, left, stop, rel, &mut verifier)?
+                    .map_err(hard_link)?;
+                // Past the limit the store is refused below, as too large.
+                if n <= left {
+                    verifier.finish().map_err(hard_link)?;
+                }
+                n
+            }
+        };
         if n > left {
             // The store grew past the limit since it was listed.
             return Err(too_large(
@@ -657,6 +738,14 @@ pub async fn stage(
     };
     git.run("init", &["init", "--quiet", "--bare", "--template="])
         .await?;
+    let format = git
+        .run("rev-parse", &["rev-parse", "--show-object-format"])
+        .await?;
+    let format = String::from_utf8_lossy(&format).trim().to_owned();
+    let format = verify::Format::from_git(&format).ok_or_else(|| Error::Git {
+        context: "rev-parse".into(),
+        message: format!("unknown object format {format:?}"),
+    })?;
 
     // Copy them as data (the object store first, HEAD last).
     let copy_stop = Stop {
@@ -665,7 +754,7 @@ pub async fn stage(
     };
     let copy_to = repo.clone();
     let copied = off_thread("copying the repository", &copy_stop, move |stop| {
-        copy_source(&listing, &copy_to, &stop)
+        copy_source(&listing, &copy_to, format, &stop)
     })
     .await?;
 

@@ -174,13 +174,39 @@ pub fn open_dir(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Refused> {
     }
 }
 
-/// Open the regular file `rel` beneath `root` for reading; its size when opened.
-pub fn open_file(root: BorrowedFd<'_>, rel: &Path) -> Result<(File, u64), Refused> {
+/// A regular file opened beneath the root, with what `fstat` said of the descriptor it is read
+/// from.
+#[derive(Debug)]
+pub struct Opened {
+    pub file: File,
+    pub size: u64,
+    /// Its link count: more than one, and the same file is also elsewhere.
+    pub links: u64,
+    /// Its owner.
+    pub uid: u32,
+}
+
+/// Open the regular file `rel` beneath `root` for reading.
+pub fn open_file(root: BorrowedFd<'_>, rel: &Path) -> Result<Opened, Refused> {
     let fd = open_at(root, rel, flags(false))?;
-    match Kind::of(&nix::sys::stat::fstat(&fd)?) {
-        Kind::File { size } => Ok((File::from(fd), size)),
+    let stat = nix::sys::stat::fstat(&fd)?;
+    // nlink_t is u64 here and u32 on some targets.
+    #[allow(clippy::useless_conversion)]
+    let links = u64::from(stat.st_nlink);
+    match Kind::of(&stat) {
+        Kind::File { size } => Ok(Opened {
+            file: File::from(fd),
+            size,
+            links,
+            uid: stat.st_uid,
+        }),
         _ => Err(Refused::NotPlain),
     }
+}
+
+/// The owner of an open file or directory.
+pub fn owner(fd: BorrowedFd<'_>) -> Result<u32, Refused> {
+    Ok(nix::sys::stat::fstat(fd)?.st_uid)
 }
 
 /// What is at `rel` beneath `root`, without opening it (`O_PATH`: a FIFO or a device is not
@@ -266,10 +292,23 @@ mod tests {
     fn a_plain_file_and_directory_open() {
         let t = tree();
         let root = open_root(&t.0).unwrap();
-        let (mut file, size) = open_file(root.as_fd(), Path::new("a/b/file")).unwrap();
+        let mut opened = open_file(root.as_fd(), Path::new("a/b/file")).unwrap();
         let mut content = String::new();
-        file.read_to_string(&mut content).unwrap();
-        assert_eq!((content.as_str(), size), ("content", 7));
+        opened.file.read_to_string(&mut content).unwrap();
+        assert_eq!((content.as_str(), opened.size), ("content", 7));
+        assert_eq!(opened.links, 1);
+        // The link count is the descriptor's: a second name is seen.
+        std::fs::hard_link(t.0.join("a/b/file"), t.0.join("second")).unwrap();
+        assert_eq!(
+            open_file(root.as_fd(), Path::new("a/b/file"))
+                .unwrap()
+                .links,
+            2
+        );
+        assert_eq!(
+            open_file(root.as_fd(), Path::new("a/b/file")).unwrap().uid,
+            owner(root.as_fd()).unwrap()
+        );
         open_dir(root.as_fd(), Path::new("a/b")).unwrap();
         assert_eq!(
             kind(root.as_fd(), Path::new("a/b/file")).unwrap(),
