@@ -54,6 +54,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("tree::tests::", "../host/src/task"),
     ("source::tests::", "../host/src/task"),
     ("clone::tests::", "../host/src/task"),
+    ("verify::tests::", "../host/src/task"),
     ("caller_file::tests::", "../host/src"),
     ("human::tests::", "../cli/src"),
     ("invoke::claude::tests::", "../host/src/invoke"),
