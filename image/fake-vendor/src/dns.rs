@@ -1,14 +1,20 @@
 //! A scripted DNS server: each name gets the answer its script says (addresses, a rebinding
-//! sequence, an error, or nothing at all), every other name NXDOMAIN, and every query is recorded.
-//! UDP, and TCP on the same port for the retry a truncated UDP answer asks for.
+//! sequence, an alias, a raw record list, an error, or nothing at all), every other name NXDOMAIN,
+//! and every query is recorded. UDP, and TCP on the same port for the retry a truncated UDP answer
+//! asks for.
+//!
+//! An alias ([`Answer::Cname`]) is answered as a recursive resolver would: the CNAME, then the
+//! target's own answer for the asked type, in the same message. A raw list ([`Answer::Raw`]) is
+//! answered exactly as written, whatever was asked: the hostile shapes (records of another type,
+//! owned by names off the chain, branches, an incomplete chain).
 
 use crate::{echo, lock, Error};
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
-use hickory_proto::rr::rdata::{A, AAAA};
-use hickory_proto::rr::{RData, Record, RecordType};
+use hickory_proto::rr::rdata::{A, AAAA, CNAME};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,6 +31,8 @@ const TCP_MAX_MESSAGES: usize = 1000;
 const TCP_MAX_CONNECTIONS: usize = 256;
 /// Tries at one port for both UDP and TCP when the port is the system's choice.
 const BIND_TRIES: usize = 16;
+/// The most CNAMEs an alias's answer follows within the script (a loop ends sooner).
+pub const MAX_ALIASES: usize = 16;
 
 /// What a scripted name is answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +48,117 @@ pub enum Answer {
     NxDomain,
     /// Never answer.
     Silent,
+    /// An alias: `name CNAME target`, followed, as a recursive resolver would, by the target's own
+    /// answer for the asked type when the script has one (its addresses of that type, or its own
+    /// alias in turn, at most [`MAX_ALIASES`] in all); a target already on the chain ends it after
+    /// the record that closes the loop. A target the script does not alias or address (or whose
+    /// addresses are of the other type) leaves the chain as it is.
+    Cname(String),
+    /// Exactly these records in the answer section, in this order, for every query type.
+    Raw(Vec<Entry>),
+}
+
+/// One record of a raw answer. Owner and target names are kept as written (case included), so a
+/// test can send owners in another case than the question's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// An A record (an IPv4 address) or an AAAA record (an IPv6 one).
+    Address {
+        owner: String,
+        ip: IpAddr,
+    },
+    Cname {
+        owner: String,
+        target: String,
+    },
+}
+
+impl Entry {
+    /// `OWNER/a/IPV4`, `OWNER/aaaa/IPV6` or `OWNER/cname/TARGET`.
+    fn parse(text: &str) -> Result<Entry, String> {
+        let mut parts = text.splitn(3, '/');
+        let (Some(owner), Some(kind), Some(value)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(format!("{text:?} is not OWNER/TYPE/VALUE"));
+        };
+        let owner = checked_name(owner)?;
+        match kind.to_ascii_lowercase().as_str() {
+            "a" => match value.parse::<Ipv4Addr>() {
+                Ok(ip) => Ok(Entry::Address {
+                    owner,
+                    ip: IpAddr::V4(ip),
+                }),
+                Err(_) => Err(format!("{value:?} is not an IPv4 address")),
+            },
+            "aaaa" => match value.parse::<Ipv6Addr>() {
+                Ok(ip) => Ok(Entry::Address {
+                    owner,
+                    ip: IpAddr::V6(ip),
+                }),
+                Err(_) => Err(format!("{value:?} is not an IPv6 address")),
+            },
+            "cname" => Ok(Entry::Cname {
+                owner,
+                target: checked_name(value)?,
+            }),
+            _ => Err(format!("{kind:?} is not a, aaaa or cname")),
+        }
+    }
+
+    fn to_arg(&self) -> String {
+        match self {
+            Entry::Address {
+                owner,
+                ip: IpAddr::V4(ip),
+            } => format!("{owner}/a/{ip}"),
+            Entry::Address {
+                owner,
+                ip: IpAddr::V6(ip),
+            } => format!("{owner}/aaaa/{ip}"),
+            Entry::Cname { owner, target } => format!("{owner}/cname/{target}"),
+        }
+    }
+
+    /// The record, or `None` for a name that is no DNS name (only possible when built in code).
+    fn record(&self) -> Option<Record> {
+        let (owner, data) = match self {
+            Entry::Address {
+                owner,
+                ip: IpAddr::V4(ip),
+            } => (owner, RData::A(A(*ip))),
+            Entry::Address {
+                owner,
+                ip: IpAddr::V6(ip),
+            } => (owner, RData::AAAA(AAAA(*ip))),
+            Entry::Cname { owner, target } => (owner, RData::CNAME(CNAME(fqdn(target)?))),
+        };
+        Some(Record::from_rdata(fqdn(owner)?, TTL, data))
+    }
+}
+
+/// A name as hickory's, fully qualified.
+fn fqdn(name: &str) -> Option<Name> {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    Name::from_ascii(format!("{name}.")).ok()
+}
+
+/// Dot-separated labels of letters, digits, `-` and `_`, without a trailing dot; case kept.
+fn checked_name(name: &str) -> Result<String, String> {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let labels_ok = !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    if !labels_ok || name.len() > 253 {
+        return Err(format!(
+            "{name:?}: a name must be dot-separated labels of letters, digits, `-` and `_`"
+        ));
+    }
+    Ok(name.to_owned())
 }
 
 /// Names and their answers.
@@ -55,15 +174,21 @@ impl Script {
     }
 
     /// Script `name` (any case, trailing dot or not); a later answer for the same name replaces
-    /// an earlier one.
+    /// an earlier one. An alias's target is normalised as a name is.
     pub fn answer(mut self, name: &str, answer: Answer) -> Script {
+        let answer = match answer {
+            Answer::Cname(target) => Answer::Cname(normalize(&target)),
+            other => other,
+        };
         self.answers.insert(normalize(name), answer);
         self
     }
 
     /// Parse one `--answer` argument of the binary: `NAME=IP[,IP...]`, `NAME=IP1/IP2` (a
     /// Sequence: first query IP1, then IP2; each side may be a comma list, or `empty`),
-    /// `NAME=servfail`, `NAME=empty`, `NAME=nxdomain`, `NAME=silent`.
+    /// `NAME=servfail`, `NAME=empty`, `NAME=nxdomain`, `NAME=silent`, `NAME=cname:TARGET` (an
+    /// alias), `NAME=raw:ENTRY[,ENTRY...]` (a raw answer, each entry `OWNER/a/IPV4`,
+    /// `OWNER/aaaa/IPV6` or `OWNER/cname/TARGET`).
     pub fn parse_arg(self, arg: &str) -> Result<Script, Error> {
         let refuse = |reason: &str| Error::Answer {
             arg: arg.to_owned(),
@@ -74,17 +199,24 @@ impl Script {
         if name.is_empty() {
             return Err(refuse("empty name"));
         }
-        let labels_ok = name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        });
-        if !labels_ok || name.len() > 253 {
-            return Err(refuse(
-                "the name must be dot-separated labels of letters, digits, `-` and `_`",
-            ));
+        checked_name(&name).map_err(|reason| refuse(&reason))?;
+        let prefixed = |prefix: &str| {
+            value
+                .get(..prefix.len())
+                .filter(|p| p.eq_ignore_ascii_case(prefix))
+                .map(|_| &value[prefix.len()..])
+        };
+        if let Some(target) = prefixed("cname:") {
+            let target = checked_name(target).map_err(|reason| refuse(&reason))?;
+            return Ok(self.answer(&name, Answer::Cname(target)));
+        }
+        if let Some(entries) = prefixed("raw:") {
+            let entries = entries
+                .split(',')
+                .map(Entry::parse)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|reason| refuse(&reason))?;
+            return Ok(self.answer(&name, Answer::Raw(entries)));
         }
         let answer = match value.to_ascii_lowercase().as_str() {
             "servfail" => Answer::ServFail,
@@ -146,6 +278,16 @@ fn answer_arg(answer: &Answer) -> String {
         Answer::Empty => "empty".to_owned(),
         Answer::NxDomain => "nxdomain".to_owned(),
         Answer::Silent => "silent".to_owned(),
+        Answer::Cname(target) => format!("cname:{target}"),
+        Answer::Raw(entries) if entries.is_empty() => "empty".to_owned(),
+        Answer::Raw(entries) => format!(
+            "raw:{}",
+            entries
+                .iter()
+                .map(Entry::to_arg)
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
     }
 }
 
@@ -356,6 +498,8 @@ fn respond(state: &Mutex<State>, bytes: &[u8]) -> Option<(Message, Message)> {
         *count += 1;
         (state.script.answers.get(&name).cloned(), before)
     };
+    // The owner name as asked, case and all (0x20 randomization survives).
+    let owner = question.name().clone();
     let (ips, ttl) = match answer {
         None | Some(Answer::NxDomain) => {
             response.metadata.response_code = ResponseCode::NXDomain;
@@ -372,17 +516,70 @@ fn respond(state: &Mutex<State>, bytes: &[u8]) -> Option<(Message, Message)> {
             let step = steps.get(before).or(steps.last()).cloned();
             (step.unwrap_or_default(), 0)
         }
+        Some(Answer::Cname(target)) => {
+            let script = lock(state).script.clone();
+            alias_chain(&script, &name, owner, &target, kind, &mut response);
+            return Some((query, response));
+        }
+        Some(Answer::Raw(entries)) => {
+            for record in entries.iter().filter_map(Entry::record) {
+                response.add_answer(record);
+            }
+            return Some((query, response));
+        }
     };
+    add_addresses(&mut response, owner, &ips, kind, ttl);
+    Some((query, response))
+}
+
+/// The records of `ips` of the asked type, owned by `owner`.
+fn add_addresses(response: &mut Message, owner: Name, ips: &[IpAddr], kind: RecordType, ttl: u32) {
     for ip in ips {
         let rdata = match (ip, kind) {
-            (IpAddr::V4(v4), RecordType::A) => RData::A(A(v4)),
-            (IpAddr::V6(v6), RecordType::AAAA) => RData::AAAA(AAAA(v6)),
+            (IpAddr::V4(v4), RecordType::A) => RData::A(A(*v4)),
+            (IpAddr::V6(v6), RecordType::AAAA) => RData::AAAA(AAAA(*v6)),
             _ => continue,
         };
-        // The owner name as asked, case and all (0x20 randomization survives).
-        response.add_answer(Record::from_rdata(question.name().clone(), ttl, rdata));
+        response.add_answer(Record::from_rdata(owner.clone(), ttl, rdata));
     }
-    Some((query, response))
+}
+
+/// An alias's answer, as a recursive resolver gives it: `owner CNAME target`, then the target's
+/// own answer (its addresses of the asked type, or its alias in turn), until a name the script
+/// neither aliases nor addresses, a name already on the chain, or [`MAX_ALIASES`] CNAMEs.
+fn alias_chain(
+    script: &Script,
+    asked: &str,
+    mut owner: Name,
+    first: &str,
+    kind: RecordType,
+    response: &mut Message,
+) {
+    let mut seen = vec![asked.to_owned()];
+    let mut target = first.to_owned();
+    for _ in 0..MAX_ALIASES {
+        let Some(next) = fqdn(&target) else {
+            return;
+        };
+        response.add_answer(Record::from_rdata(
+            owner,
+            TTL,
+            RData::CNAME(CNAME(next.clone())),
+        ));
+        if seen.contains(&target) {
+            return;
+        }
+        seen.push(target.clone());
+        owner = next;
+        match script.answers.get(&target) {
+            Some(Answer::Addresses(ips)) => {
+                add_addresses(response, owner, ips, kind, TTL);
+                return;
+            }
+            Some(Answer::Cname(further)) => target = further.clone(),
+            _ => return,
+        }
+    }
 }
 
 fn type_name(kind: RecordType) -> String {

@@ -249,6 +249,9 @@ fn d7_parse_arg_and_to_args_round_trip() {
         "f.test=empty",
         "g.test=nxdomain",
         "h.test=silent",
+        "i.test=cname:j.test",
+        "k.test=raw:k.test/cname/x.test,X.Test/a/192.0.2.1,x.test/aaaa/2001:db8::1",
+        "l.test=raw:other.test/cname/L.test",
     ];
     let script = args
         .iter()
@@ -265,6 +268,28 @@ fn d7_parse_arg_and_to_args_round_trip() {
     );
     assert_eq!(script.answers.get("e.test"), Some(&Answer::ServFail));
     assert_eq!(script.answers.get("h.test"), Some(&Answer::Silent));
+    assert_eq!(
+        script.answers.get("i.test"),
+        Some(&Answer::Cname("j.test".into()))
+    );
+    // A raw answer keeps its names' case and its order.
+    assert_eq!(
+        script.answers.get("k.test"),
+        Some(&Answer::Raw(vec![
+            Entry::Cname {
+                owner: "k.test".into(),
+                target: "x.test".into()
+            },
+            Entry::Address {
+                owner: "X.Test".into(),
+                ip: ip("192.0.2.1")
+            },
+            Entry::Address {
+                owner: "x.test".into(),
+                ip: ip("2001:db8::1")
+            },
+        ]))
+    );
     // And back again.
     let again = script
         .to_args()
@@ -278,11 +303,31 @@ fn d7_parse_arg_and_to_args_round_trip() {
         .parse_arg("API.Vendor.Test.=SERVFAIL")
         .unwrap();
     assert_eq!(script.to_args(), ["api.vendor.test=servfail"]);
-    // Answers built in code come out in the same syntax; no addresses is `empty`.
+    let script = Script::new()
+        .parse_arg("a.test=CNAME:B.Test.")
+        .unwrap()
+        .parse_arg("c.test=RAW:c.test/CNAME/d.test")
+        .unwrap();
+    assert_eq!(
+        script.to_args(),
+        ["a.test=cname:b.test", "c.test=raw:c.test/cname/d.test"]
+    );
+    // Answers built in code come out in the same syntax; no addresses (or no raw record) is
+    // `empty`; an alias's target is normalised.
     let script = Script::new()
         .answer("x.test", Answer::Addresses(vec![]))
-        .answer("y.test", Answer::Sequence(vec![ips(&["::1"])]));
-    assert_eq!(script.to_args(), ["x.test=empty", "y.test=::1"]);
+        .answer("y.test", Answer::Sequence(vec![ips(&["::1"])]))
+        .answer("z.test", Answer::Raw(vec![]))
+        .answer("w.test", Answer::Cname("Target.Test.".into()));
+    assert_eq!(
+        script.to_args(),
+        [
+            "w.test=cname:target.test",
+            "x.test=empty",
+            "y.test=::1",
+            "z.test=empty"
+        ]
+    );
 }
 
 #[test]
@@ -299,11 +344,157 @@ fn d8_bad_args_are_refused() {
         "a..test=192.0.2.1",
         "a test=192.0.2.1",
         "a.test=fe80::1%eth0",
+        "a.test=cname:",
+        "a.test=cname:b..test",
+        "a.test=cname:b.test,c.test",
+        "a.test=raw:",
+        "a.test=raw:a.test",
+        "a.test=raw:a.test/a",
+        "a.test=raw:a.test/a/2001:db8::1",
+        "a.test=raw:a.test/aaaa/192.0.2.1",
+        "a.test=raw:a.test/mx/b.test",
+        "a.test=raw:a.test/cname/",
+        "a.test=raw:/a/192.0.2.1",
+        "a.test=raw:a.test/a/192.0.2.1,",
     ] {
         let refused = Script::new().parse_arg(bad);
         assert!(
             matches!(&refused, Err(Error::Answer { arg, .. }) if arg == bad),
             "{bad}: {refused:?}"
         );
+    }
+}
+
+/// (owner, type, value) of each answer record, in order: the shape a test compares.
+fn records(message: &Message) -> Vec<(String, String, String)> {
+    message
+        .answers
+        .iter()
+        .map(|record| {
+            let value = match &record.data {
+                RData::A(a) => a.0.to_string(),
+                RData::AAAA(aaaa) => aaaa.0.to_string(),
+                RData::CNAME(cname) => cname.0.to_ascii(),
+                other => format!("{other:?}"),
+            };
+            (
+                record.name.to_ascii(),
+                record.record_type().to_string(),
+                value,
+            )
+        })
+        .collect()
+}
+
+fn rec(owner: &str, kind: &str, value: &str) -> (String, String, String) {
+    (owner.to_owned(), kind.to_owned(), value.to_owned())
+}
+
+#[tokio::test]
+async fn d9_an_alias_is_answered_with_its_chain_as_a_recursive_resolver_would() {
+    let script = Script::new()
+        .answer("www.test", Answer::Cname("cdn.test".into()))
+        .answer("cdn.test", Answer::Addresses(ips(&["192.0.2.7"])))
+        .answer("deep.test", Answer::Cname("d1.test".into()))
+        .answer("d1.test", Answer::Cname("d2.test".into()))
+        .answer("d2.test", Answer::Cname("cdn.test".into()))
+        .answer("dangling.test", Answer::Cname("nowhere.test".into()))
+        .answer("self.test", Answer::Cname("self.test".into()))
+        .answer("ping.test", Answer::Cname("pong.test".into()))
+        .answer("pong.test", Answer::Cname("ping.test".into()));
+    let dns = server(script).await;
+    // The CDN shape: A gets the chain and the target's address, AAAA the chain alone.
+    let a = ask(&dns, "WWW.test.", RecordType::A).await;
+    assert_eq!(a.metadata.response_code, ResponseCode::NoError);
+    assert_eq!(
+        records(&a),
+        [
+            rec("WWW.test.", "CNAME", "cdn.test."),
+            rec("cdn.test.", "A", "192.0.2.7")
+        ]
+    );
+    let aaaa = ask(&dns, "www.test.", RecordType::AAAA).await;
+    assert_eq!(records(&aaaa), [rec("www.test.", "CNAME", "cdn.test.")]);
+    let deep = ask(&dns, "deep.test.", RecordType::A).await;
+    assert_eq!(
+        records(&deep),
+        [
+            rec("deep.test.", "CNAME", "d1.test."),
+            rec("d1.test.", "CNAME", "d2.test."),
+            rec("d2.test.", "CNAME", "cdn.test."),
+            rec("cdn.test.", "A", "192.0.2.7"),
+        ]
+    );
+    let dangling = ask(&dns, "dangling.test.", RecordType::A).await;
+    assert_eq!(
+        records(&dangling),
+        [rec("dangling.test.", "CNAME", "nowhere.test.")]
+    );
+    // Loops end after the record that closes them.
+    let own = ask(&dns, "self.test.", RecordType::A).await;
+    assert_eq!(records(&own), [rec("self.test.", "CNAME", "self.test.")]);
+    let pair = ask(&dns, "ping.test.", RecordType::AAAA).await;
+    assert_eq!(
+        records(&pair),
+        [
+            rec("ping.test.", "CNAME", "pong.test."),
+            rec("pong.test.", "CNAME", "ping.test.")
+        ]
+    );
+    // Only the queries asked are recorded: following the chain asks nothing.
+    let asked: Vec<String> = dns.queries().into_iter().map(|q| q.name).collect();
+    assert_eq!(
+        asked,
+        [
+            "www.test",
+            "www.test",
+            "deep.test",
+            "dangling.test",
+            "self.test",
+            "ping.test"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn d10_a_long_alias_chain_stops_at_the_bound() {
+    let mut script = Script::new();
+    for i in 0..40 {
+        script = script.answer(
+            &format!("n{i}.test"),
+            Answer::Cname(format!("n{}.test", i + 1)),
+        );
+    }
+    let dns = server(script).await;
+    let answer = ask(&dns, "n0.test.", RecordType::A).await;
+    assert_eq!(answer.answers.len(), MAX_ALIASES);
+}
+
+#[tokio::test]
+async fn d11_a_raw_answer_is_sent_as_written_for_every_type() {
+    let entries = vec![
+        Entry::Cname {
+            owner: "API.Raw.Test".into(),
+            target: "Edge.Test".into(),
+        },
+        Entry::Address {
+            owner: "edge.test".into(),
+            ip: ip("2001:db8::9"),
+        },
+        Entry::Address {
+            owner: "elsewhere.test".into(),
+            ip: ip("127.0.0.1"),
+        },
+    ];
+    let dns = server(Script::new().answer("api.raw.test", Answer::Raw(entries))).await;
+    let want = [
+        rec("API.Raw.Test.", "CNAME", "Edge.Test."),
+        rec("edge.test.", "AAAA", "2001:db8::9"),
+        rec("elsewhere.test.", "A", "127.0.0.1"),
+    ];
+    for kind in [RecordType::A, RecordType::AAAA, RecordType::TXT] {
+        let answer = ask(&dns, "api.raw.test.", kind).await;
+        assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
+        assert_eq!(records(&answer), want, "{kind}");
     }
 }

@@ -25,6 +25,8 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: fake-vendor tls --listen ADDR:PORT [--plain ADDR:PORT]
        fake-vendor dns --listen ADDR:PORT [--answer NAME=ANSWER...]
 ANSWER: IP[,IP...] | IPS/IPS[/...] (a sequence) | servfail | empty | nxdomain | silent
+        | cname:TARGET (the target's answer follows, as a recursive resolver's would)
+        | raw:OWNER/a|aaaa|cname/VALUE[,...] (exactly these records, for every type)
 tls reads its certificate chain and key (PEM) from FAKE_VENDOR_CERT and FAKE_VENDOR_KEY.
 tls also serves a fake Anthropic Messages API on POST /v1/messages; a marker in the prompt
 picks the scenario: [[cordon-scenario default|never-structured|huge:BYTES|hang|error:STATUS]]
@@ -258,14 +260,20 @@ mod tests {
         assert_eq!(listen, "0.0.0.0:443".parse().unwrap());
         assert_eq!(plain, Some("[::]:80".parse().unwrap()));
         let Ok(Command::Dns { listen, script }) = parse(&args(
-            "dns --answer a.test=192.0.2.1 b.test=silent --listen 127.0.0.1:53 --answer c.test=nxdomain",
+            "dns --answer a.test=192.0.2.1 b.test=silent --listen 127.0.0.1:53 --answer c.test=nxdomain d.test=cname:a.test e.test=raw:e.test/cname/x.test",
         )) else {
             panic!("dns did not parse");
         };
         assert_eq!(listen, "127.0.0.1:53".parse().unwrap());
         assert_eq!(
             script.to_args(),
-            ["a.test=192.0.2.1", "b.test=silent", "c.test=nxdomain"]
+            [
+                "a.test=192.0.2.1",
+                "b.test=silent",
+                "c.test=nxdomain",
+                "d.test=cname:a.test",
+                "e.test=raw:e.test/cname/x.test"
+            ]
         );
         assert!(matches!(
             parse(&args("dns --listen 127.0.0.1:53")),
