@@ -14,7 +14,10 @@
 //!   reads and deadlines, the dial, the ClientHello check and the relay with idle and half-close
 //!   timeouts.
 //! - [`resolver`]: the proxy's resolver: one configured upstream, no system configuration, no
-//!   search list, nothing cached (each CONNECT dials exactly what its one answer gave).
+//!   search list, nothing cached (each CONNECT dials exactly what its one answer gave), the
+//!   admitted name its only query.
+//! - [`chain`]: which address records of an answer belong to the asked name (its own, or those
+//!   of a CNAME chain the same answer contains).
 //! - [`args`]: the `cordon-egress` binary's arguments, parsed by hand and validated by the parsers
 //!   above.
 //! - [`journal`]: the binary's log lines (JSON, one per line, in a stable shape): the attestation,
@@ -26,6 +29,7 @@
 pub mod address;
 pub mod allowlist;
 pub mod args;
+pub mod chain;
 pub mod decide;
 pub mod head;
 pub mod host;

@@ -35,13 +35,7 @@ pub async fn serve(args: ProxyArgs) -> ExitCode {
     };
     let resolver: Arc<dyn Resolve> = match args.resolver {
         None => Arc::new(NoResolver),
-        Some(upstream) => match UpstreamResolver::new(upstream) {
-            Ok(resolver) => Arc::new(resolver),
-            Err(error) => {
-                eprintln!("cordon-egress: --resolver {upstream}: {error}");
-                return ExitCode::FAILURE;
-            }
-        },
+        Some(upstream) => Arc::new(UpstreamResolver::new(upstream)),
     };
     let stopped_by = OnceLock::new();
     let shutdown = async {

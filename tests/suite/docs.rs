@@ -73,6 +73,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("tls::tests::", "../egress/src"),
     ("proxy::tests::", "../egress/src"),
     ("resolver::tests::", "../egress/src"),
+    ("chain::tests::", "../egress/src"),
     ("args::tests::", "../egress/src"),
     ("egress_binary::", "../egress/tests"),
     ("forward::tests::", "../init/src"),
