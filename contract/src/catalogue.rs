@@ -144,6 +144,8 @@ protections! {
         "the first bytes in a tunnel are one TLS ClientHello naming the CONNECT host; anything else closes the tunnel";
     EgressMethod = "egress-method", validator: false, init: false, probe: true,
         "the egress proxy answers only CONNECT in authority form; every other method and target form is refused";
+    EgressCname = "egress-cname", validator: false, init: false, probe: true,
+        "the egress proxy asks for the admitted name alone and counts only address records of a CNAME chain the same answer holds; a chain whose target the answer holds nothing for is no answer, and the target is never asked";
     ProxyContainer = "proxy-container", validator: true, init: false, probe: false,
         "the proxy's container and the invocation network read back exactly as their profile: the agent's hardening, the invocation network only, the egress volume its only mount, no published port";
     FdHygiene = "fd-hygiene", validator: false, init: true, probe: false,

@@ -22,11 +22,12 @@ pub fn proxy_url(port: u16) -> String {
 
 /// The proxy rules a removal case may leave out, each by its catalogue id and the name the proxy's
 /// `--skip` takes (and its attestation line shows).
-pub const PROXY_RULES: [(Id, &str); 4] = [
+pub const PROXY_RULES: [(Id, &str); 5] = [
     (Id::EgressAllowlist, "allowlist"),
     (Id::EgressAddress, "address"),
     (Id::EgressSni, "sni"),
     (Id::EgressMethod, "method"),
+    (Id::EgressCname, "cname"),
 ];
 
 /// The `--skip` name of a proxy rule's id.
@@ -56,6 +57,10 @@ pub struct ProbeFixture {
     /// An allowed, unmapped name the test resolver answers with the endpoint's private address
     /// (so only the address check refuses it).
     pub private_name: String,
+    /// An allowed, unmapped name the test resolver answers only with a CNAME to an unlisted name
+    /// (which it answers with the endpoint's private address): the proxy must find no answer
+    /// (502); a 403 means it asked for the target itself.
+    pub cname_name: String,
     /// The invocation network's gateway, the proxy's and the endpoint's addresses on it.
     pub gateway: Ipv4Addr,
     pub proxy: Ipv4Addr,

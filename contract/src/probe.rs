@@ -252,6 +252,7 @@ pub mod ops {
         EGRESS_PLAIN_GET = "egress" / "plain-get" => [EgressMethod];
         EGRESS_OTHER_SNI = "egress" / "other-sni" => [EgressSni];
         EGRESS_NO_TLS = "egress" / "no-tls" => [EgressSni];
+        EGRESS_CNAME_CHASE = "egress" / "connect-cname-chase" => [EgressCname];
 
         LINK_ESCAPE = "hostile-repo" / "link-escape" => [RepoLinks];
     }

@@ -36,7 +36,8 @@ usage: cordon-egress proxy --listen unix:PATH [--allow NAME[:PORT]]... [--map NA
   --host-address IP      an address of the host's, never dialed
   --max-tunnels N        the most connections at once (32 by default)
   --lifetime-s N         end every tunnel and exit after N seconds (no limit by default)
-  --skip RULE            leave out one rule (allowlist, address, sni, method): gate cases only";
+  --skip RULE            leave out one rule (allowlist, address, sni, method, cname): gate cases
+                         only";
 
 /// The most connections a proxy may be told to handle at once.
 pub const MAX_TUNNELS: usize = 4096;
@@ -207,7 +208,7 @@ fn proxy(mut args: impl Iterator<Item = String>) -> Result<Command, ArgError> {
             "--skip" => {
                 let rule = Rule::parse(&value).ok_or_else(|| {
                     ArgError(format!(
-                        "--skip {value:?}: not a rule (allowlist, address, sni, method)"
+                        "--skip {value:?}: not a rule (allowlist, address, sni, method, cname)"
                     ))
                 })?;
                 if !skip.insert(rule) {
@@ -368,6 +369,8 @@ mod tests {
         );
         // Every rule may be skipped, and the set keeps the rules' order.
         let all = proxy_args(&[
+            "--skip",
+            "cname",
             "--skip",
             "method",
             "--skip",

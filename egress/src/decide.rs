@@ -17,6 +17,9 @@
 //!   addresses included); a resolver error or an empty answer still refuses.
 //! - [`Rule::Sni`]: the runtime relays without checking that the tunnel's first bytes are a
 //!   ClientHello naming the host.
+//! - [`Rule::Cname`]: the resolver asks for a CNAME's target when the answer holds nothing for
+//!   it, as a caching client does (at most [`crate::chain::MAX_CHAIN`] times per type); every other
+//!   part of the chain rule, and the classifier, still hold.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
@@ -39,11 +42,19 @@ pub enum Rule {
     Sni,
     /// The method: CONNECT in authority form only.
     Method,
+    /// The chain rule: a CNAME's target is never asked for.
+    Cname,
 }
 
 impl Rule {
     /// Every rule, in order (the order a set of them is shown in).
-    pub const ALL: [Rule; 4] = [Rule::Allowlist, Rule::Address, Rule::Sni, Rule::Method];
+    pub const ALL: [Rule; 5] = [
+        Rule::Allowlist,
+        Rule::Address,
+        Rule::Sni,
+        Rule::Method,
+        Rule::Cname,
+    ];
 
     /// The name `--skip` takes and the attestation shows.
     pub const fn as_str(self) -> &'static str {
@@ -52,6 +63,7 @@ impl Rule {
             Rule::Address => "address",
             Rule::Sni => "sni",
             Rule::Method => "method",
+            Rule::Cname => "cname",
         }
     }
 
@@ -285,7 +297,7 @@ mod tests {
     #[test]
     fn rules_have_stable_names_in_one_order() {
         let names: Vec<&str> = Rule::ALL.iter().map(|r| r.as_str()).collect();
-        assert_eq!(names, ["allowlist", "address", "sni", "method"]);
+        assert_eq!(names, ["allowlist", "address", "sni", "method", "cname"]);
         for rule in Rule::ALL {
             assert_eq!(Rule::parse(rule.as_str()), Some(rule));
             assert_eq!(rule.to_string(), rule.as_str());

@@ -6,7 +6,7 @@
 //!   `{"egress":"listening","socket":PATH,"allow":[ENTRY...],"map":[MAPPING...],"resolver":"IP:PORT"|null,"host_addresses":[IP...],"max_tunnels":N,"skipped":[RULE...]}`
 //!   with each allowlist entry canonical (`name:port`, `*.name:port`), each mapping
 //!   `name=ip:port` (`name=[v6]:port`), and the rules left out by their `--skip` names in
-//!   [`Rule::ALL`]'s order (`allowlist`, `address`, `sni`, `method`).
+//!   [`Rule::ALL`]'s order (`allowlist`, `address`, `sni`, `method`, `cname`).
 //! - Once per tunnel that ran (answered 200 and, unless `sni` is left out, passed its ClientHello):
 //!   `{"egress":"tunnel","target":"name:port","dialed":"ip:port","up":BYTES,"down":BYTES,"end":END}`
 //!   with `up` the bytes client to upstream (the ClientHello included), `down` back, and `END`

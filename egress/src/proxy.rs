@@ -12,7 +12,9 @@
 //!
 //! The rules [`Rules::skip`] leaves out are left out here too: with [`Rule::Method`] any method
 //! is answered 200 and tunnelled like a CONNECT (its head is not forwarded), with [`Rule::Sni`]
-//! the tunnel relays from its first byte, with [`Rule::Address`] the dial does not classify.
+//! the tunnel relays from its first byte, with [`Rule::Address`] the dial does not classify. The
+//! chain rule ([`Rule::Cname`]) is the resolver's: the binary builds its resolver to chase when it
+//! is left out ([`crate::serve`]).
 //!
 //! [`serve_unix_with`] tells an [`Observe`] when the socket is bound and, for each connection,
 //! what happened ([`Report`]): [`crate::journal`] writes these as the proxy binary's log lines.

@@ -726,3 +726,73 @@ async fn c2_a_chain_too_big_for_udp_is_asked_again_over_tcp_and_still_judged() {
     assert_eq!(report.outcome, Outcome::Refused(Refusal::Address));
     assert_never_dialed(&listener).await;
 }
+
+#[tokio::test]
+async fn c3_left_out_the_chain_rule_asks_for_the_target_as_a_caching_client_would() {
+    // The removal the gate's `proxy/cname` case makes: each shape that the rule alone refuses is
+    // answered by asking for the target, and only those.
+    let exfil = "other.exfil.test";
+    let mut script = dns::Script::new()
+        .answer(exfil, Answer::Addresses(vec![ip(PUBLIC_V4), ip(PUBLIC_V6)]))
+        .answer("loop.cdn.test", Answer::Addresses(vec![ip("127.0.0.1")]))
+        .answer(
+            "incomplete.chain.test",
+            Answer::Raw(vec![cname("incomplete.chain.test", exfil)]),
+        )
+        .answer(
+            "private.chain.test",
+            Answer::Raw(vec![cname("private.chain.test", "loop.cdn.test")]),
+        )
+        .answer(
+            "pair.chain.test",
+            Answer::Raw(vec![
+                cname("pair.chain.test", "mate.chain.test"),
+                cname("mate.chain.test", "pair.chain.test"),
+            ]),
+        );
+    // An endless chain of one CNAME per answer: asked at most `MAX_CHAIN` times past the name.
+    for i in 0..20 {
+        let owner = format!("h{i}.endless.test");
+        let target = format!("h{}.endless.test", i + 1);
+        script = script.answer(&owner, Answer::Raw(vec![cname(&owner, &target)]));
+    }
+    let dns = DnsServer(
+        dns::start(SocketAddr::from(([127, 0, 0, 1], 0)), script)
+            .await
+            .unwrap(),
+    );
+    let chasing = dns.resolver().chasing(true);
+
+    let got = chasing.lookup(&name("incomplete.chain.test")).await;
+    assert_eq!(got, Ok(vec![ip(PUBLIC_V4), ip(PUBLIC_V6)]));
+    let mut want = only_the_name("incomplete.chain.test");
+    want.extend(only_the_name(exfil));
+    want.sort();
+    assert_eq!(asked_since(&dns, 0), want);
+
+    // A loop or anything else the rule refuses still is.
+    let before = dns.asked().len();
+    assert!(chasing.lookup(&name("pair.chain.test")).await.is_err());
+    assert_eq!(asked_since(&dns, before), only_the_name("pair.chain.test"));
+
+    let before = dns.asked().len();
+    assert!(chasing.lookup(&name("h0.endless.test")).await.is_err());
+    let asked = asked_since(&dns, before);
+    assert_eq!(asked.len(), 2 * (1 + crate::chain::MAX_CHAIN), "{asked:?}");
+    assert!(
+        !asked.iter().any(|(n, _)| n == "h9.endless.test"),
+        "{asked:?}"
+    );
+
+    // Through the proxy: the target's loopback address is found (403), where the rule gives no
+    // answer (502); nothing is dialed either way.
+    let (listener, config, port) = proxied(&["private.chain.test"], vec![]).await;
+    let (status, report) = connect_reported(&config, &chasing, "private.chain.test", port).await;
+    assert_eq!(status, "HTTP/1.1 403 Forbidden");
+    assert_eq!(report.outcome, Outcome::Refused(Refusal::Address));
+    let (status, report) =
+        connect_reported(&config, &dns.resolver(), "private.chain.test", port).await;
+    assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
+    assert_eq!(report.outcome, Outcome::Refused(Refusal::Resolve));
+    assert_never_dialed(&listener).await;
+}

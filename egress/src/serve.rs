@@ -14,6 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
 use crate::args::ProxyArgs;
+use crate::decide::Rule;
 use crate::journal;
 use crate::proxy::{self, Config, NoResolver, Observe, Report, Resolve};
 use crate::resolver::UpstreamResolver;
@@ -35,7 +36,10 @@ pub async fn serve(args: ProxyArgs) -> ExitCode {
     };
     let resolver: Arc<dyn Resolve> = match args.resolver {
         None => Arc::new(NoResolver),
-        Some(upstream) => Arc::new(UpstreamResolver::new(upstream)),
+        // The chain rule lives in the resolver: left out, it asks for a CNAME's target itself.
+        Some(upstream) => {
+            Arc::new(UpstreamResolver::new(upstream).chasing(args.rules.skips(Rule::Cname)))
+        }
     };
     let stopped_by = OnceLock::new();
     let shutdown = async {

@@ -194,6 +194,7 @@ impl Setup<'_> {
             key_pem: self.ca.key_pem.clone(),
             mapped: vec![VENDOR_HOST.to_owned()],
             resolved: vec![],
+            chained: vec![],
             image: None,
         });
         let mut launch = launch::create(self.ctl, &profile, prepared).await?;

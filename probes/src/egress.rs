@@ -15,8 +15,10 @@
 //!   answers 200 with the endpoint's body.
 //! - The proxy's rules: a CONNECT to an unlisted name, to the allowed name on another port or to a
 //!   name that resolves to a private address gets no 2xx; a plain `GET http://...` gets no 2xx;
-//!   and in a tunnel to the allowed name, a ClientHello naming another server, or bytes that are
-//!   no TLS at all, get nothing back.
+//!   in a tunnel to the allowed name, a ClientHello naming another server, or bytes that are no
+//!   TLS at all, get nothing back; and a CONNECT to a name whose answer is only a CNAME to an
+//!   unlisted name gets 502 (no answer: a 403 means the proxy asked for the target itself and
+//!   found its address).
 //!
 //! Every connect, read and write has a deadline ([`STEP`] each exchange): the probe never hangs.
 //! A breach's evidence names what answered (a status line, a byte count), never the data.
@@ -92,7 +94,12 @@ fn load_fixture(dir: &Path) -> Result<Option<ProbeFixture>, String> {
     };
     let fixture: ProbeFixture =
         serde_json::from_slice(&bytes).map_err(|e| format!("{shown}: {e}"))?;
-    for name in [&fixture.allowed, &fixture.unlisted, &fixture.private_name] {
+    for name in [
+        &fixture.allowed,
+        &fixture.unlisted,
+        &fixture.private_name,
+        &fixture.cname_name,
+    ] {
         if !valid_name(name) {
             return Err(format!("{shown}: a name that is no DNS name"));
         }
@@ -276,6 +283,16 @@ fn connect_answer(proxy: SocketAddr, authority: &str) -> io::Result<String> {
     } else {
         Err(refused(shown(&head)))
     }
+}
+
+/// A CONNECT to a name answered only with a CNAME: `None` when it is answered 502 (no answer, the
+/// chain rule holding), the breach's evidence for any other answer; an error when none came.
+fn cname_answer(proxy: SocketAddr, authority: &str) -> io::Result<Option<String>> {
+    let (_, head) = ask(proxy, &connect_request(authority))?;
+    Ok(match status(&head) {
+        Some((_, 502)) => None,
+        _ => Some(format!("answered {}", shown(&head))),
+    })
 }
 
 /// A plain-HTTP GET in absolute form through the proxy: Ok (a breach) when it is answered 2xx.
@@ -497,6 +514,26 @@ fn rules(p: &mut Probe<'_>, proxy: SocketAddr, fixture: &ProbeFixture) {
         PLAIN_REQUEST,
         "a plain GET",
     );
+    let chained = format!("{}:{}", fixture.cname_name, fixture.port);
+    let mut setup = None;
+    p.deny_answered(
+        &ops::EGRESS_CNAME_CHASE,
+        &format!("CONNECT {chained} (only a CNAME in its answer)"),
+        || match cname_answer(proxy, &chained) {
+            Ok(Some(answered)) => Ok(answered),
+            Ok(None) => Err(refused("502")),
+            Err(e) => {
+                setup = Some(e);
+                Err(refused("no answer"))
+            }
+        },
+    );
+    if let Some(e) = setup {
+        p.error(format!(
+            "{}: no answer to CONNECT {chained}: {e}",
+            ops::EGRESS_CNAME_CHASE.action
+        ));
+    }
 }
 
 pub fn run(p: &mut Probe<'_>) {

@@ -16,6 +16,7 @@ fn fixture() -> ProbeFixture {
         unlisted: "unlisted.vendor.test".into(),
         other_port: 8443,
         private_name: "private.vendor.test".into(),
+        cname_name: "cname.vendor.test".into(),
         gateway: [172, 30, 0, 1].into(),
         proxy: [172, 30, 0, 2].into(),
         endpoint: [172, 30, 0, 3].into(),
@@ -199,8 +200,9 @@ fn a_fixture_is_read_and_checked() {
     let path = dir.join(PROBE_FIXTURE);
     let json = serde_json::json!({
         "allowed": ALLOWED, "port": 443, "unlisted": "unlisted.vendor.test", "other_port": 8443,
-        "private_name": "private.vendor.test", "gateway": "172.30.0.1", "proxy": "172.30.0.2",
-        "endpoint": "172.30.0.3", "endpoint_port": 443,
+        "private_name": "private.vendor.test", "cname_name": "cname.vendor.test",
+        "gateway": "172.30.0.1", "proxy": "172.30.0.2", "endpoint": "172.30.0.3",
+        "endpoint_port": 443,
     });
     std::fs::write(&path, json.to_string()).unwrap();
     assert_eq!(load_fixture(&dir), Ok(Some(fixture())));
@@ -213,11 +215,24 @@ fn a_fixture_is_read_and_checked() {
     injected["allowed"] = serde_json::json!("api.vendor.test:443 HTTP/1.1\r\nX: y");
     let mut empty = json.clone();
     empty["unlisted"] = serde_json::json!("");
+    let mut injected_cname = json.clone();
+    injected_cname["cname_name"] = serde_json::json!("a b");
+    let mut no_cname = json.clone();
+    no_cname.as_object_mut().unwrap().remove("cname_name");
     let mut zero = json.clone();
     zero["other_port"] = serde_json::json!(0);
     let mut bad_address = json.clone();
     bad_address["endpoint"] = serde_json::json!("endpoint");
-    for bad in [unknown, missing, injected, empty, zero, bad_address] {
+    for bad in [
+        unknown,
+        missing,
+        injected,
+        empty,
+        zero,
+        bad_address,
+        injected_cname,
+        no_cname,
+    ] {
         std::fs::write(&path, bad.to_string()).unwrap();
         assert!(load_fixture(&dir).is_err(), "{bad} was accepted");
     }
@@ -391,6 +406,46 @@ fn nothing_listening_is_no_breach() {
     assert!(connect_answer(addr, "x.test:443").is_err());
     assert!(plain_get_answer(addr, ALLOWED).is_err());
     assert!(tunnel(addr, "x.test:443").is_err());
+}
+
+#[test]
+fn a_cname_answer_other_than_502_is_the_breach_with_its_status_line() {
+    let target = "cname.vendor.test:443";
+    let no_answer = proxy(
+        connect_head(target),
+        b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
+        drop,
+    );
+    assert_eq!(cname_answer(no_answer, target).unwrap(), None);
+    for (answer, shown) in [
+        (
+            &b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n"[..],
+            "answered HTTP/1.1 403 Forbidden",
+        ),
+        (
+            b"HTTP/1.1 200 Connection Established\r\n\r\n",
+            "answered HTTP/1.1 200 Connection Established",
+        ),
+        (
+            b"HTTP/1.1 503 Service Unavailable\r\n\r\n",
+            "answered HTTP/1.1 503 Service Unavailable",
+        ),
+        (b"HTTP/1.1 5020 Bad\r\n\r\n", "answered HTTP/1.1 5020 Bad"),
+    ] {
+        let answered = proxy(connect_head(target), answer, drop);
+        assert_eq!(
+            cname_answer(answered, target).unwrap(),
+            Some(shown.to_owned())
+        );
+    }
+    // No answer at all is no verdict: the probe reports it as an error.
+    let closed = proxy(connect_head(target), b"", drop);
+    assert!(cname_answer(closed, target).is_err());
+    let silent = serve(|mut stream| {
+        request_head(&mut stream);
+        hold(stream);
+    });
+    assert!(cname_answer(silent, target).is_err());
 }
 
 #[test]

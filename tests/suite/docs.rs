@@ -81,6 +81,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("probes::network::tests::", "../probes/src"),
     ("fake_vendor::", "../image/fake-vendor"),
     ("profile::egress::tests::", "../host/src/profile"),
+    ("launch::egress::tests::", "../host/src/launch"),
     ("cli_task::", "../cli/tests"),
 ];
 

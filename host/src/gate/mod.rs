@@ -349,9 +349,13 @@ fn remove(case: &Case, prepared: &mut Prepared, env: &GateEnv) {
 }
 
 /// The names of the egress cases: the allowed (mapped) one, an unlisted one the proxy maps too,
-/// an allowed one the test DNS server answers with the endpoint's private address.
+/// an allowed one the test DNS server answers with the endpoint's private address, an allowed one
+/// it answers only with a CNAME to an unlisted name (`CNAME_TARGET`, which it answers with the
+/// endpoint's private address).
 const UNLISTED_HOST: &str = "other.vendor.test";
 const PRIVATE_HOST: &str = "private.vendor.test";
+const CNAME_HOST: &str = "cname.vendor.test";
+const CNAME_TARGET: &str = "target.elsewhere.test";
 /// A port the allowlist names, but not for the vendor's name.
 const OTHER_PORT: u16 = 8443;
 
@@ -369,6 +373,7 @@ fn case_egress(case: &Case) -> Option<crate::profile::EgressSpec> {
             vendor.to_owned(),
             PRIVATE_HOST.to_owned(),
             format!("{PRIVATE_HOST}:{OTHER_PORT}"),
+            CNAME_HOST.to_owned(),
         ])
     })
 }
@@ -382,6 +387,7 @@ fn case_fixtures(env: &GateEnv) -> launch::egress::Fixtures {
             UNLISTED_HOST.to_owned(),
         ],
         resolved: vec![PRIVATE_HOST.to_owned()],
+        chained: vec![(CNAME_HOST.to_owned(), CNAME_TARGET.to_owned())],
         // The fake vendor is only in the test image.
         image: Some(env.test_image.clone()),
     }
@@ -396,6 +402,7 @@ fn probe_inputs(egress: &launch::egress::Egress, env: &GateEnv) -> Result<Vec<(S
         unlisted: UNLISTED_HOST.to_owned(),
         other_port: OTHER_PORT,
         private_name: PRIVATE_HOST.to_owned(),
+        cname_name: CNAME_HOST.to_owned(),
         gateway: egress.gateway.ok_or_else(|| missing("gateway"))?,
         proxy: egress.proxy_ip.ok_or_else(|| missing("proxy"))?,
         endpoint: egress.vendor.ok_or_else(|| missing("endpoint"))?,

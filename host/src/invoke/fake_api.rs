@@ -39,6 +39,7 @@ pub fn fake_api(vendor: Vendor, fixture_image: &str) -> Result<FakeApi> {
                 key_pem: ca.key_pem,
                 mapped: allow.clone(),
                 resolved: Vec::new(),
+                chained: Vec::new(),
                 image: Some(fixture_image.to_owned()),
             }),
             ..EgressOptions::default()

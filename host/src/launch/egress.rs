@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, NetworkCreateRequest};
 use bollard::query_parameters::LogsOptions;
+use cordon_fake_vendor::dns::{self, Answer, Entry};
 use futures_util::StreamExt;
 
 use crate::engine::pending::Shared;
@@ -30,8 +31,12 @@ pub struct Fixtures {
     /// Names the proxy maps to the fake vendor (its TLS port).
     pub mapped: Vec<String>,
     /// Names the test DNS server answers with the fake vendor's address (the proxy resolves them:
-    /// only its address check stands between them and the endpoint). None: no DNS server.
+    /// only its address check stands between them and the endpoint).
     pub resolved: Vec<String>,
+    /// `(name, target)`: the test DNS server answers `name` with only `name CNAME target` (the
+    /// target's records left out), and `target` with the fake vendor's address: only the chain
+    /// rule stands between `name` and the endpoint. With `resolved`, none at all: no DNS server.
+    pub chained: Vec<(String, String)>,
     /// The image the fixtures run from (it must hold `fake-vendor`: the test image); the
     /// invocation's own image when `None`.
     pub image: Option<String>,
@@ -120,6 +125,23 @@ pub async fn host_addresses(engine: &Engine) -> Result<Vec<IpAddr>> {
     out.dedup();
     out.truncate(plan::MAX_HOST_ADDRESSES);
     Ok(out)
+}
+
+/// What the test DNS server answers, the fake vendor at `vendor`.
+fn dns_answers(fixtures: &Fixtures, vendor: IpAddr) -> dns::Script {
+    let at = || Answer::Addresses(vec![vendor]);
+    let mut script = dns::Script::new();
+    for name in &fixtures.resolved {
+        script = script.answer(name, at());
+    }
+    for (name, target) in &fixtures.chained {
+        let only_the_cname = Answer::Raw(vec![Entry::Cname {
+            owner: name.clone(),
+            target: target.clone(),
+        }]);
+        script = script.answer(name, only_the_cname).answer(target, at());
+    }
+    script
 }
 
 /// Create, read back and validate one container on the network; start it when `start`.
@@ -215,12 +237,8 @@ pub async fn create(
             .spec
             .map
             .extend(fixtures.mapped.iter().map(|n| format!("{n}={to}")));
-        if !fixtures.resolved.is_empty() {
-            let answers: Vec<String> = fixtures
-                .resolved
-                .iter()
-                .map(|n| format!("{n}={vendor}"))
-                .collect();
+        if !fixtures.resolved.is_empty() || !fixtures.chained.is_empty() {
+            let answers = dns_answers(fixtures, IpAddr::V4(vendor)).to_args();
             let body = plan::resolver_body(fixture_image, allocation, &answers);
             let (id, r) =
                 networked(engine, allocation.name(Kind::Resolver), body, &name, record).await?;
@@ -346,4 +364,29 @@ async fn json_lines(engine: &Engine, container: &str) -> Result<Vec<serde_json::
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_dns_answers_a_chained_name_with_its_cname_alone() {
+        let fixtures = Fixtures {
+            cert_pem: String::new(),
+            key_pem: String::new(),
+            mapped: vec![],
+            resolved: vec!["private.vendor.test".into()],
+            chained: vec![("cname.vendor.test".into(), "target.elsewhere.test".into())],
+            image: None,
+        };
+        assert_eq!(
+            dns_answers(&fixtures, IpAddr::from([172, 30, 0, 3])).to_args(),
+            [
+                "cname.vendor.test=raw:cname.vendor.test/cname/target.elsewhere.test",
+                "private.vendor.test=172.30.0.3",
+                "target.elsewhere.test=172.30.0.3",
+            ]
+        );
+    }
 }

@@ -31,6 +31,7 @@ fn fixtures() -> Fixtures {
         key_pem: ca.key_pem,
         mapped: vec![VENDOR_HOST.to_owned()],
         resolved: vec![],
+        chained: vec![],
         image: None,
     }
 }
