@@ -130,18 +130,32 @@ fn egress_proxy_answers_raw_requests_by_its_rules() {
             "GET http://fake.vendor.test/ HTTP/1.1\r\n\r\n",
             "HTTP/1.1 405",
         ),
-        ("CONNECT evil.example:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 403"),
         (
-            "CONNECT fake.vendor.test:80 HTTP/1.1\r\n\r\n",
+            "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n",
+            "HTTP/1.1 403",
+        ),
+        (
+            "CONNECT fake.vendor.test:80 HTTP/1.1\r\nHost: fake.vendor.test:80\r\n\r\n",
             "HTTP/1.1 400",
         ),
-        ("CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 400"),
+        (
+            "CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n",
+            "HTTP/1.1 400",
+        ),
         ("CONNECT fake.vendor.test:443 HTTP/1.1\n\n", "HTTP/1.1 400"),
+        // No Host header.
+        (
+            "CONNECT fake.vendor.test:443 HTTP/1.1\r\nUser-Agent: x\r\n\r\n",
+            "HTTP/1.1 400",
+        ),
     ];
     for (request, status) in refused {
         assert!(ask(request).starts_with(status), "{request:?}");
     }
-    assert!(ask("CONNECT fake.vendor.test:443 HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
+    assert!(
+        ask("CONNECT fake.vendor.test:443 HTTP/1.1\r\nHost: fake.vendor.test:443\r\n\r\n")
+            .starts_with("HTTP/1.1 200")
+    );
     vendor.set_nonblocking(true).unwrap();
     // Only the allowed request was dialed.
     let mut dialed = 0;
@@ -167,7 +181,7 @@ fn egress_proxy_answers_raw_requests_by_its_rules() {
         .collect();
     assert_eq!(lines[0]["egress"], "listening", "{log}");
     assert_eq!(lines[0]["allow"][0], "fake.vendor.test:443", "{log}");
-    // Each connection's line comes when it ends, so in any order: the five refused requests, and
+    // Each connection's line comes when it ends, so in any order: the six refused requests, and
     // the admitted CONNECT, which ends without a ClientHello (`egress-sni`) or at the interrupt
     // if that comes first (`egress-shutdown`).
     let mut refused: Vec<&str> = lines
@@ -189,6 +203,7 @@ fn egress_proxy_answers_raw_requests_by_its_rules() {
         refused,
         [
             "egress-host",
+            "egress-malformed",
             "egress-malformed",
             "egress-method",
             "egress-not-allowed",

@@ -204,7 +204,7 @@ mod tests {
     }
 
     fn connect(target: &str) -> Vec<u8> {
-        format!("CONNECT {target} HTTP/1.1\r\n\r\n").into_bytes()
+        format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").into_bytes()
     }
 
     #[test]
@@ -330,8 +330,16 @@ mod tests {
                 443,
             ),
             ("GET http://fake.vendor.test:443 HTTP/1.1\r\n\r\n", "fake.vendor.test", 443),
-            ("GET api.anthropic.com:443 HTTP/1.1\r\n\r\n", "api.anthropic.com", 443),
-            ("CONNECT api.anthropic.com:443 HTTP/1.1\r\n\r\n", "api.anthropic.com", 443),
+            (
+                "GET api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com\r\n\r\n",
+                "api.anthropic.com",
+                443,
+            ),
+            (
+                "CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\n\r\n",
+                "api.anthropic.com",
+                443,
+            ),
         ];
         let skip = skipping(Some(Rule::Method));
         for (head, name, port) in cases {

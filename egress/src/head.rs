@@ -1,6 +1,7 @@
 //! The request head the proxy reads before it decides: exactly `CONNECT host:port HTTP/1.1`, in
-//! authority form, then at most [`MAX_HEADERS`] header lines, all CRLF-terminated, within
-//! [`MAX_HEAD`] bytes (and, in the proxy, [`HEAD_DEADLINE`]). The authority is parsed here, not by
+//! authority form, then at most [`MAX_HEADERS`] header lines, exactly one of them a Host header
+//! naming the same authority, all CRLF-terminated, within [`MAX_HEAD`] bytes (and, in the proxy,
+//! [`HEAD_DEADLINE`]). The authority is parsed here, not by
 //! a URI parser: `http::Uri` reads `a:443@b:80` as host `b` and accepts ports like `0443`.
 //!
 //! With the method rule left out ([`parse_with`], `any_method`, for a gate case only) any method
@@ -75,9 +76,10 @@ pub fn parse(head: &[u8]) -> Result<Connect, Refusal> {
 }
 
 /// [`parse`], or, with `any_method` (the method rule left out), any method token and a target in
-/// authority or absolute form. The size, header, line-ending and Host rules hold either way (a
-/// Host header is compared with an authority-form target only: an absolute-form target is what
-/// a proxy goes by, RFC 9112 3.2.2).
+/// authority or absolute form. The size, header, line-ending and Host rules hold either way: an
+/// authority-form target needs exactly one Host header naming it (RFC 9112 3.2; none at all is
+/// refused as one naming something else is); an absolute-form target is what a proxy goes by
+/// (RFC 9112 3.2.2), so its Host header is not compared, and one is enough.
 pub fn parse_with(head: &[u8], any_method: bool) -> Result<Connect, Refusal> {
     if head.len() > MAX_HEAD {
         return Err(Refusal::HeadTooLarge);
@@ -106,6 +108,9 @@ pub fn parse_with(head: &[u8], any_method: bool) -> Result<Connect, Refusal> {
                 return Err(Refusal::Malformed);
             }
         }
+    }
+    if form == Form::Authority && !host_seen {
+        return Err(Refusal::Malformed);
     }
     Ok(connect)
 }

@@ -19,7 +19,9 @@ fn parsed(text: &str) -> Result<Connect, Refusal> {
 fn a_plain_connect_is_read() {
     let c = parsed("CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\nUser-Agent: x\r\n\r\n").unwrap();
     assert_eq!((c.name.as_str(), c.port), ("api.anthropic.com", 443));
-    let c = parsed("CONNECT API.Anthropic.com.:443 HTTP/1.1\r\n\r\n").unwrap();
+    let c =
+        parsed("CONNECT API.Anthropic.com.:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\n\r\n")
+            .unwrap();
     assert_eq!(c.name.as_str(), "api.anthropic.com", "one fold, one dot");
 }
 
@@ -159,8 +161,8 @@ fn line_endings_sizes_and_headers_are_bounded() {
         Err(Refusal::HeadTooLarge)
     );
     let fits = format!(
-        "CONNECT api.anthropic.com:443 HTTP/1.1\r\nX: {}\r\n\r\n",
-        "a".repeat(MAX_HEAD - 100)
+        "CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\nX: {}\r\n\r\n",
+        "a".repeat(MAX_HEAD - 150)
     );
     assert!(parsed(&fits).is_ok());
     let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
@@ -168,8 +170,12 @@ fn line_endings_sizes_and_headers_are_bounded() {
         parsed(&format!("CONNECT a.com:443 HTTP/1.1\r\n{many}\r\n")),
         Err(Refusal::HeadTooLarge)
     );
-    let enough: String = (0..MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
-    assert!(parsed(&format!("CONNECT a.com:443 HTTP/1.1\r\n{enough}\r\n")).is_ok());
+    // The Host header is one of them.
+    let enough: String = (1..MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+    assert!(parsed(&format!(
+        "CONNECT a.com:443 HTTP/1.1\r\nHost: a.com\r\n{enough}\r\n"
+    ))
+    .is_ok());
     for bad in [
         "Host: a.com:443\r\nHost: a.com:443",
         "Host: a.com:443\r\nhost: a.com:443",
@@ -209,6 +215,31 @@ fn line_endings_sizes_and_headers_are_bounded() {
         Err(Refusal::Malformed),
         "only the default port may be left out"
     );
+}
+
+#[test]
+fn a_connect_needs_exactly_one_host_header_naming_its_target() {
+    // No Host header at all is refused as one naming something else is (RFC 9112 3.2: a client
+    // sends one in every HTTP/1.1 request; Node's CONNECT does).
+    let mismatching = parsed("CONNECT a.com:443 HTTP/1.1\r\nHost: b.com:443\r\n\r\n");
+    assert_eq!(mismatching, Err(Refusal::Malformed));
+    for text in [
+        "CONNECT a.com:443 HTTP/1.1\r\n\r\n",
+        "CONNECT a.com:443 HTTP/1.1\r\nUser-Agent: x\r\n\r\n",
+        "CONNECT a.com:443 HTTP/1.1\r\nX-Host: a.com:443\r\nHosts: a.com:443\r\n\r\n",
+    ] {
+        assert_eq!(parsed(text), mismatching, "{text:?}");
+        // The method rule left out changes nothing for an authority-form target.
+        assert_eq!(parse_with(text.as_bytes(), true), mismatching, "{text:?}");
+    }
+    // One, in any case and position, naming the target.
+    for text in [
+        "CONNECT a.com:443 HTTP/1.1\r\nHost: a.com:443\r\n\r\n",
+        "CONNECT a.com:443 HTTP/1.1\r\nUser-Agent: x\r\nhost: a.com:443\r\n\r\n",
+        "CONNECT a.com:443 HTTP/1.1\r\nHOST:a.com\r\n\r\n",
+    ] {
+        assert!(parsed(text).is_ok(), "{text:?}");
+    }
 }
 
 #[test]
@@ -253,7 +284,11 @@ fn any_method_reads_authority_and_absolute_form_only_when_asked() {
             "a.example",
             8443,
         ),
-        ("CONNECT a.example:443 HTTP/1.1\r\n\r\n", "a.example", 443),
+        (
+            "CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\n\r\n",
+            "a.example",
+            443,
+        ),
         // An absolute-form target is what counts; its Host header is not compared.
         (
             "GET http://a.example/ HTTP/1.1\r\nHost: b.example\r\n\r\n",

@@ -50,7 +50,8 @@ pub enum Refusal {
     Version,
     /// A head over its size, line or header bound.
     HeadTooLarge,
-    /// A bare LF, a control byte, a malformed header, a duplicate Host.
+    /// A bare LF, a control byte, a malformed header, no Host header, a duplicate Host, a Host
+    /// naming anything but the target.
     Malformed,
     /// The host is not a canonical LDH name (an IP literal in any spelling included).
     Host,

@@ -217,12 +217,12 @@ async fn refusals_are_answered_with_their_status_and_dial_nothing() {
     );
     let cases: Vec<(Vec<u8>, Refusal, &str)> = vec![
         (
-            format!("CONNECT evil.example:{port} HTTP/1.1\r\n\r\n").into(),
+            format!("CONNECT evil.example:{port} HTTP/1.1\r\nHost: evil.example:{port}\r\n\r\n").into(),
             Refusal::NotAllowed,
             "403 Forbidden",
         ),
         (
-            format!("CONNECT {MAPPED}:443 HTTP/1.1\r\n\r\n").into(),
+            format!("CONNECT {MAPPED}:443 HTTP/1.1\r\nHost: {MAPPED}:443\r\n\r\n").into(),
             Refusal::Port,
             "400 Bad Request",
         ),
@@ -231,8 +231,14 @@ async fn refusals_are_answered_with_their_status_and_dial_nothing() {
             Refusal::Method,
             "405 Method Not Allowed",
         ),
+        // A mapped, allowed name: only the missing Host header refuses it.
         (
-            format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").into(),
+            format!("CONNECT {MAPPED}:{port} HTTP/1.1\r\nUser-Agent: x\r\n\r\n").into(),
+            Refusal::Malformed,
+            "400 Bad Request",
+        ),
+        (
+            format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").into(),
             Refusal::Host,
             "400 Bad Request",
         ),
@@ -452,7 +458,10 @@ async fn a_half_closed_tunnel_ends_at_its_deadline() {
 async fn an_unmapped_name_dials_only_what_the_classifier_passed() {
     let (listener, config) = vendor().await;
     let port = listener.local_addr().unwrap().port();
-    let head = format!("CONNECT real.vendor.test:{port} HTTP/1.1\r\n\r\n").into_bytes();
+    let head = format!(
+        "CONNECT real.vendor.test:{port} HTTP/1.1\r\nHost: real.vendor.test:{port}\r\n\r\n"
+    )
+    .into_bytes();
 
     // Loopback is denied: 403, not dialed.
     let stub = Stub::new(Ok(vec!["127.0.0.1".parse().unwrap()]));
@@ -479,7 +488,10 @@ async fn an_unmapped_name_dials_only_what_the_classifier_passed() {
     let stub = Stub::new(Ok(vec!["127.0.0.1".parse().unwrap()]));
     let (mut client, task) = start(config, stub.clone());
     client
-        .write_all(format!("CONNECT unlisted.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+        .write_all(
+            format!("CONNECT unlisted.test:{port} HTTP/1.1\r\nHost: unlisted.test:{port}\r\n\r\n")
+                .as_bytes(),
+        )
         .await
         .unwrap();
     assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 403 "));
@@ -602,7 +614,7 @@ async fn serve_unix_replaces_a_stale_socket_only() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o660);
     client
-        .write_all(b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n")
+        .write_all(b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n")
         .await
         .unwrap();
     assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 403 "));
@@ -782,7 +794,8 @@ async fn skipping_the_method_rule_tunnels_a_get_without_forwarding_its_head() {
 async fn skipping_the_allowlist_dials_an_unlisted_mapped_name() {
     let (listener, _) = vendor().await;
     let port = listener.local_addr().unwrap().port();
-    let head = format!("CONNECT unlisted.test:{port} HTTP/1.1\r\n\r\n");
+    let head =
+        format!("CONNECT unlisted.test:{port} HTTP/1.1\r\nHost: unlisted.test:{port}\r\n\r\n");
     let with_mapping = |skip: &[Rule]| {
         let mut config = Config {
             hello_deadline: Duration::from_secs(5),
@@ -820,7 +833,9 @@ async fn skipping_the_allowlist_dials_an_unlisted_mapped_name() {
 async fn skipping_the_address_rule_dials_a_denied_answer() {
     let (listener, config) = vendor().await;
     let port = listener.local_addr().unwrap().port();
-    let head = format!("CONNECT real.vendor.test:{port} HTTP/1.1\r\n\r\n");
+    let head = format!(
+        "CONNECT real.vendor.test:{port} HTTP/1.1\r\nHost: real.vendor.test:{port}\r\n\r\n"
+    );
     let loopback = || Stub::new(Ok(vec!["127.0.0.1".parse().unwrap()]));
     for skip in all_but(Rule::Address) {
         let (mut client, task) = start(skipping(config.clone(), &skip), loopback());
@@ -883,7 +898,7 @@ async fn a_report_carries_the_target_dialed_address_and_detail() {
     let (client, server) = tokio::io::duplex(4096);
     let mut client = client;
     client
-        .write_all(b"CONNECT EVIL.example.:443 HTTP/1.1\r\n\r\n")
+        .write_all(b"CONNECT EVIL.example.:443 HTTP/1.1\r\nHost: EVIL.example.:443\r\n\r\n")
         .await
         .unwrap();
     let report = handle_reported(server, &config, &NoResolver).await;
@@ -911,7 +926,7 @@ async fn a_report_carries_the_target_dialed_address_and_detail() {
     ] {
         let (mut client, server) = tokio::io::duplex(4096);
         client
-            .write_all(format!("CONNECT real.vendor.test:{port} HTTP/1.1\r\n\r\n").as_bytes())
+            .write_all(format!("CONNECT real.vendor.test:{port} HTTP/1.1\r\nHost: real.vendor.test:{port}\r\n\r\n").as_bytes())
             .await
             .unwrap();
         let report = handle_reported(server, &config, &*Stub::new(answer)).await;
@@ -982,7 +997,7 @@ async fn serve_unix_reports_each_connection_and_ends_tunnels_at_shutdown() {
         std::slice::from_ref(&path)
     );
     refused
-        .write_all(b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n")
+        .write_all(b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n")
         .await
         .unwrap();
     assert!(read_answer(&mut refused).await.starts_with("HTTP/1.1 403 "));

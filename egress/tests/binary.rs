@@ -141,7 +141,10 @@ fn the_binary_attests_logs_a_refusal_and_stops_on_sigterm() {
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&socket).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o660);
 
-    let answer = ask(&socket, "CONNECT evil.example:443 HTTP/1.1\r\n\r\n");
+    let answer = ask(
+        &socket,
+        "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n",
+    );
     assert!(answer.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{answer}");
     let refused = next(&lines);
     assert_eq!(refused["egress"], "refused");
@@ -163,7 +166,10 @@ fn the_binary_refuses_unmapped_names_without_a_resolver_and_stops_on_sigint() {
     let socket = scratch.socket();
     let lines = scratch.start(&["--allow", "real.vendor.test"]);
     assert_eq!(next(&lines)["egress"], "listening");
-    let answer = ask(&socket, "CONNECT real.vendor.test:443 HTTP/1.1\r\n\r\n");
+    let answer = ask(
+        &socket,
+        "CONNECT real.vendor.test:443 HTTP/1.1\r\nHost: real.vendor.test:443\r\n\r\n",
+    );
     assert!(answer.starts_with("HTTP/1.1 502 "), "{answer}");
     let refused = next(&lines);
     assert_eq!(

@@ -1572,10 +1572,16 @@ async fn c7_other_methods_forms_and_versions_are_refused() {
         format!("\r\nCONNECT {VENDOR}:443 HTTP/1.1\r\n\r\n").into_bytes(),
         Want::Refused(Refusal::Method),
     ));
+    // No Host header is refused as one naming another authority is.
     cases.push(Case::head(
         "no Host header",
         bare("CONNECT api.vendor.test:443 HTTP/1.1"),
-        Want::Tunnel,
+        Want::Refused(Refusal::Malformed),
+    ));
+    cases.push(Case::head(
+        "no Host header, other headers",
+        with_headers(&["User-Agent: x", "X-Host: api.vendor.test:443"]),
+        Want::Refused(Refusal::Malformed),
     ));
     cases.push(Case::tunnel("api.vendor.test:443"));
     fx.check_all(&cases).await;
@@ -1598,12 +1604,15 @@ async fn c8_head_framing_size_timing_and_early_bytes_are_bounded() {
 
     // A head of exactly MAX_HEAD bytes, and one byte more.
     let sized = |len: usize| {
-        let start = format!("CONNECT {VENDOR}:443 HTTP/1.1\r\nX-Pad: ");
+        let start = format!("CONNECT {VENDOR}:443 HTTP/1.1\r\nHost: {VENDOR}:443\r\nX-Pad: ");
         let pad = "a".repeat(len - start.len() - 4);
         format!("{start}{pad}\r\n\r\n").into_bytes()
     };
+    // `n` header lines, the Host header one of them.
     let headers = |n: usize| {
-        let lines: Vec<String> = (0..n).map(|i| format!("X-{i}: {i}")).collect();
+        let lines: Vec<String> = std::iter::once(format!("Host: {VENDOR}:443"))
+            .chain((1..n).map(|i| format!("X-{i}: {i}")))
+            .collect();
         let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
         with_headers(&lines)
     };
