@@ -110,6 +110,53 @@ pub struct RunArgs {
 /// The most a commit message file may hold.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
+/// The id of the warning a wildcard allowlist entry gets.
+pub const EGRESS_WILDCARD: &str = "egress-wildcard";
+
+/// Something about a run that is allowed but worth a person's look: a stable id, what it is about,
+/// and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Warning {
+    pub id: &'static str,
+    pub entries: Vec<String>,
+    pub message: String,
+}
+
+/// What `--allow` warrants a warning for: wildcard entries, whose labels the agent chooses, and
+/// each label it makes up becomes a query to the proxy's resolver (a channel out through DNS, by
+/// the design of wildcards). Exact names give none. Entries that do not parse give none here:
+/// they are refused with the rest of the run's request.
+pub fn warnings(allow: &[String]) -> Vec<Warning> {
+    let wildcards: Vec<String> = allow
+        .iter()
+        .filter(|entry| {
+            cordon_egress::allowlist::Entry::parse(entry).is_ok_and(|entry| entry.subdomains)
+        })
+        .cloned()
+        .collect();
+    if wildcards.is_empty() {
+        return Vec::new();
+    }
+    vec![Warning {
+        id: EGRESS_WILDCARD,
+        message: format!(
+            "{} lets the agent choose the labels of the names it asks for, and the proxy's \
+             resolver is asked each one: a way out through DNS, by the design of wildcards. \
+             Allow exact names where you can.",
+            wildcards.join(", ")
+        ),
+        entries: wildcards,
+    }]
+}
+
+/// The run's report, with what it was warned of.
+#[derive(Debug, serde::Serialize)]
+struct Output<'a> {
+    #[serde(flatten)]
+    report: &'a cordon::invoke::oneshot::OneShotReport,
+    warnings: &'a [Warning],
+}
+
 /// `K=V` trailers as pairs.
 pub fn parse_trailers(trailers: &[String]) -> anyhow::Result<Vec<(String, String)>> {
     trailers
@@ -210,6 +257,11 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         args.allow
     };
+    // Said before anything is made, whatever the output form.
+    let warnings = warnings(&allow);
+    for warning in &warnings {
+        eprintln!("cordon: warning[{}]: {}", warning.id, warning.message);
+    }
     let (egress, vendor_options) = match fake {
         Some(api) => {
             if !args.map.is_empty() || args.resolver.is_some() {
@@ -295,7 +347,11 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     bar.finish_and_clear();
     let report = report?;
     // Text output shows the agent's text escaped and framed (see `human`); JSON is exact.
-    print(ctx.json, &report, || human::run_report(&report))?;
+    let output = Output {
+        report: &report,
+        warnings: &warnings,
+    };
+    print(ctx.json, &output, || human::run_report(&report))?;
     if report.audit.as_ref().is_some_and(|a| a.needs_person) {
         // The run's changes are not to be used until a person looked: an answer, not a failure.
         return Ok(ExitCode::FAILURE);
@@ -305,4 +361,27 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             && report.storage_left.is_none()
             && report.audit.as_ref().is_none_or(|a| a.failed.is_none()),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_wildcard_entries_are_warned_of() {
+        let allow =
+            |entries: &[&str]| -> Vec<String> { entries.iter().map(|e| (*e).to_owned()).collect() };
+        assert_eq!(warnings(&allow(&[])), vec![]);
+        assert_eq!(
+            warnings(&allow(&["api.anthropic.com", "a.test:8443"])),
+            vec![]
+        );
+        // Not an entry at all: refused later, not warned of.
+        assert_eq!(warnings(&allow(&["*.", "*.A.test", "*"])), vec![]);
+        let warned = warnings(&allow(&["api.anthropic.com", "*.a.test", "*.b.test:8443"]));
+        assert_eq!(warned.len(), 1);
+        assert_eq!(warned[0].id, "egress-wildcard");
+        assert_eq!(warned[0].entries, ["*.a.test", "*.b.test:8443"]);
+        assert!(warned[0].message.contains("*.a.test, *.b.test:8443"));
+    }
 }

@@ -522,6 +522,8 @@ fn run_with_the_real_cli_against_the_fake_vendor() {
         "{result}"
     );
     assert_eq!(result["attestation"]["egress_forward"], 3128, "{result}");
+    // The default allowlist is exact names: nothing to warn of.
+    assert_eq!(json(&out)["warnings"], serde_json::json!([]));
     let requests = result["vendor_log"]
         .as_array()
         .unwrap()
@@ -553,6 +555,8 @@ fn run_with_an_allowlist_has_its_own_proxy_and_leaves_nothing() {
     let result = &json(&out)["result"];
     assert!(result["answer"].is_string(), "{result}");
     assert_eq!(result["attestation"]["egress_forward"], 3128, "{result}");
+    // Exact names only: nothing to warn of.
+    assert_eq!(json(&out)["warnings"], serde_json::json!([]));
     // An entry not written canonically is refused (at capture: the storage goes too).
     let odd = run_command(&repo, &owner, "hello")
         .args(["--allow", "API.vendor.test"])
@@ -560,6 +564,54 @@ fn run_with_an_allowlist_has_its_own_proxy_and_leaves_nothing() {
         .unwrap();
     assert_eq!(odd.status.code(), Some(2));
     assert_eq!(json(&odd)["error"], "invalid-input");
+    let _ = std::fs::remove_dir_all(&repo);
+    assert!(leftovers(&owner).is_empty());
+}
+
+/// A wildcard allowlist entry lets the agent choose labels the proxy's resolver is asked: `cordon
+/// run` warns of it (`egress-wildcard`, a line on stderr and an entry in `--json`'s `warnings`),
+/// and only then.
+#[test]
+fn run_warns_of_a_wildcard_allowlist_entry_and_only_then() {
+    let repo = small_repository("run-wildcard");
+    let owner = format!("t-run-wildcard-{}", std::process::id());
+    // Text: the warning comes before anything is made (codex is refused before that).
+    let text = |allow: &str| {
+        let out = cordon()
+            .args(["run", "--vendor", "codex", "--phase", "questions", "--repo"])
+            .arg(&repo)
+            .args(["--owner", &owner, "--prompt", "hello", "--allow", allow])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let warned = text("*.vendor.test");
+    assert!(
+        warned.contains("warning[egress-wildcard]") && warned.contains("*.vendor.test"),
+        "{warned}"
+    );
+    let quiet = text("api.vendor.test");
+    assert!(!quiet.contains("egress-wildcard"), "{quiet}");
+    // JSON: a whole run (the fake CLI dials nothing), the warning naming its entry.
+    let out = succeeded(run_command(&repo, &owner, "hello").args([
+        "--allow",
+        "api.vendor.test",
+        "--allow",
+        "*.vendor.test:8443",
+        "--map",
+        "api.vendor.test=127.0.0.1:9",
+    ]));
+    let report = json(&out);
+    assert!(report["result"]["answer"].is_string(), "{report}");
+    let warnings = report["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{report}");
+    assert_eq!(warnings[0]["id"], "egress-wildcard", "{report}");
+    assert_eq!(
+        warnings[0]["entries"],
+        serde_json::json!(["*.vendor.test:8443"])
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning[egress-wildcard]"));
     let _ = std::fs::remove_dir_all(&repo);
     assert!(leftovers(&owner).is_empty());
 }

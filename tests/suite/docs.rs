@@ -57,6 +57,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("verify::tests::", "../host/src/task"),
     ("caller_file::tests::", "../host/src"),
     ("human::tests::", "../cli/src"),
+    ("run::tests::", "../cli/src"),
     ("invoke::claude::tests::", "../host/src/invoke"),
     ("invoke::result::tests::", "../host/src/invoke"),
     ("invoke::schema::tests::", "../host/src/invoke"),
