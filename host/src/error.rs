@@ -122,6 +122,13 @@ pub enum Error {
     /// The bundle would be larger than its bound.
     #[error("the bundle is too large: {0}")]
     BundleTooLarge(String),
+    /// The host has more addresses (its interfaces', every engine network's gateway) than an
+    /// egress proxy can be told: leaving some out would leave them dialable.
+    #[error(
+        "this host has {count} addresses (its interfaces' and every engine network's gateway), \
+         more than the {max} an egress proxy can be told never to dial"
+    )]
+    TooManyHostAddresses { count: usize, max: usize },
 }
 
 /// `reason "path" (detail)` for one finding of a refusal.
@@ -227,6 +234,7 @@ impl Error {
             Error::CommitRefused { .. } => "commit-refused",
             Error::CommitScratchFull(_) => "commit-scratch-full",
             Error::BundleTooLarge(_) => "bundle-too-large",
+            Error::TooManyHostAddresses { .. } => "egress-host-addresses",
         }
     }
 
@@ -316,6 +324,7 @@ mod tests {
         all.push(Error::CommitRefused { findings: vec![] });
         all.push(Error::CommitScratchFull(text()));
         all.push(Error::BundleTooLarge(text()));
+        all.push(Error::TooManyHostAddresses { count: 2, max: 1 });
         for fault in [
             InputFault::NotRegular("a FIFO"),
             InputFault::TooLarge {
@@ -407,6 +416,7 @@ mod tests {
                 "commit-refused",
                 "commit-scratch-full",
                 "bundle-too-large",
+                "egress-host-addresses",
                 "input-not-regular",
                 "input-too-large",
                 "input-unreadable",

@@ -95,7 +95,8 @@ pub struct Egress {
 }
 
 /// The host's own addresses the proxy must never dial: every address of this host's interfaces
-/// (bridges included) and every engine network's gateway.
+/// (bridges included) and every engine network's gateway; more than the proxy can be told is
+/// refused (`egress-host-addresses`).
 pub async fn host_addresses(engine: &Engine) -> Result<Vec<IpAddr>> {
     let mut out: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
         .map_err(|e| Error::Internal(format!("listing the host's addresses: {e}")))?
@@ -121,9 +122,21 @@ pub async fn host_addresses(engine: &Engine) -> Result<Vec<IpAddr>> {
             }
         }
     }
+    host_address_list(out)
+}
+
+/// The host's addresses as the proxy is told them: sorted, each once. More than
+/// [`plan::MAX_HOST_ADDRESSES`] is refused (`egress-host-addresses`), never cut: an address left
+/// out of the list is one the proxy would dial.
+fn host_address_list(mut out: Vec<IpAddr>) -> Result<Vec<IpAddr>> {
     out.sort();
     out.dedup();
-    out.truncate(plan::MAX_HOST_ADDRESSES);
+    if out.len() > plan::MAX_HOST_ADDRESSES {
+        return Err(Error::TooManyHostAddresses {
+            count: out.len(),
+            max: plan::MAX_HOST_ADDRESSES,
+        });
+    }
     Ok(out)
 }
 
@@ -369,6 +382,28 @@ async fn json_lines(engine: &Engine, container: &str) -> Result<Vec<serde_json::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_host_addresses_than_the_proxy_takes_are_refused_not_cut() {
+        let many = |n: u32| -> Vec<IpAddr> {
+            (0..n)
+                .map(|i| IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i)))
+                .collect()
+        };
+        let max = u32::try_from(plan::MAX_HOST_ADDRESSES).unwrap();
+        // Sorted, each once: duplicates do not count against the bound.
+        let mut twice = many(max);
+        twice.extend(many(max));
+        twice.reverse();
+        assert_eq!(host_address_list(twice).unwrap(), many(max));
+        // One more: every address would have to be left out but one, so none is: refused.
+        let refused = host_address_list(many(max + 1)).unwrap_err();
+        assert_eq!(refused.id(), "egress-host-addresses");
+        assert!(
+            refused.to_string().contains(&format!("{}", max + 1)),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn the_test_dns_answers_a_chained_name_with_its_cname_alone() {

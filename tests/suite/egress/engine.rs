@@ -1,8 +1,12 @@
 //! Egress on the real engine: an invocation with an allowlist gets its own network and proxy
 //! (validated like the agent, attested, removed with the rest), a proxy container that differs
-//! from its profile is refused before anything starts, and recovery removes what a killed
-//! invocation left.
+//! from its profile is refused before anything starts, recovery removes what a killed
+//! invocation left, and the proxy is told every address of this host, so that an address no
+//! other rule denies is refused as the host's own.
 
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cordon::engine::objects::{self, Owned};
@@ -184,5 +188,242 @@ async fn recover_removes_a_killed_invocations_proxy_and_network() {
         .expect("recover");
     // Only the storage is left for `finish` to remove.
     cordon_tests::assert_only_storage(&f.engine, &f.owner, &format!("{report:?}")).await;
+    f.finish().await;
+}
+
+/// This host's addresses as seen here, not through `launch::egress::host_addresses`: every address
+/// of its interfaces (getifaddrs) and every engine network's IPAM gateway.
+async fn host_addresses_seen(engine: &cordon::engine::Engine) -> BTreeSet<IpAddr> {
+    let mut seen = BTreeSet::new();
+    for interface in nix::ifaddrs::getifaddrs().expect("getifaddrs") {
+        let Some(address) = interface.address else {
+            continue;
+        };
+        if let Some(v4) = address.as_sockaddr_in() {
+            seen.insert(IpAddr::V4(v4.ip()));
+        } else if let Some(v6) = address.as_sockaddr_in6() {
+            seen.insert(IpAddr::V6(v6.ip()));
+        }
+    }
+    let networks = engine
+        .docker()
+        .list_networks(None::<bollard::query_parameters::ListNetworksOptions>)
+        .await
+        .expect("list networks");
+    for network in networks {
+        let configs = network.ipam.and_then(|i| i.config).unwrap_or_default();
+        for gateway in configs.into_iter().filter_map(|c| c.gateway) {
+            seen.insert(gateway.parse().expect("a gateway is an address"));
+        }
+    }
+    seen
+}
+
+/// The values of a flag in a container's argv as the engine reads it back.
+fn flag_values(inspected: &bollard::models::ContainerInspectResponse, flag: &str) -> Vec<String> {
+    let config = inspected.config.clone().unwrap_or_default();
+    let argv: Vec<String> = config
+        .entrypoint
+        .unwrap_or_default()
+        .into_iter()
+        .chain(config.cmd.unwrap_or_default())
+        .collect();
+    argv.windows(2)
+        .filter(|w| w[0] == flag)
+        .map(|w| w[1].clone())
+        .collect()
+}
+
+/// The proxy's read-back arguments name every address of this host's interfaces and every engine
+/// network's gateway (its own invocation network's included), as listed here.
+#[tokio::test]
+async fn the_proxy_is_told_every_host_address_and_every_engine_gateway() {
+    let f = fixture("t-egress-hostaddr").await;
+    let profile = egress_profile(&f, &Run::vendor(Phase::Questions, &["--version"]));
+    let before = host_addresses_seen(&f.engine).await;
+    let prepared = Prepared::new(&f.engine, &profile).expect("plan");
+    let launch = launch::create(&f.ctl, &profile, prepared)
+        .await
+        .expect("create");
+    assert!(launch.refusals.is_empty(), "{:?}", launch.refusals);
+    let after = host_addresses_seen(&f.engine).await;
+    let egress = launch.egress.clone().expect("egress");
+    let proxy = objects::inspect_container(&f.engine, &egress.proxy)
+        .await
+        .expect("inspect")
+        .expect("the proxy");
+    let told: BTreeSet<IpAddr> = flag_values(&proxy, "--host-address")
+        .iter()
+        .map(|a| a.parse().expect("an address"))
+        .collect();
+    // Here before the create and still after: here when the launch listed them (the machine's
+    // other work may add or take away interfaces and networks meanwhile).
+    let mut want: BTreeSet<IpAddr> = before.intersection(&after).copied().collect();
+    let gateway = egress.gateway.expect("the invocation network's gateway");
+    want.insert(IpAddr::V4(gateway));
+    for always in ["127.0.0.1", "172.17.0.1"] {
+        assert!(
+            want.contains(&always.parse().unwrap()),
+            "{always}: {want:?}"
+        );
+    }
+    let missing: Vec<&IpAddr> = want.difference(&told).collect();
+    assert!(
+        missing.is_empty(),
+        "the proxy is not told {missing:?}; told {told:?}"
+    );
+    launch.finish(&f.engine).await.expect("cleanup");
+    f.finish().await;
+}
+
+/// The public-looking subnet of the engine network the host-own removal case makes: classified
+/// global, a block no service this machine uses lives in (the US DoD's 11/8), routed to a bridge
+/// of this machine for the seconds the test holds it.
+const PUBLIC_LOOKING_SUBNET: &str = "11.254.254.248/29";
+const PUBLIC_LOOKING_GATEWAY: Ipv4Addr = Ipv4Addr::new(11, 254, 254, 249);
+
+/// The host-own rule's removal case: an engine network with a public-looking subnet makes its
+/// gateway an address of this host, on a local bridge, that no other rule denies. Answered for an
+/// allowed name by the scripted DNS server, it is refused (403, `egress-address`, host-own) by the
+/// proxy told the host's addresses as a launch tells it; the same request, the address left out of
+/// the list, is admitted and dialed: at a listener this test holds on that address, so the dial is
+/// this machine's own (the kernel routes a local address locally), never off it.
+#[tokio::test]
+async fn a_public_looking_host_address_is_refused_only_as_the_hosts_own() {
+    use cordon_egress::address::{classify, Class};
+    use cordon_egress::allowlist::Allowlist;
+    use cordon_egress::decide::Rules;
+    use cordon_egress::proxy::{handle_reported, Config, Outcome};
+    use cordon_egress::resolver::UpstreamResolver;
+    use cordon_egress::Refusal;
+    use cordon_fake_vendor::dns::{self, Answer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let f = cordon_tests::owned("t-egress-hostown").await;
+    let gateway = IpAddr::V4(PUBLIC_LOOKING_GATEWAY);
+    assert_eq!(
+        classify(gateway, &[]),
+        Class::Global,
+        "the case needs an address no other rule denies"
+    );
+    let allocation = cordon::labels::Allocation::new(
+        &f.owner,
+        "hostown",
+        cordon::uids::Uid::new(1_100_000).unwrap(),
+    )
+    .unwrap();
+    let kind = cordon::labels::Kind::Network;
+    let request = bollard::models::NetworkCreateRequest {
+        name: allocation.name(kind),
+        driver: Some("bridge".into()),
+        internal: Some(true),
+        labels: Some(allocation.labels(kind)),
+        ipam: Some(bollard::models::Ipam {
+            config: Some(vec![bollard::models::IpamConfig {
+                subnet: Some(PUBLIC_LOOKING_SUBNET.into()),
+                gateway: Some(gateway.to_string()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let network = f
+        .engine
+        .docker()
+        .create_network(request)
+        .await
+        .expect("the public-looking network")
+        .id;
+
+    // A local address now: a listener binds to it (the kernel routes it to this machine).
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(gateway, 0))
+        .await
+        .expect("the gateway is this machine's");
+    let port = listener.local_addr().unwrap().port();
+    let name = "hostown.vendor.test";
+    let script = dns::Script::new().answer(name, Answer::Addresses(vec![gateway]));
+    let server = dns::start(SocketAddr::from(([127, 0, 0, 1], 0)), script)
+        .await
+        .unwrap();
+    let resolver = UpstreamResolver::with_timeout(server.addr(), Duration::from_secs(2));
+    let host_own = cordon::launch::egress::host_addresses(&f.engine)
+        .await
+        .expect("the host's addresses");
+    let config = |host_own: Vec<IpAddr>| {
+        Arc::new(Config {
+            connect_timeout: Duration::from_secs(2),
+            hello_deadline: Duration::from_secs(2),
+            ..Config::new(Rules {
+                allowlist: Allowlist::parse(&[format!("{name}:{port}")]).unwrap(),
+                mappings: vec![],
+                host_own,
+                skip: Default::default(),
+            })
+        })
+    };
+    let connect = |config: Arc<Config>| {
+        let resolver = resolver.clone();
+        async move {
+            let (mut client, server) = tokio::io::duplex(64 * 1024);
+            let head = format!("CONNECT {name}:{port} HTTP/1.1\r\nHost: {name}:{port}\r\n\r\n");
+            client.write_all(head.as_bytes()).await.unwrap();
+            let task =
+                tokio::spawn(async move { handle_reported(server, &config, &resolver).await });
+            let mut answer = vec![0u8; 256];
+            let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut answer))
+                .await
+                .expect("answered in time")
+                .unwrap();
+            drop(client);
+            let report = tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("ended in time")
+                .unwrap();
+            let text = String::from_utf8_lossy(&answer[..n]).into_owned();
+            (text.lines().next().unwrap_or_default().to_owned(), report)
+        }
+    };
+
+    // Told the host's addresses: refused as the host's own, nothing dialed.
+    let (status, report) = connect(config(host_own.clone())).await;
+    assert_eq!(status, "HTTP/1.1 403 Forbidden");
+    assert_eq!(report.outcome, Outcome::Refused(Refusal::Address));
+    let detail = report.detail.clone().unwrap_or_default();
+    assert!(detail.contains("host-own"), "{detail}");
+    assert_eq!(report.dialed, None);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), listener.accept())
+            .await
+            .is_err(),
+        "the host's own address was dialed"
+    );
+    assert!(host_own.contains(&gateway), "{host_own:?}");
+
+    // The same request with the address left out of the list: admitted, and dialed here.
+    let without: Vec<IpAddr> = host_own.into_iter().filter(|a| *a != gateway).collect();
+    let (status, report) = connect(config(without)).await;
+    assert_eq!(status, "HTTP/1.1 200 Connection Established");
+    assert_eq!(report.dialed, Some(SocketAddr::new(gateway, port)));
+    assert!(
+        matches!(report.outcome, Outcome::HelloRefused(_)),
+        "{report:?}"
+    );
+    let (_accepted, from) = tokio::time::timeout(Duration::from_secs(2), listener.accept())
+        .await
+        .expect("the dial reached this machine's listener")
+        .unwrap();
+    assert_eq!(
+        from.ip(),
+        gateway,
+        "a local dial comes from the local address"
+    );
+    let asked: Vec<String> = server.queries().into_iter().map(|q| q.name).collect();
+    assert_eq!(asked, [name; 4]);
+
+    drop(listener);
+    objects::remove_network(&f.engine, &network)
+        .await
+        .expect("removing the public-looking network");
     f.finish().await;
 }
