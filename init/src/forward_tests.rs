@@ -178,7 +178,10 @@ fn echoes_through_the_socket() {
     let seen = serve(&dir.socket(), Server::Echo);
     let f = forwarder(dir.socket(), 4, IDLE);
     let mut tcp = connect(&f);
-    echo(&mut tcp, b"CONNECT api.example:443 HTTP/1.1\r\n\r\n");
+    echo(
+        &mut tcp,
+        b"CONNECT api.example:443 HTTP/1.1\r\nHost: api.example:443\r\n\r\n",
+    );
     // More than one buffer, both ways at once (a writer thread): the directions are independent.
     let big: Vec<u8> = (0..BUFFER * 5 + 123).map(|i| (i % 251) as u8).collect();
     let mut writer = tcp.try_clone().unwrap();
@@ -191,7 +194,7 @@ fn echoes_through_the_socket() {
     tcp.read_to_end(&mut back).unwrap();
     t.join().unwrap();
     assert_eq!(back, big);
-    let mut whole = b"CONNECT api.example:443 HTTP/1.1\r\n\r\n".to_vec();
+    let mut whole = b"CONNECT api.example:443 HTTP/1.1\r\nHost: api.example:443\r\n\r\n".to_vec();
     whole.extend_from_slice(&big);
     assert_eq!(seen.recv_timeout(PROMPT).unwrap(), whole);
     wait_for("the connection to end and free its slot", || {
