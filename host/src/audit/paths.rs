@@ -466,20 +466,20 @@ fn fold_into(part: &str, out: &mut String) {
     out.extend(folded.nfd().filter(|&c| !is_hfs_ignorable(c)));
 }
 
-/// The key of a name as [`fold_into`] makes it.
-fn folded(part: &str) -> String {
-    let mut out = String::new();
-    fold_into(part, &mut out);
-    out
-}
-
 /// What makes git take a directory for a repository (`setup.c` `is_git_directory`): a valid
 /// `HEAD`, and `objects` and `refs` there or in the directory its `commondir` names. Here a
 /// `HEAD` beside any one of these, or beside a `config` (the part that runs code), is enough,
 /// of any kind (an executable file named `objects` passes git's `access(X_OK)`, a link is
 /// followed), compared after folding (a case-insensitive receiver reads `head` as `HEAD`).
-const REPOSITORY_HEAD: &str = "HEAD";
-const REPOSITORY_PARTS: [&str; 4] = ["objects", "refs", "commondir", "config"];
+const REPOSITORY_NAMES: [&str; 5] = ["HEAD", "objects", "refs", "commondir", "config"];
+
+/// The bit of a folded name among [`REPOSITORY_NAMES`] (`HEAD` is bit 0), if it is one.
+fn repository_bit(key: &str) -> Option<u8> {
+    REPOSITORY_NAMES
+        .iter()
+        .position(|name| name.eq_ignore_ascii_case(key))
+        .map(|i| 1 << i)
+}
 
 /// The rules of the resulting tree for the new entries: a case collision at any level, a path
 /// beneath a file, and a file where the tree has a directory.
@@ -498,29 +498,23 @@ fn tree_refusals<'a>(
     let mut parents: HashSet<&str> = HashSet::new();
     // (exact parent, folded part) -> the exact spellings of that name.
     let mut groups: HashMap<(&str, String), BTreeMap<&str, Spelling>> = HashMap::new();
+    // Every directory on a new entry's way -> which parts of a repository the resulting tree
+    // holds there, whoever put them there ([`repository_bit`]).
+    let mut repository_parts: HashMap<&str, u8> = HashMap::new();
     let mut buf = String::new();
     for &path in new_entries.keys() {
         for (parent, part, prefix) in levels(path) {
             parents.insert(parent);
             fold_into(part, &mut buf);
+            if let Some(bit) = repository_bit(&buf) {
+                *repository_parts.entry(parent).or_default() |= bit;
+            }
             groups
                 .entry((parent, buf.clone()))
                 .or_default()
                 .entry(prefix)
                 .or_default()
                 .in_result = true;
-        }
-    }
-
-    // Every directory on a new entry's way is looked at for the parts of a repository, whoever
-    // put them there.
-    let repository_keys: Vec<(&str, String)> = std::iter::once(REPOSITORY_HEAD)
-        .chain(REPOSITORY_PARTS)
-        .map(|name| (name, folded(name)))
-        .collect();
-    for &parent in &parents {
-        for (_, key) in &repository_keys {
-            groups.entry((parent, key.clone())).or_default();
         }
     }
 
@@ -542,6 +536,11 @@ fn tree_refusals<'a>(
                 break;
             }
             fold_into(part, &mut buf);
+            if survives {
+                if let Some(bit) = repository_bit(&buf) {
+                    *repository_parts.entry(parent).or_default() |= bit;
+                }
+            }
             let key = (parent, std::mem::take(&mut buf));
             if let Some(group) = groups.get_mut(&key) {
                 let spelling = group.entry(prefix).or_default();
@@ -562,23 +561,18 @@ fn tree_refusals<'a>(
         }
     }
 
-    // A directory on a new entry's way that git would discover as a repository.
-    let mut repositories: Vec<&str> = parents.iter().copied().collect();
-    repositories.sort_unstable();
-    for parent in repositories {
-        let present = |key: &String| {
-            groups
-                .get(&(parent, key.clone()))
-                .is_some_and(|group| group.values().any(|s| s.in_result))
-        };
-        let (head, parts) = repository_keys.split_at(1);
-        if !present(&head[0].1) {
+    // A directory on a new entry's way that git would discover as a repository: a HEAD (bit 0)
+    // beside any other part.
+    for (&parent, &bits) in &repository_parts {
+        if bits & 1 == 0 {
             continue;
         }
-        let beside: Vec<&str> = parts
+        let beside: Vec<&str> = REPOSITORY_NAMES
             .iter()
-            .filter(|(_, key)| present(key))
-            .map(|(name, _)| *name)
+            .enumerate()
+            .skip(1)
+            .filter(|(i, _)| bits & (1 << i) != 0)
+            .map(|(_, name)| *name)
             .collect();
         if !beside.is_empty() {
             push(
