@@ -313,6 +313,39 @@ fn run_prints_a_settled_attested_result() {
 /// `cordon run --phase execute` checks the tree before the start (the declared operations
 /// against base) and puts the check in its result; a refused tree is a refusal (exit 1,
 /// `tree-refused`, `needs_person`, every finding), not a failure; nothing is left either way.
+/// `cordon run --json` of an execute phase with `prompt` on `repo`, committing what it changed
+/// into `bundle` with fixed identities and the message in `message`.
+fn run_and_commit(
+    repo: &std::path::Path,
+    owner: &str,
+    prompt: &str,
+    message: &std::path::Path,
+    bundle: &std::path::Path,
+) -> Command {
+    let mut command = cordon();
+    command
+        .args([
+            "run", "--json", "--vendor", "test", "--phase", "execute", "--repo",
+        ])
+        .arg(repo)
+        .args([
+            "--owner",
+            owner,
+            "--prompt",
+            prompt,
+            "--commit",
+            "--author",
+            "A <a@example.org> 1700000000 +0000",
+            "--committer",
+            "C <c@example.org> 1700000000 +0000",
+            "--message-file",
+        ])
+        .arg(message)
+        .arg("--bundle")
+        .arg(bundle);
+    command
+}
+
 #[test]
 fn run_execute_checks_the_tree_and_reports_a_refusal_as_such() {
     let repo = small_repository("run-execute");
@@ -392,30 +425,16 @@ fn run_execute_checks_the_tree_and_reports_a_refusal_as_such() {
     let message = repo.with_extension("message.txt");
     std::fs::write(&message, "the agent's change\n").unwrap();
     let bundle = repo.with_extension("bundle");
-    let committed = cordon()
-        .args([
-            "run", "--json", "--vendor", "test", "--phase", "execute", "--repo",
-        ])
-        .arg(&repo)
-        .args([
-            "--owner",
-            &owner,
-            "--prompt",
-            r#"cordon-fake:script [{"write":["new.txt","new\n"]}]"#,
-            "--commit",
-            "--author",
-            "A <a@example.org> 1700000000 +0000",
-            "--committer",
-            "C <c@example.org> 1700000000 +0000",
-            "--trailer",
-            "Attempt=1",
-            "--message-file",
-        ])
-        .arg(&message)
-        .arg("--bundle")
-        .arg(&bundle)
-        .output()
-        .unwrap();
+    let committed = run_and_commit(
+        &repo,
+        &owner,
+        r#"cordon-fake:script [{"write":["new.txt","new\n"]}]"#,
+        &message,
+        &bundle,
+    )
+    .args(["--trailer", "Attempt=1"])
+    .output()
+    .unwrap();
     assert_eq!(
         committed.status.code(),
         Some(0),
@@ -445,26 +464,7 @@ fn run_execute_checks_the_tree_and_reports_a_refusal_as_such() {
     );
     let _ = std::fs::remove_file(&bundle);
     // A run that gives no answer (the agent exits 3) is never committed, and says why.
-    let unanswered = cordon()
-        .args([
-            "run", "--json", "--vendor", "test", "--phase", "execute", "--repo",
-        ])
-        .arg(&repo)
-        .args([
-            "--owner",
-            &owner,
-            "--prompt",
-            "cordon-fake:exit-3",
-            "--commit",
-            "--author",
-            "A <a@example.org> 1700000000 +0000",
-            "--committer",
-            "C <c@example.org> 1700000000 +0000",
-            "--message-file",
-        ])
-        .arg(&message)
-        .arg("--bundle")
-        .arg(&bundle)
+    let unanswered = run_and_commit(&repo, &owner, "cordon-fake:exit-3", &message, &bundle)
         .output()
         .unwrap();
     let unanswered = json(&unanswered);

@@ -618,6 +618,28 @@ pub const CANARIES: &[Canary] = canaries! {
 /// to be called unfiltered anywhere else (a host-side test skips them).
 pub const CARRIED_OUT_UNFILTERED: &[&str] = &["setpriority-pid1"];
 
+/// Whether a call of `nr` that succeeds returns a new file descriptor (which the caller of a
+/// canary closes). Every other success returns a number that is no descriptor of the caller's
+/// (`setpriority`'s 0 among them: closing it would close stdin).
+pub fn returns_fd(nr: i64) -> bool {
+    [
+        syscall_nr::io_uring_setup,
+        syscall_nr::pidfd_getfd,
+        syscall_nr::userfaultfd,
+        syscall_nr::perf_event_open,
+        syscall_nr::open_tree,
+        syscall_nr::fsopen,
+        syscall_nr::fsmount,
+        syscall_nr::fspick,
+        syscall_nr::open_by_handle_at,
+        syscall_nr::memfd_create,
+        syscall_nr::fanotify_init,
+        syscall_nr::bpf,
+        syscall_nr::socket,
+    ]
+    .contains(&nr)
+}
+
 /// A socket type no kernel has: `socket(family, BAD_TYPE, proto)` fails with EINVAL in the kernel
 /// for every family, before the family's own code runs, so a canary never makes a socket.
 pub const BAD_SOCKET_TYPE: u64 = 15;
@@ -723,6 +745,27 @@ mod tests {
         let mut actions = std::collections::BTreeSet::new();
         for canary in CANARIES.iter().chain(FAMILY_CANARIES).chain(FAMILY_ALLOWED) {
             assert!(actions.insert(canary.action), "{} twice", canary.action);
+        }
+    }
+
+    /// A canary's caller closes what a success returns only when it is a descriptor: the sealed
+    /// calls return none (`setpriority` at PID 1 succeeds with 0 where it is let through, and
+    /// closing 0 closed the probe's stdin), the descriptor-making ones do.
+    #[test]
+    fn only_descriptor_making_calls_have_their_answer_closed() {
+        for rule in SEALED {
+            assert!(!returns_fd(rule.nr), "{}", rule.name);
+        }
+        for name in CARRIED_OUT_UNFILTERED {
+            let canary = CANARIES.iter().find(|c| c.action == *name).unwrap();
+            assert!(!returns_fd(canary.nr), "{name}");
+        }
+        for nr in [
+            syscall_nr::memfd_create,
+            syscall_nr::io_uring_setup,
+            syscall_nr::socket,
+        ] {
+            assert!(returns_fd(nr), "{nr}");
         }
     }
 

@@ -139,16 +139,19 @@ pub fn install(policy: &Policy) -> Result<u32, (Id, String)> {
 /// Make a canary call; the errno it ends with (0 when it succeeded).
 pub fn call(canary: &Canary) -> i32 {
     let a = canary.args;
-    // SAFETY: every canary passes only integers and pointers the kernel rejects (see the table):
-    // whatever answers, no memory of ours is written and nothing is created.
+    // SAFETY: every canary passes only integers and pointers the kernel rejects, or asks what
+    // changes nothing of ours (see the table): whatever answers, no memory of ours is written.
     let rc = unsafe { libc::syscall(canary.nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
     if rc < 0 {
         std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
     } else {
-        // A canary that succeeded made something: a file descriptor at most. Close it.
-        if rc <= i64::from(i32::MAX) {
-            // SAFETY: closing a descriptor this call just returned.
-            unsafe { libc::close(rc as i32) };
+        // A canary that succeeded may have made a descriptor: close that, and nothing else (a
+        // success of another call returns no descriptor; 0 would be stdin).
+        if table::returns_fd(canary.nr) && rc > 2 {
+            if let Ok(fd) = i32::try_from(rc) {
+                // SAFETY: closing a descriptor this call just returned.
+                unsafe { libc::close(fd) };
+            }
         }
         0
     }

@@ -48,13 +48,16 @@ pub fn filtered(e: &io::Error) -> bool {
 /// Make a canary call of the shared tables (integers and bad pointers only).
 pub fn canary(canary: &cordon_contract::seccomp::Canary) -> io::Result<i64> {
     let a = canary.args;
-    // SAFETY: every canary passes only integers and pointers the kernel rejects (see the table):
-    // whatever answers, no memory of ours is written.
+    // SAFETY: every canary passes only integers and pointers the kernel rejects, or asks what
+    // changes nothing of ours (see the table): whatever answers, no memory of ours is written.
     let rc = unsafe { libc::syscall(canary.nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
-    if rc >= 0 && rc <= i64::from(i32::MAX) {
-        // A canary that got through made a descriptor at most: close it.
-        // SAFETY: closing what this call just returned.
-        unsafe { libc::close(rc as i32) };
+    // A canary that got through may have made a descriptor: close that, and nothing else (a
+    // success of another call returns no descriptor; `setpriority`'s 0 would be stdin).
+    if cordon_contract::seccomp::returns_fd(canary.nr) && rc > 2 {
+        if let Ok(fd) = i32::try_from(rc) {
+            // SAFETY: closing what this call just returned.
+            unsafe { libc::close(fd) };
+        }
     }
     check(rc)
 }

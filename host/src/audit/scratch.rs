@@ -401,22 +401,8 @@ pub async fn base_for_rules(git: &Git, base: &str, with_links: bool) -> Result<s
                 "base's link targets take {total} bytes: at most {MAX_LINK_TARGET_BYTES} are read"
             )));
         }
-        let mut input = Vec::new();
-        for e in &wanted {
-            input.extend_from_slice(e.id.as_bytes());
-            input.push(b'\n');
-        }
-        let out = git
-            .run_with_input(
-                "cat-file --batch",
-                &["cat-file", "--batch"],
-                Input::Bytes(input),
-            )
-            .await?;
-        let mut rest = &out[..];
-        for e in &wanted {
-            let (target, after) = batch_blob(rest, &e.id)?;
-            rest = after;
+        let blobs = read_blobs(git, &wanted).await?;
+        for (e, target) in wanted.iter().zip(blobs) {
             if target.len() > crate::task::clone::MAX_LINK_TARGET {
                 return Err(Error::Invalid(format!(
                     "base's link {:?} has a target of {} bytes",
@@ -459,23 +445,10 @@ pub async fn ignore_rules(git: &Git, base: &str) -> Result<IgnoreRules> {
     }
     let mut files = Vec::with_capacity(found.len());
     if !found.is_empty() {
-        let mut input = Vec::new();
-        for e in &found {
-            input.extend_from_slice(e.id.as_bytes());
-            input.push(b'\n');
-        }
-        let out = git
-            .run_with_input(
-                "cat-file --batch",
-                &["cat-file", "--batch"],
-                Input::Bytes(input),
-            )
-            .await?;
-        let mut rest = &out[..];
-        for e in &found {
-            let (text, after) = batch_blob(rest, &e.id)?;
-            rest = after;
-            let text = String::from_utf8(text.to_vec()).map_err(|_| {
+        let found_refs: Vec<&TreeEntry> = found.iter().collect();
+        let blobs = read_blobs(git, &found_refs).await?;
+        for (e, text) in found.iter().zip(blobs) {
+            let text = String::from_utf8(text).map_err(|_| {
                 Error::Invalid(format!(
                     "base's {} is not UTF-8: its rules cannot be passed on",
                     e.path
@@ -499,6 +472,31 @@ fn too_much_rules(bytes: u64) -> Error {
         "base's .gitignore rules take {bytes} bytes: at most {MAX_IGNORE_RULES_BYTES} bytes of \
          JSON are passed on"
     ))
+}
+
+/// The content of each blob of `entries`, in their order, with one `git cat-file --batch` (the
+/// caller bounds their sizes from the listing first).
+async fn read_blobs(git: &Git, entries: &[&TreeEntry]) -> Result<Vec<Vec<u8>>> {
+    let mut input = Vec::new();
+    for e in entries {
+        input.extend_from_slice(e.id.as_bytes());
+        input.push(b'\n');
+    }
+    let out = git
+        .run_with_input(
+            "cat-file --batch",
+            &["cat-file", "--batch"],
+            Input::Bytes(input),
+        )
+        .await?;
+    let mut rest = &out[..];
+    let mut blobs = Vec::with_capacity(entries.len());
+    for e in entries {
+        let (content, after) = batch_blob(rest, &e.id)?;
+        rest = after;
+        blobs.push(content.to_vec());
+    }
+    Ok(blobs)
 }
 
 /// One `<id> blob <size>\n<content>\n` of `cat-file --batch`, and what follows it.
