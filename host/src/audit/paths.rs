@@ -87,6 +87,8 @@ pub fn refusals(manifest: &Manifest, base: &Base, rules: Rules) -> Vec<CommitFin
 
     // Per change: its kinds, and the name rules for each new entry.
     let mut changed: HashSet<&str> = HashSet::new();
+    // (path, the prefix whose last part Windows or macOS cannot hold, why).
+    let mut non_portable: Vec<(&str, &str, String)> = Vec::new();
     let mut new_entries: BTreeMap<&str, Kind> = BTreeMap::new();
     for change in &manifest.changes {
         let path = change.path.as_str();
@@ -117,8 +119,8 @@ pub fn refusals(manifest: &Manifest, base: &Base, rules: Rules) -> Vec<CommitFin
                 push(path, reason, detail);
             }
             if !rules.allow_non_portable {
-                for detail in super::portable::refusals(path) {
-                    push(path, CommitReason::NonPortable, detail);
+                for (prefix, detail) in super::portable::refusals(path) {
+                    non_portable.push((path, prefix, detail));
                 }
             }
             new_entries.insert(path, kind);
@@ -130,6 +132,16 @@ pub fn refusals(manifest: &Manifest, base: &Base, rules: Rules) -> Vec<CommitFin
         }
     }
 
+    // A name base already holds is base's: the receiver has it whatever the commit does.
+    let held = held_by_base(
+        non_portable.iter().map(|(_, prefix, _)| *prefix),
+        &base.entries,
+    );
+    for (path, prefix, detail) in non_portable {
+        if !held.contains(prefix) {
+            push(path, CommitReason::NonPortable, detail);
+        }
+    }
     tree_refusals(&new_entries, &changed, &base.entries, &mut push);
     if needs_link_targets(manifest) {
         link_escapes(manifest, &changed, &base.links, &mut push);
@@ -138,6 +150,26 @@ pub fn refusals(manifest: &Manifest, base: &Base, rules: Rules) -> Vec<CommitFin
     out.sort();
     out.dedup();
     out
+}
+
+/// Which of `prefixes` base holds, as an entry or as a directory (one pass over base).
+fn held_by_base<'a>(
+    prefixes: impl Iterator<Item = &'a str>,
+    base: &[(String, String)],
+) -> HashSet<&'a str> {
+    let wanted: HashSet<&str> = prefixes.collect();
+    let mut held = HashSet::new();
+    if wanted.is_empty() {
+        return held;
+    }
+    for (path, _) in base {
+        for (_, _, prefix) in levels(path) {
+            if let Some(&found) = wanted.get(prefix) {
+                held.insert(found);
+            }
+        }
+    }
+    held
 }
 
 /// Whether git would add `path` as a regular file: no `.git` part or alias of one, no empty,
@@ -1472,6 +1504,25 @@ mod tests {
             allow_non_portable: true,
         };
         assert!(check_with(changes(), &[], &[], allowed).is_empty());
+        // Names base already holds are base's: editing `aux.c`, adding beside base's `CON/`.
+        let found = check_with(
+            vec![
+                modified("aux.c", Kind::File, Kind::File),
+                added("CON/new.txt", Kind::File),
+                added("CON/a:b", Kind::File),
+            ],
+            &[("aux.c", "100644"), ("CON/old.txt", "100644")],
+            &[],
+            Rules::default(),
+        );
+        assert_eq!(
+            found
+                .iter()
+                .map(|f| (f.path.as_str(), f.reason))
+                .collect::<Vec<_>>(),
+            [("CON/a:b", CommitReason::NonPortable)],
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -20,20 +20,32 @@ const DIGITS: &str = "0123456789\u{b9}\u{b2}\u{b3}";
 /// Characters no Windows name holds.
 const WINDOWS_REFUSES: &[char] = &['<', '>', ':', '"', '|', '?', '*'];
 
-/// Why each part of `path` cannot be checked out on Windows or macOS (empty: it can).
-pub fn refusals(path: &str) -> Vec<String> {
+/// Why each part of `path` cannot be checked out on Windows or macOS (empty: it can), each with
+/// the prefix of `path` that ends with that part (the caller leaves out what base already holds).
+pub fn refusals(path: &str) -> Vec<(&str, String)> {
     let mut out = Vec::new();
+    let mut end = 0;
     for part in path.split('/') {
+        end += part.len();
+        let prefix = &path[..end];
+        end += 1;
         if let Some(name) = reserved(part) {
-            out.push(format!("part {part:?} is the Windows device {name}"));
+            out.push((
+                prefix,
+                format!("part {part:?} is the Windows device {name}"),
+            ));
         }
         if part != "." && part != ".." && part.ends_with(['.', ' ']) {
-            out.push(format!(
-                "part {part:?} ends with a dot or space (Windows drops it)"
+            out.push((
+                prefix,
+                format!("part {part:?} ends with a dot or space (Windows drops it)"),
             ));
         }
         if let Some(c) = part.chars().find(|c| WINDOWS_REFUSES.contains(c)) {
-            out.push(format!("part {part:?} holds {c:?} (Windows refuses it)"));
+            out.push((
+                prefix,
+                format!("part {part:?} holds {c:?} (Windows refuses it)"),
+            ));
         }
     }
     out
@@ -119,13 +131,13 @@ mod tests {
             "日本語/ファイル",
             ".gitignore",
         ] {
-            assert_eq!(refusals(path), Vec::<String>::new(), "{path:?}");
+            assert!(refusals(path).is_empty(), "{path:?}");
         }
     }
 
     #[test]
-    fn every_part_is_looked_at() {
-        let found = refusals("CON/a./b:c");
-        assert_eq!(found.len(), 3, "{found:?}");
+    fn every_part_is_looked_at_with_its_prefix() {
+        let found: Vec<&str> = refusals("CON/a./b:c").into_iter().map(|(p, _)| p).collect();
+        assert_eq!(found, ["CON", "CON/a.", "CON/a./b:c"]);
     }
 }
