@@ -373,8 +373,8 @@ async fn sweep(owner: &Owner) -> Vec<String> {
 
 /// The staging directories of `owner` on the host.
 fn staging_dirs(owner: &Owner) -> Vec<std::path::PathBuf> {
-    let prefix = cordon::task::clone::staging_prefix(owner);
-    cordon::task::clone::staging_roots()
+    let prefix = cordon::repo::clone::staging_prefix(owner.as_str());
+    cordon::repo::clone::staging_roots()
         .iter()
         .filter_map(|root| std::fs::read_dir(root).ok())
         .flat_map(|d| {

@@ -96,7 +96,7 @@ fn leftovers(owner: &str) -> Vec<String> {
     });
     let mut left: Vec<String> = owned.described();
     let prefix = format!("cordon-stage-{owner}-");
-    for root in cordon::task::clone::staging_roots() {
+    for root in cordon::repo::clone::staging_roots() {
         let Ok(listing) = std::fs::read_dir(root) else {
             continue;
         };

@@ -406,9 +406,9 @@ pub(crate) fn generate_repository(dir: &std::path::Path, files: usize, bytes: u6
         std::fs::write(&path, &content).map_err(|e| Error::io("generating the repository", e))?;
         total += each as u64;
     }
-    crate::task::git::own_repository(dir, &["init", "--quiet"])?;
-    crate::task::git::own_repository(dir, &["add", "-A"])?;
-    crate::task::git::own_repository(dir, &["commit", "--quiet", "-m", "bench"])?;
+    cordon_repo::git::own_repository(dir, &["init", "--quiet"])?;
+    cordon_repo::git::own_repository(dir, &["add", "-A"])?;
+    cordon_repo::git::own_repository(dir, &["commit", "--quiet", "-m", "bench"])?;
     Ok(total)
 }
 
@@ -459,7 +459,8 @@ pub async fn seed(
             let deadline = Instant::now() + Duration::from_secs(900);
             let t = Instant::now();
             let staged =
-                crate::task::clone::stage(&dir, "HEAD", &owner, &allocation.id, deadline).await?;
+                cordon_repo::clone::stage(&dir, "HEAD", owner.as_str(), &allocation.id, deadline)
+                    .await?;
             stage.push(t.elapsed().as_secs_f64() * 1000.0);
             let metadata_area = crate::profile::Area {
                 bytes: area.bytes,

@@ -133,7 +133,7 @@ fn reset_peak_rss() -> Result<()> {
 /// (`wait4` gives the child's, not the largest of every child so far).
 fn git_measured(dir: &Path, args: &[&str]) -> Result<(f64, f64)> {
     let started = Instant::now();
-    let child = task::git::own_command(dir, args)
+    let child = cordon_repo::git::own_command(dir, args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -159,7 +159,7 @@ fn git_measured(dir: &Path, args: &[&str]) -> Result<(f64, f64)> {
 fn git_commit_baseline(dir: &Path) -> Result<(f64, f64)> {
     let (add_ms, add_rss) = git_measured(dir, &["add", "-A"])?;
     let (commit_ms, commit_rss) = git_measured(dir, &["commit", "--quiet", "-m", "bench"])?;
-    task::git::own_repository(dir, &["reset", "--quiet", "HEAD~1"])?;
+    cordon_repo::git::own_repository(dir, &["reset", "--quiet", "HEAD~1"])?;
     Ok((add_ms + commit_ms, add_rss.max(commit_rss)))
 }
 

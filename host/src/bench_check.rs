@@ -43,7 +43,7 @@ pub struct CheckBench {
 
 fn git_timed(dir: &std::path::Path, args: &[&str]) -> Result<f64> {
     let t = Instant::now();
-    crate::task::git::own_repository(dir, args)?;
+    cordon_repo::git::own_repository(dir, args)?;
     Ok(t.elapsed().as_secs_f64() * 1000.0)
 }
 
@@ -51,7 +51,7 @@ fn git_timed(dir: &std::path::Path, args: &[&str]) -> Result<f64> {
 pub(crate) fn git_baseline(dir: &std::path::Path) -> Result<(f64, f64)> {
     // An index without stat data: the refresh must read and hash every file.
     let _ = std::fs::remove_file(dir.join(".git/index"));
-    crate::task::git::own_repository(dir, &["read-tree", "HEAD"])?;
+    cordon_repo::git::own_repository(dir, &["read-tree", "HEAD"])?;
     let refresh = git_timed(dir, &["update-index", "-q", "--really-refresh"])?;
     let status = git_timed(dir, &["status", "--porcelain"])?;
     Ok((refresh + status, status))
@@ -75,7 +75,7 @@ pub(crate) async fn prepared_tree(
     let tree_bytes = tokio::task::spawn_blocking(move || {
         let bytes = generate_repository(&big, entries, bytes)?;
         if packed {
-            crate::task::git::own_repository(&big, &["repack", "-a", "-d", "-q"])?;
+            cordon_repo::git::own_repository(&big, &["repack", "-a", "-d", "-q"])?;
         }
         Ok::<_, Error>(bytes)
     })

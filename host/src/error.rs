@@ -3,15 +3,14 @@
 //! `internal` is cordon's own fault, the rest name what refused or failed.
 
 mod input;
-mod repo;
 
 use std::time::Duration;
 
 use cordon_contract::Id;
 
 pub use cordon_contract::refusal::Refusal;
+pub use cordon_repo::Unusable;
 pub use input::InputFault;
-pub use repo::Unusable;
 
 /// Everything that can go wrong in the cordon library.
 #[derive(Debug, thiserror::Error)]
@@ -242,6 +241,25 @@ impl Error {
         Error::Io {
             context: context.into(),
             source,
+        }
+    }
+}
+
+/// The repository side's errors are the library's of the same name (one error type for a runner,
+/// the same stable ids).
+impl From<cordon_repo::Error> for Error {
+    fn from(e: cordon_repo::Error) -> Self {
+        use cordon_repo::Error as Repo;
+        match e {
+            Repo::Invalid(m) => Error::Invalid(m),
+            Repo::Internal(m) => Error::Internal(m),
+            Repo::Io { context, source } => Error::Io { context, source },
+            Repo::Unusable(u) => Error::Unusable(u),
+            Repo::Git { context, message } => Error::Git { context, message },
+            Repo::Deadline(m) => Error::Deadline(m),
+            Repo::CommitRefused { findings } => Error::CommitRefused { findings },
+            Repo::CommitScratchFull(m) => Error::CommitScratchFull(m),
+            Repo::BundleTooLarge(m) => Error::BundleTooLarge(m),
         }
     }
 }

@@ -13,8 +13,10 @@
 //! - [`profile`], [`validate`], [`image`]: the immutable agent profile and the init's policy; the
 //!   read-back validator; the static in-container binaries and the FROM scratch test image.
 //! - [`launch`]: one container from create to removal, and an invocation's own volumes.
-//! - [`storage`], [`task`]: task storage (volumes and keeper); staging, seeding, removal,
-//!   recovery.
+//! - [`storage`], [`task`]: task storage (volumes and keeper); seeding, removal, recovery.
+//! - [`repo`] (the `cordon-repo` crate, engine-free): git knowledge. The staging copy and the tree
+//!   rules the seeder applies; the scratch copy of the metadata, the rules and the build of the
+//!   commit the audit makes.
 //! - [`audit`]: the change audit's reads of task storage (the in-container tree reader): the
 //!   declared-link snapshot, the pre-launch tree check and its one-shot capability.
 //! - [`invoke`]: capture, start, supervise, settle one invocation.
@@ -46,6 +48,8 @@ pub mod uids;
 pub mod validate;
 
 pub use controller::Controller;
+/// The repository side (engine-free), for a runner that names its types.
+pub use cordon_repo as repo;
 pub use engine::Engine;
 pub use error::{Error, Refusal, Result};
 pub use profile::{Limits, Profile, ProfileSpec};

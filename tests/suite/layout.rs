@@ -270,25 +270,72 @@ fn no_document_refers_to_files_outside_the_repository() {
     }
 }
 
-#[test]
-fn the_library_depends_on_no_cli_crate() {
-    let manifest =
-        std::fs::read_to_string(root().join("host/Cargo.toml")).expect("host/Cargo.toml");
-    let normal = manifest
+/// The crates a workspace member's manifest names under `[dependencies]` (not dev or build).
+fn normal_dependencies(manifest: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(root().join(manifest)).expect(manifest);
+    let normal = text
         .split("\n[dependencies]\n")
         .nth(1)
         .and_then(|rest| rest.split("\n[").next())
-        .expect("host/Cargo.toml has [dependencies]");
-    let names: Vec<&str> = normal
+        .unwrap_or_else(|| panic!("{manifest} has no [dependencies]"));
+    normal
         .lines()
         .filter_map(|l| l.split(['.', '=', ' ']).next())
         .filter(|n| !n.is_empty() && !n.starts_with('#'))
-        .collect();
-    assert!(names.contains(&"bollard"), "{names:?}");
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_library_depends_on_no_cli_crate() {
+    let names = normal_dependencies("host/Cargo.toml");
+    assert!(names.iter().any(|n| n == "bollard"), "{names:?}");
     for cli_only in ["clap", "anyhow", "indicatif", "tracing-subscriber"] {
         assert!(
-            !names.contains(&cli_only),
+            !names.iter().any(|n| n == cli_only),
             "the cordon library depends on {cli_only}"
         );
+    }
+}
+
+/// The repository side cannot reach the engine: neither it nor the one cordon crate it uses
+/// depends on an engine client or on the library.
+#[test]
+fn the_repository_crate_depends_on_no_engine_crate() {
+    let names = normal_dependencies("repo/Cargo.toml");
+    assert!(names.iter().any(|n| n == "cordon-contract"), "{names:?}");
+    let contract = normal_dependencies("contract/Cargo.toml");
+    for engine in [
+        "bollard",
+        "hyper",
+        "hyper-util",
+        "hyperlocal",
+        "cordon",
+        "cordon-egress",
+    ] {
+        for (crate_name, deps) in [("cordon-repo", &names), ("cordon-contract", &contract)] {
+            assert!(
+                !deps.iter().any(|n| n == engine),
+                "{crate_name} depends on {engine}"
+            );
+        }
+    }
+    // Every module of the repository side is in architecture.md and in its lib.rs's list.
+    let doc =
+        std::fs::read_to_string(root().join("docs/architecture.md")).expect("docs/architecture.md");
+    let lib = std::fs::read_to_string(root().join("repo/src/lib.rs")).expect("repo/src/lib.rs");
+    for (relative, _) in sources(&root().join("repo/src")) {
+        let name = relative.display().to_string();
+        assert!(
+            doc.contains(&format!("`{name}`")) || doc.contains(&format!("`repo/src/{name}`")),
+            "docs/architecture.md does not name repo/src/{name}"
+        );
+        let module = name.trim_end_matches(".rs");
+        if !matches!(module, "lib" | "test_repo") && !module.ends_with("_tests") {
+            assert!(
+                lib.contains(&format!("[`{module}`]")),
+                "repo/src/lib.rs does not list {module}"
+            );
+        }
     }
 }

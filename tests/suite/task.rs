@@ -798,11 +798,11 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
         let swapper = {
             let (stop, prefix, target_path) = (
                 stop.clone(),
-                cordon::task::clone::staging_prefix(&s.owner),
+                cordon::repo::clone::staging_prefix(s.owner.as_str()),
                 target_path.clone(),
             );
             std::thread::spawn(move || {
-                let roots = cordon::task::clone::staging_roots();
+                let roots = cordon::repo::clone::staging_roots();
                 while !stop.load(Ordering::SeqCst) {
                     let staging = roots
                         .iter()
@@ -1281,9 +1281,9 @@ async fn a_test_that_panics_midway_leaves_nothing_of_its_owner() {
             .await
             .expect("an unlabelled volume");
         *made.lock().unwrap() = volume;
-        let staging = cordon::task::clone::staging_roots()[0].join(format!(
+        let staging = cordon::repo::clone::staging_roots()[0].join(format!(
             "{}{}",
-            cordon::task::clone::staging_prefix(&s.owner),
+            cordon::repo::clone::staging_prefix(s.owner.as_str()),
             uuid::Uuid::new_v4().simple()
         ));
         std::fs::create_dir_all(staging.join("objects/ab")).unwrap();

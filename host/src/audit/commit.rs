@@ -1,7 +1,7 @@
 //! The commit: base plus exactly the approved manifest, as a git bundle.
 //!
 //! The inspection runs again in its own container; its manifest's digest must be the approved
-//! one, and every change must be one a tree may hold ([`super::paths::refusals`]). The content
+//! one, and every change must be one a tree may hold ([`cordon_repo::paths::refusals`]). The content
 //! then streams out of that same stopped container (the engine's archive of /work, both volumes
 //! still read-only), each file checked against the blob id the inspection hashed, into
 //! `git fast-import` on the controller-owned scratch copy; `git fsck --strict` runs before the
@@ -18,7 +18,8 @@ use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::task::StorageHandle;
 
-use super::{build, inspect, paths, scratch};
+use super::inspect;
+use cordon_repo::{build, paths, scratch};
 
 /// The commit's default deadline.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
@@ -170,7 +171,7 @@ pub async fn commit(
 }
 
 /// What [`build_from_archive`] does with a `.gitmodules` or `.gitattributes` git's fsck would
-/// refuse ([`super::special`]).
+/// refuse ([`cordon_repo::special`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnSpecial {
     /// Refuse the build before anything is imported (the commit).
@@ -211,7 +212,7 @@ pub async fn build_from_archive(
         .open(&stream)
         .map_err(|e| Error::io(format!("creating {}", stream.display()), e))?;
     let reference = spec.reference.clone();
-    let special_paths = super::special::paths_of(&spec.changes);
+    let special_paths = cordon_repo::special::paths_of(&spec.changes);
     let written = super::reader::with_archive(
         engine,
         container,
@@ -229,7 +230,7 @@ pub async fn build_from_archive(
     .await;
     let built = async {
         let contents = written?;
-        let findings = super::special::findings(
+        let findings = cordon_repo::special::findings(
             &inspection.git,
             inspection.scratch.root(),
             &special_paths,

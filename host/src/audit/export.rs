@@ -13,8 +13,9 @@ use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::task::StorageHandle;
 
-use super::{build, inspect, paths};
-use crate::task::git::Input;
+use super::inspect;
+use cordon_repo::git::Input;
+use cordon_repo::{build, paths};
 
 /// The export is at most this long, notices included.
 pub const MAX_DIFF_BYTES: usize = 1024 * 1024;
@@ -71,7 +72,8 @@ pub async fn export_diff(
             }
             let (shown, mut notices) = split(manifest);
             // What git would take for a repository (bare ones too): the commit refuses it.
-            let base_tree = super::scratch::base_for_rules(&inspection.git, &base, false).await?;
+            let base_tree =
+                cordon_repo::scratch::base_for_rules(&inspection.git, &base, false).await?;
             for finding in paths::refusals(manifest, &base_tree, paths::Rules::default()) {
                 if finding.reason == CommitReason::NestedRepository {
                     notices.push(format!(
@@ -205,7 +207,7 @@ pub fn split(manifest: &Manifest) -> (Vec<Change>, Vec<String>) {
 /// exported tree's own `.gitattributes` set them) makes git store other bytes than the diff
 /// shows: the audit stores the bytes as read, with no filter.
 async fn attribute_notices(
-    git: &crate::task::git::Git,
+    git: &cordon_repo::git::Git,
     head: &str,
     shown: &[Change],
 ) -> Result<Vec<String>> {

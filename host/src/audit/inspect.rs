@@ -17,7 +17,6 @@
 //! [`inspect_then`] hands the reader's stopped container on before it is removed, for a later
 //! step to read the very content the inspection hashed.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cordon_contract::audit::{InspectReport, Manifest, INSPECT};
@@ -25,60 +24,10 @@ use cordon_contract::tree::{DeclaredLink, Finding, LinkSnapshot, Reason, MAX_DEC
 
 use crate::controller::Controller;
 use crate::error::{Error, Result};
-use crate::task::git::Git;
 use crate::task::StorageHandle;
+use cordon_repo::git::Git;
 
-use super::scratch;
-
-/// A controller-owned scratch directory (`cordon-audit-*` under the temp dir): the metadata's
-/// copy and git's HOME. Removed when dropped.
-#[derive(Debug)]
-pub struct Scratch {
-    root: PathBuf,
-}
-
-impl Scratch {
-    pub fn new() -> Result<Self> {
-        use std::os::unix::fs::DirBuilderExt;
-        let root = std::env::temp_dir().join(format!("cordon-audit-{}", uuid::Uuid::new_v4()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&root)
-            .map_err(|e| Error::io(format!("creating {}", root.display()), e))?;
-        let scratch = Scratch { root };
-        for dir in ["home", "git"] {
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(scratch.root.join(dir))
-                .map_err(|e| Error::io(format!("creating the scratch {dir}"), e))?;
-        }
-        Ok(scratch)
-    }
-
-    /// The metadata's copy (made by [`scratch::extract_metadata`]).
-    pub fn git_dir(&self) -> PathBuf {
-        self.root.join("git")
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// Hardened git on the copy, bounded by `deadline`.
-    pub fn git(&self, deadline: Instant) -> Git {
-        Git {
-            git_dir: self.git_dir(),
-            home: self.root.join("home"),
-            deadline,
-        }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
+use cordon_repo::scratch::{self, Scratch};
 
 /// What one inspection read: the manifest, the reader's report (none when the metadata was not
 /// as seeded: no reader ran), and the scratch copy of the metadata with its git.
@@ -142,7 +91,7 @@ where
         handle,
         cordon_contract::paths::METADATA,
         left(until)?,
-        move |tar| scratch::extract_metadata(tar, &into),
+        move |tar| Ok(scratch::extract_metadata(tar, &into)?),
     )
     .await;
     // A metadata archive holding what the seeder never writes (a link, a special file) is the

@@ -10,17 +10,12 @@
 //! it: the change manifest ([`inspect`]), the diff export ([`export_diff`]) and the commit of what
 //! it holds ([`commit`]).
 
-pub mod build;
 pub mod check;
 pub mod commit;
 pub mod export;
 pub mod inspect;
 pub mod links;
-pub mod paths;
-pub mod portable;
 mod reader;
-pub mod scratch;
-pub mod special;
 
 pub use check::{check_tree, redeem, Masks, TreeCheck};
 pub use commit::{commit, CommitRequest, Committed};

@@ -41,6 +41,16 @@ pub struct Area {
     pub inodes: u64,
 }
 
+/// The seeder checks a tree against an area's bytes and inodes.
+impl From<Area> for cordon_repo::tree::Needs {
+    fn from(area: Area) -> Self {
+        cordon_repo::tree::Needs {
+            bytes: area.bytes,
+            inodes: area.inodes,
+        }
+    }
+}
+
 impl Area {
     fn check(self, name: &str) -> Result<()> {
         // tmpfs rounds sizes up to whole pages; exact statfs totals need page-aligned sizes.

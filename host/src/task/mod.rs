@@ -4,16 +4,8 @@
 //! Every failure after the first create removes everything the allocation made before it returns;
 //! nothing partial is handed out.
 
-pub mod clone;
-pub mod git;
 pub mod recover;
 pub mod seed;
-pub mod source;
-pub mod tree;
-pub mod verify;
-
-#[cfg(test)]
-mod test_repo;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -30,6 +22,7 @@ use crate::labels::{Allocation, Kind, Owner, ALLOCATION, ATTEMPT, KIND, OWNER, U
 use crate::profile::Area;
 use crate::storage::{self, TaskStorage};
 use crate::uids::{Uid, UidRange};
+use cordon_repo::{clone, tree};
 
 pub use crate::error::Unusable;
 
@@ -173,12 +166,13 @@ pub async fn prepare_with(
         let staged = clone::stage(
             &request.repo,
             &request.head,
-            &request.owner,
+            request.owner.as_str(),
             &allocation.id,
             deadline,
         )
         .await?;
-        tree::check_fits(staged.work_needs, request.work, "checkout").map_err(Error::Unusable)?;
+        tree::check_fits(staged.work_needs, request.work.into(), "checkout")
+            .map_err(Error::Unusable)?;
         let metadata = metadata_area(staged.metadata_needs);
         let taken = objects_with_allocation(engine, &allocation.id).await?;
         if !taken.is_empty() {

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::{clone, StorageHandle};
+use super::StorageHandle;
 use crate::controller::Controller;
 use crate::engine::objects::{self, Labelled, Listed};
 use crate::engine::pending::{Created, ObjectKind};
@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::labels::{Kind, ObjectName, Owner, ALLOCATION, ATTEMPT, KIND, OWNER, UID};
 use crate::profile::Area;
 use crate::uids::Uid;
+use cordon_repo::clone;
 
 /// What recovery found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -342,7 +343,7 @@ pub async fn act(engine: &Engine, owner: &Owner, plan: Plan) -> Result<RecoveryR
 
 /// Staging directories a killed process of this user left for `owner`.
 fn remove_staging(owner: &Owner, removed: &mut Vec<String>, failed: &mut Vec<String>) {
-    let prefix = clone::staging_prefix(owner);
+    let prefix = clone::staging_prefix(owner.as_str());
     for root in clone::staging_roots() {
         let Ok(listing) = std::fs::read_dir(&root) else {
             continue;

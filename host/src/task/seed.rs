@@ -64,7 +64,7 @@ fn os_path(bytes: &[u8]) -> PathBuf {
 /// Write the checkout: directories, files (contents from cat-file), links, gitlinks as empty
 /// directories.
 fn write_work(
-    staged_git: &super::git::Git,
+    staged_git: &cordon_repo::git::Git,
     entries: &[Entry],
     links: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
     uid: u32,

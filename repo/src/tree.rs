@@ -4,8 +4,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::Unusable;
-use crate::profile::Area;
+use crate::unusable::Unusable;
 
 /// One entry of the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,15 +230,15 @@ pub fn check_names_and_size(
     })
 }
 
-/// Refuse a tree that does not fit `area`.
-pub fn check_fits(needs: Needs, area: Area, what: &str) -> Result<(), Unusable> {
-    if needs.bytes > area.bytes || needs.inodes > area.inodes {
+/// Refuse a tree that does not fit `limit` (a storage area's bytes and inodes).
+pub fn check_fits(needs: Needs, limit: Needs, what: &str) -> Result<(), Unusable> {
+    if needs.bytes > limit.bytes || needs.inodes > limit.inodes {
         return Err(Unusable::TooLarge {
             what: what.to_owned(),
             needs_bytes: needs.bytes,
             needs_inodes: needs.inodes,
-            limit_bytes: area.bytes,
-            limit_inodes: area.inodes,
+            limit_bytes: limit.bytes,
+            limit_inodes: limit.inodes,
         });
     }
     Ok(())
@@ -385,7 +384,7 @@ mod tests {
         );
         assert!(check_fits(
             needs,
-            Area {
+            Needs {
                 bytes: 8192,
                 inodes: 6
             },
@@ -394,7 +393,7 @@ mod tests {
         .is_ok());
         assert!(check_fits(
             needs,
-            Area {
+            Needs {
                 bytes: 4096,
                 inodes: 6
             },
@@ -403,7 +402,7 @@ mod tests {
         .is_err());
         assert!(check_fits(
             needs,
-            Area {
+            Needs {
                 bytes: 8192,
                 inodes: 5
             },

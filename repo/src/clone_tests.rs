@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::task::test_repo;
+use crate::test_repo;
 use std::time::Duration;
 
 struct Scratch(PathBuf);

@@ -15,7 +15,7 @@ use cordon_contract::audit::{Change, CommitFinding, CommitReason, Kind};
 use sha1::{Digest, Sha1};
 
 use crate::error::{Error, Result};
-use crate::task::git::{Git, Input};
+use crate::git::{Git, Input};
 
 use super::scratch::object_id;
 use super::special;
@@ -860,9 +860,7 @@ pub async fn diff(git: &Git, base: &str, head: &str, max_bytes: usize) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::scratch::tests::{
-        docker_tar, git_in, head_of, sample_repo, scratch_of, TempDir,
-    };
+    use crate::scratch::tests::{docker_tar, git_in, head_of, sample_repo, scratch_of, TempDir};
     use cordon_contract::audit::Side;
     use std::os::unix::fs::PermissionsExt;
 
@@ -943,7 +941,7 @@ mod tests {
     }
 
     async fn base_blobs(git: &Git, base: &str) -> HashMap<String, String> {
-        crate::audit::scratch::list_tree(git, base)
+        crate::scratch::list_tree(git, base)
             .await
             .expect("tree")
             .into_iter()

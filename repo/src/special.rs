@@ -21,7 +21,7 @@ use std::path::Path;
 use cordon_contract::audit::{Change, CommitFinding, CommitReason, Kind};
 
 use crate::error::{Error, Result};
-use crate::task::git::{Git, Input};
+use crate::git::{Git, Input};
 
 /// A `.gitmodules` over this is refused without parsing.
 pub const MAX_GITMODULES_BYTES: usize = 1024 * 1024;

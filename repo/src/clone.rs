@@ -32,9 +32,8 @@ use super::git::Git;
 use super::source::{self, Kind as SourceKind, Refused};
 use super::tree::{self, Entry, Kind, Needs};
 use super::verify::{self, Linked, Mismatch, Verifier};
-use super::Unusable;
 use crate::error::{Error, Result};
-use crate::labels::Owner;
+use crate::unusable::Unusable;
 
 /// The most a source object store may hold (bytes) before it is refused without copying.
 pub const MAX_OBJECT_STORE_BYTES: u64 = 2 * 1024 * 1024 * 1024;
@@ -133,9 +132,9 @@ async fn off_thread<T: Send + 'static>(
 }
 
 /// The name prefix of an owner's staging directories (recovery removes what a killed process
-/// left).
-pub fn staging_prefix(owner: &Owner) -> String {
-    format!("cordon-stage-{}-", owner.as_str())
+/// left). `owner` is the runner's owner token (`cordon::labels::Owner`: `[a-z0-9-]`).
+pub fn staging_prefix(owner: &str) -> String {
+    format!("cordon-stage-{owner}-")
 }
 
 /// Where staging directories may be: `CORDON_STAGING_DIR` when set, /dev/shm, the temp dir.
@@ -699,11 +698,22 @@ async fn resolve_tree(
 pub async fn stage(
     source: &Path,
     head: &str,
-    owner: &Owner,
+    owner: &str,
     allocation: &uuid::Uuid,
     deadline: Instant,
 ) -> Result<Staged> {
     check_revision(head)?;
+    // The owner names a directory: nothing but the owner token's own characters.
+    if owner.is_empty()
+        || owner.len() > 64
+        || !owner
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(Error::Invalid(format!(
+            "owner token {owner:?} is not 1-64 characters of [a-z0-9-]"
+        )));
+    }
     // Open the source and list the object store and the refs (refusing links, special files and
     // oversize stores) before anything is made.
     let listing_stop = Stop {

@@ -10,13 +10,14 @@ use std::collections::HashSet;
 use std::fs::{DirBuilder, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use cordon_contract::audit::{IgnoreFile, IgnoreRules, MAX_IGNORE_FILES, MAX_IGNORE_RULES_BYTES};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::task::git::{Git, Input};
+use crate::git::{Git, Input};
 
 /// The prefix of every entry of the engine's archive of /work/.git.
 const PREFIX: &str = ".git";
@@ -27,6 +28,56 @@ pub const MAX_TREE_LISTING_BYTES: usize = 128 * 1024 * 1024;
 /// Base's tree holds at most this many entries for the audit (files, links, gitlinks and
 /// directories).
 pub const MAX_BASE_PATHS: usize = 1_000_000;
+
+/// A controller-owned scratch directory (`cordon-audit-*` under the temp dir): the metadata's
+/// copy and git's HOME. Removed when dropped.
+#[derive(Debug)]
+pub struct Scratch {
+    root: PathBuf,
+}
+
+impl Scratch {
+    pub fn new() -> Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        let root = std::env::temp_dir().join(format!("cordon-audit-{}", uuid::Uuid::new_v4()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&root)
+            .map_err(|e| Error::io(format!("creating {}", root.display()), e))?;
+        let scratch = Scratch { root };
+        for dir in ["home", "git"] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(scratch.root.join(dir))
+                .map_err(|e| Error::io(format!("creating the scratch {dir}"), e))?;
+        }
+        Ok(scratch)
+    }
+
+    /// The metadata's copy (made by [`extract_metadata`]).
+    pub fn git_dir(&self) -> PathBuf {
+        self.root.join("git")
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Hardened git on the copy, bounded by `deadline`.
+    pub fn git(&self, deadline: Instant) -> Git {
+        Git {
+            git_dir: self.git_dir(),
+            home: self.root.join("home"),
+            deadline,
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
 
 /// The bounds of one metadata archive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -403,7 +454,7 @@ pub async fn base_for_rules(git: &Git, base: &str, with_links: bool) -> Result<s
         }
         let blobs = read_blobs(git, &wanted).await?;
         for (e, target) in wanted.iter().zip(blobs) {
-            if target.len() > crate::task::clone::MAX_LINK_TARGET {
+            if target.len() > crate::clone::MAX_LINK_TARGET {
                 return Err(Error::Invalid(format!(
                     "base's link {:?} has a target of {} bytes",
                     e.path,

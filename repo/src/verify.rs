@@ -54,7 +54,7 @@ impl Format {
     }
 }
 
-/// Why a linked file is not taken. The text follows "<n> links, and ".
+/// Why a linked file is not taken. The text follows "`<n>` links, and ".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Mismatch {
     #[error("{0} cannot be verified")]

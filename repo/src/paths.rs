@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use cordon_contract::audit::{CommitFinding, CommitReason, Kind, Manifest};
 use unicode_normalization::UnicodeNormalization;
 
-use crate::error::Unusable;
-use crate::task::tree::check_link;
+use crate::tree::check_link;
+use crate::unusable::Unusable;
 
 /// What a runner may relax.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

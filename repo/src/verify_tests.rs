@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::task::test_repo::{self, git, Scratch};
+use crate::test_repo::{self, git, Scratch};
 use std::io::Write;
 
 const LIMIT: u64 = 1024 * 1024;
