@@ -763,7 +763,9 @@ async fn hostile_writes_are_denied() {
         (
             tool(
                 "Edit",
-                json!({ "file_path": "/work/.git/HEAD", "old_string": "0", "new_string": "1", "replace_all": true }),
+                // HEAD holds the head's id: a string it surely contains (a commit id without a
+                // `0`, one in 13, made the CLI answer "not found" before it asked permission).
+                json!({ "file_path": "/work/.git/HEAD", "old_string": &head[..12], "new_string": "0".repeat(12) }),
             ),
             false,
         ),
