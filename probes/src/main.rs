@@ -15,6 +15,9 @@
 //!   fd-hygiene case: cordon-init must refuse it).
 //! - `workload ...`: workloads for the init's supervision tests (see `workload.rs`).
 
+// Every narrowing cast either checks (try_from, a named error) or says in a comment why it fits.
+#![warn(clippy::cast_possible_truncation)]
+
 mod capacity;
 mod egress;
 mod exec;
