@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::input::{parse_trailers, read_operations, MAX_MESSAGE_BYTES};
 use crate::{human, image, print, progress, verdict, Ctx};
 
 #[derive(Debug, Args)]
@@ -107,9 +108,6 @@ pub struct RunArgs {
     allow_non_portable_names: bool,
 }
 
-/// The most a commit message file may hold.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
-
 /// The id of the warning a wildcard allowlist entry gets.
 pub const EGRESS_WILDCARD: &str = "egress-wildcard";
 
@@ -155,18 +153,6 @@ struct Output<'a> {
     #[serde(flatten)]
     report: &'a cordon::invoke::oneshot::OneShotReport,
     warnings: &'a [Warning],
-}
-
-/// `K=V` trailers as pairs.
-pub fn parse_trailers(trailers: &[String]) -> anyhow::Result<Vec<(String, String)>> {
-    trailers
-        .iter()
-        .map(|t| {
-            t.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .ok_or_else(|| anyhow::anyhow!("a trailer is KEY=VALUE, not {t:?}"))
-        })
-        .collect()
 }
 
 /// The vendor credential from the caller's environment: an OAuth token, or an API key.
@@ -301,7 +287,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
         work: cordon::storage::DEFAULT_WORK,
         uids: args.uid_range,
         operations: match &args.ops {
-            Some(path) => crate::audit::read_operations(path)?,
+            Some(path) => read_operations(path)?,
             None => Vec::new(),
         },
         declared_paths: args.paths,
