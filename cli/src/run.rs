@@ -8,6 +8,17 @@ use clap::Args;
 use crate::input::{parse_trailers, read_operations, MAX_MESSAGE_BYTES};
 use crate::{human, image, print, progress, verdict, Ctx};
 
+/// What `--vendor` may name: a closed set, so a misspelt vendor is a usage error listing these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum VendorArg {
+    /// The fake vendor CLI of the test image.
+    Test,
+    /// The real Claude Code CLI in the agent image.
+    Claude,
+    /// Refused in every phase (it has a container profile only).
+    Codex,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[arg(long)]
@@ -31,8 +42,8 @@ pub struct RunArgs {
     /// runs the real Claude Code CLI in the agent image, with CLAUDE_CODE_OAUTH_TOKEN or
     /// ANTHROPIC_API_KEY from the environment, or against the fake Messages API with
     /// `--fake-vendor`.
-    #[arg(long, default_value = "test")]
-    vendor: String,
+    #[arg(long, value_enum, default_value_t = VendorArg::Test)]
+    vendor: VendorArg,
     /// `--vendor claude`: talk to the fake Messages API (on an internal network, as the API's
     /// own host, trusting a fresh test CA) instead of the vendor; no credential needed.
     #[arg(long)]
@@ -187,8 +198,8 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let mut fake = None;
     let mut exec = None;
-    let (vendor, image_id, credential) = match args.vendor.as_str() {
-        "test" => {
+    let (vendor, image_id, credential) = match args.vendor {
+        VendorArg::Test => {
             if args.fake_vendor {
                 anyhow::bail!("--fake-vendor is for --vendor claude (the test CLI needs no API)");
             }
@@ -198,7 +209,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 None,
             )
         }
-        "claude" => {
+        VendorArg::Claude => {
             let vendor = cordon_contract::Vendor::Claude;
             let image = match args.image {
                 Some(id) => {
@@ -225,20 +236,14 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             };
             (vendor, image, Some(credential))
         }
-        other => (
-            other
-                .parse::<cordon_contract::Vendor>()
-                .map_err(anyhow::Error::msg)?,
-            String::new(),
-            None,
-        ),
+        VendorArg::Codex => (cordon_contract::Vendor::Codex, String::new(), None),
     };
     let token = || uuid::Uuid::new_v4().simple().to_string();
     let owner = match &args.owner {
         Some(o) => cordon::labels::Owner::new(o)?,
         None => cordon::labels::Owner::random("run"),
     };
-    let allow = if args.allow.is_empty() && args.vendor != "test" {
+    let allow = if args.allow.is_empty() && args.vendor != VendorArg::Test {
         cordon::invoke::default_allowlist(vendor)
     } else {
         args.allow
