@@ -9,11 +9,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Subcommand;
 
+use crate::input::{parse_trailers, read_operations, MAX_MESSAGE_BYTES};
 use crate::task::parse_handle;
 use crate::{image, print, Ctx};
-
-/// The most an `--ops` file may hold (256 operations of two 1 KiB paths, as JSON).
-const MAX_OPS_BYTES: usize = 1024 * 1024;
 
 #[derive(Debug, Subcommand)]
 pub enum AuditAction {
@@ -136,14 +134,6 @@ fn read_links(
             links: vec![],
         }),
     }
-}
-
-/// The declared operations in `path` (a caller file: regular, bounded, UTF-8 JSON).
-pub fn read_operations(
-    path: &std::path::Path,
-) -> anyhow::Result<Vec<cordon_contract::tree::Operation>> {
-    let text = cordon::caller_file::read_utf8("operations file", path, MAX_OPS_BYTES)?;
-    serde_json::from_str(&text).context("the operations file is not a JSON array of operations")
 }
 
 async fn image_id(ctx: &Ctx, image: Option<String>) -> anyhow::Result<String> {
@@ -283,9 +273,9 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
                 message: cordon::caller_file::read_utf8(
                     "message file",
                     &args.message_file,
-                    crate::run::MAX_MESSAGE_BYTES,
+                    MAX_MESSAGE_BYTES,
                 )?,
-                trailers: crate::run::parse_trailers(&args.trailers)?,
+                trailers: parse_trailers(&args.trailers)?,
                 author: args.author,
                 committer: args.committer,
                 bundle: args.bundle,

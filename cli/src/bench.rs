@@ -8,6 +8,15 @@ use cordon::bench;
 
 use crate::{image, print, verdict, Ctx};
 
+/// What `bench invoke --vendor` may name: anything else is a usage error, not the fake CLI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchVendor {
+    /// The fake vendor CLI of the test image.
+    Test,
+    /// The real Claude Code CLI in the agent image, against the fake Messages API.
+    Claude,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum BenchAction {
     /// Cold launch through cordon against a bare create+start of the same container.
@@ -30,8 +39,8 @@ pub enum BenchAction {
         launch_runs: usize,
         /// `claude` with `--fake-vendor`: the real CLI (agent image, fake Messages API) against
         /// the fake CLI, interleaved, and the agent image's build time and size.
-        #[arg(long, default_value = "test")]
-        vendor: String,
+        #[arg(long, value_enum, default_value_t = BenchVendor::Test)]
+        vendor: BenchVendor,
         #[arg(long)]
         fake_vendor: bool,
     },
@@ -140,10 +149,10 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
         BenchAction::Invoke {
             files,
             runs,
-            vendor,
+            vendor: BenchVendor::Claude,
             fake_vendor,
             ..
-        } if vendor == "claude" => {
+        } => {
             if !fake_vendor {
                 anyhow::bail!(
                     "bench invoke --vendor claude needs --fake-vendor (no credential is used)"

@@ -17,6 +17,7 @@ mod egress;
 mod gate;
 mod human;
 mod image;
+mod input;
 mod progress;
 mod run;
 mod task;

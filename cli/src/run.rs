@@ -5,7 +5,19 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::input::{parse_trailers, read_operations, MAX_MESSAGE_BYTES};
 use crate::{human, image, print, progress, verdict, Ctx};
+
+/// What `--vendor` may name: a closed set, so a misspelt vendor is a usage error listing these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum VendorArg {
+    /// The fake vendor CLI of the test image.
+    Test,
+    /// The real Claude Code CLI in the agent image.
+    Claude,
+    /// Refused in every phase (it has a container profile only).
+    Codex,
+}
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -30,8 +42,8 @@ pub struct RunArgs {
     /// runs the real Claude Code CLI in the agent image, with CLAUDE_CODE_OAUTH_TOKEN or
     /// ANTHROPIC_API_KEY from the environment, or against the fake Messages API with
     /// `--fake-vendor`.
-    #[arg(long, default_value = "test")]
-    vendor: String,
+    #[arg(long, value_enum, default_value_t = VendorArg::Test)]
+    vendor: VendorArg,
     /// `--vendor claude`: talk to the fake Messages API (on an internal network, as the API's
     /// own host, trusting a fresh test CA) instead of the vendor; no credential needed.
     #[arg(long)]
@@ -107,9 +119,6 @@ pub struct RunArgs {
     allow_non_portable_names: bool,
 }
 
-/// The most a commit message file may hold.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
-
 /// The id of the warning a wildcard allowlist entry gets.
 pub const EGRESS_WILDCARD: &str = "egress-wildcard";
 
@@ -157,18 +166,6 @@ struct Output<'a> {
     warnings: &'a [Warning],
 }
 
-/// `K=V` trailers as pairs.
-pub fn parse_trailers(trailers: &[String]) -> anyhow::Result<Vec<(String, String)>> {
-    trailers
-        .iter()
-        .map(|t| {
-            t.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .ok_or_else(|| anyhow::anyhow!("a trailer is KEY=VALUE, not {t:?}"))
-        })
-        .collect()
-}
-
 /// The vendor credential from the caller's environment: an OAuth token, or an API key.
 fn credential_from_env() -> anyhow::Result<cordon::invoke::Credential> {
     use cordon::invoke::{Credential, CredentialKind};
@@ -201,8 +198,8 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let mut fake = None;
     let mut exec = None;
-    let (vendor, image_id, credential) = match args.vendor.as_str() {
-        "test" => {
+    let (vendor, image_id, credential) = match args.vendor {
+        VendorArg::Test => {
             if args.fake_vendor {
                 anyhow::bail!("--fake-vendor is for --vendor claude (the test CLI needs no API)");
             }
@@ -212,7 +209,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 None,
             )
         }
-        "claude" => {
+        VendorArg::Claude => {
             let vendor = cordon_contract::Vendor::Claude;
             let image = match args.image {
                 Some(id) => {
@@ -239,20 +236,14 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             };
             (vendor, image, Some(credential))
         }
-        other => (
-            other
-                .parse::<cordon_contract::Vendor>()
-                .map_err(anyhow::Error::msg)?,
-            String::new(),
-            None,
-        ),
+        VendorArg::Codex => (cordon_contract::Vendor::Codex, String::new(), None),
     };
     let token = || uuid::Uuid::new_v4().simple().to_string();
     let owner = match &args.owner {
         Some(o) => cordon::labels::Owner::new(o)?,
         None => cordon::labels::Owner::random("run"),
     };
-    let allow = if args.allow.is_empty() && args.vendor != "test" {
+    let allow = if args.allow.is_empty() && args.vendor != VendorArg::Test {
         cordon::invoke::default_allowlist(vendor)
     } else {
         args.allow
@@ -301,7 +292,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
         work: cordon::storage::DEFAULT_WORK,
         uids: args.uid_range,
         operations: match &args.ops {
-            Some(path) => crate::audit::read_operations(path)?,
+            Some(path) => read_operations(path)?,
             None => Vec::new(),
         },
         declared_paths: args.paths,

@@ -215,3 +215,39 @@ fn egress_proxy_answers_raw_requests_by_its_rules() {
     assert_eq!(lines[lines.len() - 1]["egress"], "stopped", "{log}");
     assert!(!socket.exists(), "the socket is removed on shutdown");
 }
+
+/// `--vendor` is a closed set: a value outside it is a usage error (exit 2) that names the valid
+/// ones, refused before anything reaches the engine; `bench invoke` has its own, smaller set.
+#[test]
+fn an_unknown_vendor_is_refused_with_the_valid_ones() {
+    for (args, valid) in [
+        (
+            &[
+                "run",
+                "--vendor",
+                "tset",
+                "--phase",
+                "questions",
+                "--repo",
+                ".",
+                "--prompt",
+                "hi",
+            ][..],
+            "[possible values: test, claude, codex]",
+        ),
+        (
+            &["bench", "invoke", "--vendor", "codex"][..],
+            "[possible values: test, claude]",
+        ),
+    ] {
+        let output = cordon().args(args).output().expect("run cordon");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("invalid value") && stderr.contains("'--vendor <VENDOR>'"),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains(valid), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+}

@@ -224,10 +224,10 @@ impl std::fmt::Display for AnswerRefused {
 
 impl std::error::Error for AnswerRefused {}
 
-/// Every refused answer is [`crate::Refusal::Address`] to the client (no detail about addresses).
-impl From<AnswerRefused> for crate::Refusal {
+/// Every refused answer is [`crate::Rejection::Address`] to the client (no detail about addresses).
+impl From<AnswerRefused> for crate::Rejection {
     fn from(_: AnswerRefused) -> Self {
-        crate::Refusal::Address
+        crate::Rejection::Address
     }
 }
 

@@ -524,8 +524,8 @@ fn check_answer_refuses_empty_and_any_denied_address() {
     );
     assert_eq!(AnswerRefused::Empty.as_str(), "empty");
     assert_eq!(
-        crate::Refusal::from(AnswerRefused::Empty),
-        crate::Refusal::Address
+        crate::Rejection::from(AnswerRefused::Empty),
+        crate::Rejection::Address
     );
 }
 

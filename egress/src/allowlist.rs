@@ -4,7 +4,7 @@
 //! unlisted name never reaches a resolver.
 
 use crate::host::Name;
-use crate::Refusal;
+use crate::Rejection;
 
 /// The port an entry allows when it names none.
 pub const DEFAULT_PORT: u16 = 443;
@@ -127,17 +127,17 @@ impl std::fmt::Display for Mapping {
 
 /// A port as the proxy accepts it: 1-65535 in plain decimal (no sign, no leading zero, no
 /// whitespace), so `0443`, `+443`, `443 ` and `65536` are refused rather than read as something.
-pub fn parse_port(text: &str) -> Result<u16, Refusal> {
+pub fn parse_port(text: &str) -> Result<u16, Rejection> {
     let plain = !text.is_empty()
         && text.len() <= 5
         && text.bytes().all(|b| b.is_ascii_digit())
         && !text.starts_with('0');
     if !plain {
-        return Err(Refusal::Port);
+        return Err(Rejection::Port);
     }
     match text.parse::<u32>() {
         Ok(port @ 1..=65_535) => Ok(port as u16),
-        _ => Err(Refusal::Port),
+        _ => Err(Rejection::Port),
     }
 }
 
@@ -169,17 +169,17 @@ impl Allowlist {
         self.0.is_empty()
     }
 
-    /// The entry a request for `name:port` matches: a name on no entry is [`Refusal::NotAllowed`]
-    /// whatever its port; a listed name on another port is [`Refusal::Port`].
-    pub fn check(&self, name: &Name, port: u16) -> Result<&Entry, Refusal> {
+    /// The entry a request for `name:port` matches: a name on no entry is [`Rejection::NotAllowed`]
+    /// whatever its port; a listed name on another port is [`Rejection::Port`].
+    pub fn check(&self, name: &Name, port: u16) -> Result<&Entry, Rejection> {
         if let Some(entry) = self.0.iter().find(|e| e.matches(name, port)) {
             return Ok(entry);
         }
         let named = self.0.iter().any(|e| e.matches(name, e.port));
         Err(if named {
-            Refusal::Port
+            Rejection::Port
         } else {
-            Refusal::NotAllowed
+            Rejection::NotAllowed
         })
     }
 }
@@ -262,7 +262,7 @@ mod tests {
             "", "0", "00", "0443", "+443", "-1", "443 ", " 443", "65536", "99999", "4_43", "0x1bb",
             "443\0", "١٤٣",
         ] {
-            assert_eq!(parse_port(bad), Err(Refusal::Port), "{bad:?}");
+            assert_eq!(parse_port(bad), Err(Rejection::Port), "{bad:?}");
         }
     }
 
@@ -278,9 +278,12 @@ mod tests {
         assert!(list.check(&name("a.b.example.com"), 8443).is_ok());
         assert_eq!(
             list.check(&name("api.anthropic.com"), 80),
-            Err(Refusal::Port)
+            Err(Rejection::Port)
         );
-        assert_eq!(list.check(&name("a.example.com"), 443), Err(Refusal::Port));
+        assert_eq!(
+            list.check(&name("a.example.com"), 443),
+            Err(Rejection::Port)
+        );
         for unlisted in [
             "example.com",
             "anthropic.com",
@@ -291,18 +294,18 @@ mod tests {
         ] {
             assert_eq!(
                 list.check(&name(unlisted), 443),
-                Err(Refusal::NotAllowed),
+                Err(Rejection::NotAllowed),
                 "{unlisted}"
             );
             assert_eq!(
                 list.check(&name(unlisted), 8443),
-                Err(Refusal::NotAllowed),
+                Err(Rejection::NotAllowed),
                 "{unlisted}"
             );
         }
         assert_eq!(
             Allowlist::default().check(&name("api.anthropic.com"), 443),
-            Err(Refusal::NotAllowed)
+            Err(Rejection::NotAllowed)
         );
     }
 }

@@ -29,7 +29,7 @@ use crate::allowlist::{Allowlist, Mapping};
 use crate::head::{self, Connect};
 use crate::host::Name;
 use crate::tls::{self, Hello};
-use crate::Refusal;
+use crate::Rejection;
 
 /// A rule a gate case may tell the proxy to leave out (`--skip NAME`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -128,19 +128,19 @@ impl Admitted {
 }
 
 /// Parse a whole head and match it against the allowlist. No lookup happens here.
-pub fn admit(rules: &Rules, head: &[u8]) -> Result<Admitted, Refusal> {
+pub fn admit(rules: &Rules, head: &[u8]) -> Result<Admitted, Rejection> {
     admit_parsed(rules, parse(rules, head)?)
 }
 
 /// Parse a whole head under these rules (any method, when [`Rule::Method`] is left out): the first
 /// half of [`admit`].
-pub fn parse(rules: &Rules, head: &[u8]) -> Result<Connect, Refusal> {
+pub fn parse(rules: &Rules, head: &[u8]) -> Result<Connect, Rejection> {
     head::parse_with(head, rules.skips(Rule::Method))
 }
 
 /// Match a parsed request against the allowlist (unless [`Rule::Allowlist`] is left out) and find
 /// its mapping: the second half of [`admit`].
-pub fn admit_parsed(rules: &Rules, connect: Connect) -> Result<Admitted, Refusal> {
+pub fn admit_parsed(rules: &Rules, connect: Connect) -> Result<Admitted, Rejection> {
     if !rules.skips(Rule::Allowlist) {
         rules.allowlist.check(&connect.name, connect.port)?;
     }
@@ -160,15 +160,15 @@ pub fn dial(
     rules: &Rules,
     admitted: &Admitted,
     answer: Result<Vec<IpAddr>, String>,
-) -> Result<Vec<SocketAddr>, Refusal> {
+) -> Result<Vec<SocketAddr>, Rejection> {
     if let Some(to) = admitted.mapped {
         return Ok(vec![to]);
     }
-    let addrs = answer.map_err(|_| Refusal::Resolve)?;
+    let addrs = answer.map_err(|_| Rejection::Resolve)?;
     if !rules.skips(Rule::Address) {
         check_answer(&addrs, &rules.host_own)?;
     } else if addrs.is_empty() {
-        return Err(Refusal::Address);
+        return Err(Rejection::Address);
     }
     Ok(addrs
         .into_iter()
@@ -212,16 +212,16 @@ mod tests {
         let rules = rules();
         // `admit` is the only way to an `Admitted`: a refused head leaves nothing to resolve.
         for (target, want) in [
-            ("evil.example:443", Refusal::NotAllowed),
-            ("api.anthropic.com.evil.example:443", Refusal::NotAllowed),
-            ("api.anthropic.com:80", Refusal::Port),
-            ("160.79.104.10:443", Refusal::Host),
+            ("evil.example:443", Rejection::NotAllowed),
+            ("api.anthropic.com.evil.example:443", Rejection::NotAllowed),
+            ("api.anthropic.com:80", Rejection::Port),
+            ("160.79.104.10:443", Rejection::Host),
         ] {
             assert_eq!(admit(&rules, &connect(target)), Err(want), "{target}");
         }
         assert_eq!(
             admit(&rules, b"GET http://api.anthropic.com/ HTTP/1.1\r\n\r\n"),
-            Err(Refusal::Method)
+            Err(Rejection::Method)
         );
     }
 
@@ -244,13 +244,13 @@ mod tests {
         ] {
             assert_eq!(
                 dial(&rules, &admitted, Ok(answer.clone())),
-                Err(Refusal::Address),
+                Err(Rejection::Address),
                 "{answer:?}"
             );
         }
         assert_eq!(
             dial(&rules, &admitted, Err("SERVFAIL".into())),
-            Err(Refusal::Resolve)
+            Err(Rejection::Resolve)
         );
     }
 
@@ -272,7 +272,7 @@ mod tests {
         };
         assert_eq!(
             admit(&unlisted, &connect("other.test:443")),
-            Err(Refusal::NotAllowed)
+            Err(Rejection::NotAllowed)
         );
     }
 
@@ -349,7 +349,7 @@ mod tests {
                 for rules in all_but(Rule::Method) {
                     let got = admit(&rules, head.as_bytes());
                     assert!(
-                        matches!(got, Err(Refusal::Method | Refusal::Target)),
+                        matches!(got, Err(Rejection::Method | Rejection::Target)),
                         "{head} with {:?}: {got:?}",
                         rules.skip
                     );
@@ -358,51 +358,51 @@ mod tests {
         }
         assert_eq!(
             admit(&rules(), b"GET https://api.anthropic.com/ HTTP/1.1\r\n\r\n"),
-            Err(Refusal::Method)
+            Err(Rejection::Method)
         );
         // The host rule, the allowlist and the head's bounds still hold.
         for (head, want) in [
             (
                 "GET http://api.anthropic.com/ HTTP/1.1\r\n\r\n",
-                Refusal::Port,
+                Rejection::Port,
             ),
             (
                 "GET https://evil.example/ HTTP/1.1\r\n\r\n",
-                Refusal::NotAllowed,
+                Rejection::NotAllowed,
             ),
-            ("GET https://127.0.0.1/ HTTP/1.1\r\n\r\n", Refusal::Host),
-            ("GET https://[::1]:443/ HTTP/1.1\r\n\r\n", Refusal::Host),
+            ("GET https://127.0.0.1/ HTTP/1.1\r\n\r\n", Rejection::Host),
+            ("GET https://[::1]:443/ HTTP/1.1\r\n\r\n", Rejection::Host),
             (
                 "GET https://a@api.anthropic.com/ HTTP/1.1\r\n\r\n",
-                Refusal::Target,
+                Rejection::Target,
             ),
             (
                 "GET https://api.anthropic.com:0443/ HTTP/1.1\r\n\r\n",
-                Refusal::Port,
+                Rejection::Port,
             ),
             (
                 "GET https://api.anthropic.com/ HTTP/1.0\r\n\r\n",
-                Refusal::Version,
+                Rejection::Version,
             ),
             (
                 "GET / HTTP/1.1\r\nHost: api.anthropic.com\r\n\r\n",
-                Refusal::Target,
+                Rejection::Target,
             ),
             (
                 "GET ftp://api.anthropic.com/ HTTP/1.1\r\n\r\n",
-                Refusal::Target,
+                Rejection::Target,
             ),
             (
                 "G(T https://api.anthropic.com/ HTTP/1.1\r\n\r\n",
-                Refusal::Method,
+                Rejection::Method,
             ),
             (
                 "GET https://api.anthropic.com/ HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
-                Refusal::Malformed,
+                Rejection::Malformed,
             ),
             (
                 "GET api.anthropic.com:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n",
-                Refusal::Malformed,
+                Rejection::Malformed,
             ),
         ] {
             assert_eq!(admit(&skip, head.as_bytes()), Err(want), "{head}");
@@ -424,7 +424,7 @@ mod tests {
                 assert!(
                     matches!(
                         admit(&rules, &connect(target)),
-                        Err(Refusal::NotAllowed | Refusal::Port)
+                        Err(Rejection::NotAllowed | Rejection::Port)
                     ),
                     "{target} with {:?}",
                     rules.skip
@@ -432,7 +432,10 @@ mod tests {
             }
         }
         // The host rule holds, a mapping still applies, and an unmapped name is classified.
-        assert_eq!(admit(&skip, &connect("127.0.0.1:443")), Err(Refusal::Host));
+        assert_eq!(
+            admit(&skip, &connect("127.0.0.1:443")),
+            Err(Rejection::Host)
+        );
         let mapped = Rules {
             mappings: vec![Mapping::parse("other.test=172.18.0.5:443").unwrap()],
             ..skip.clone()
@@ -442,7 +445,7 @@ mod tests {
         let admitted = admit(&skip, &connect("evil.example:443")).unwrap();
         assert_eq!(
             dial(&skip, &admitted, Ok(vec!["10.0.0.1".parse().unwrap()])),
-            Err(Refusal::Address)
+            Err(Rejection::Address)
         );
     }
 
@@ -465,21 +468,21 @@ mod tests {
                 let admitted = admit(&rules, &connect("api.anthropic.com:443")).unwrap();
                 assert_eq!(
                     dial(&rules, &admitted, Ok(answer.clone())),
-                    Err(Refusal::Address),
+                    Err(Rejection::Address),
                     "{answer:?} with {:?}",
                     rules.skip
                 );
             }
         }
-        assert_eq!(dial(&skip, &admitted, Ok(vec![])), Err(Refusal::Address));
+        assert_eq!(dial(&skip, &admitted, Ok(vec![])), Err(Rejection::Address));
         assert_eq!(
             dial(&skip, &admitted, Err("SERVFAIL".into())),
-            Err(Refusal::Resolve)
+            Err(Rejection::Resolve)
         );
         // The allowlist still holds.
         assert_eq!(
             admit(&skip, &connect("evil.example:443")),
-            Err(Refusal::NotAllowed)
+            Err(Rejection::NotAllowed)
         );
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::allowlist::parse_port;
 use crate::host::Name;
-use crate::Refusal;
+use crate::Rejection;
 
 /// The longest head, request line and headers with their CRLFs.
 pub const MAX_HEAD: usize = 8 * 1024;
@@ -31,25 +31,25 @@ pub struct Connect {
 /// Where the head ends in what has been read so far (the index just past its empty line), or
 /// `None` when more must be read. A bare LF, a CR not followed by LF, and a head longer than
 /// [`MAX_HEAD`] are refused as soon as they are seen.
-pub fn head_end(read: &[u8]) -> Result<Option<usize>, Refusal> {
+pub fn head_end(read: &[u8]) -> Result<Option<usize>, Rejection> {
     for (at, &byte) in read.iter().enumerate() {
         match byte {
-            b'\n' if at == 0 || read[at - 1] != b'\r' => return Err(Refusal::Malformed),
+            b'\n' if at == 0 || read[at - 1] != b'\r' => return Err(Rejection::Malformed),
             b'\r' if read.get(at + 1).is_some_and(|next| *next != b'\n') => {
-                return Err(Refusal::Malformed)
+                return Err(Rejection::Malformed)
             }
             b'\n' if at >= 3 && &read[at - 3..=at] == b"\r\n\r\n" => {
                 return if at < MAX_HEAD {
                     Ok(Some(at + 1))
                 } else {
-                    Err(Refusal::HeadTooLarge)
+                    Err(Rejection::HeadTooLarge)
                 };
             }
             _ => {}
         }
     }
     if read.len() >= MAX_HEAD {
-        Err(Refusal::HeadTooLarge)
+        Err(Rejection::HeadTooLarge)
     } else {
         Ok(None)
     }
@@ -71,7 +71,7 @@ enum Form {
 }
 
 /// Parse a whole head (what [`head_end`] delimited, its final empty line included).
-pub fn parse(head: &[u8]) -> Result<Connect, Refusal> {
+pub fn parse(head: &[u8]) -> Result<Connect, Rejection> {
     parse_with(head, false)
 }
 
@@ -80,46 +80,46 @@ pub fn parse(head: &[u8]) -> Result<Connect, Refusal> {
 /// authority-form target needs exactly one Host header naming it (RFC 9112 3.2; none at all is
 /// refused as one naming something else is); an absolute-form target is what a proxy goes by
 /// (RFC 9112 3.2.2), so its Host header is not compared, and one is enough.
-pub fn parse_with(head: &[u8], any_method: bool) -> Result<Connect, Refusal> {
+pub fn parse_with(head: &[u8], any_method: bool) -> Result<Connect, Rejection> {
     if head.len() > MAX_HEAD {
-        return Err(Refusal::HeadTooLarge);
+        return Err(Rejection::HeadTooLarge);
     }
-    let text = std::str::from_utf8(head).map_err(|_| Refusal::Malformed)?;
-    let body = text.strip_suffix("\r\n\r\n").ok_or(Refusal::Malformed)?;
+    let text = std::str::from_utf8(head).map_err(|_| Rejection::Malformed)?;
+    let body = text.strip_suffix("\r\n\r\n").ok_or(Rejection::Malformed)?;
     let mut lines = body.split("\r\n");
-    let request = lines.next().ok_or(Refusal::Malformed)?;
+    let request = lines.next().ok_or(Rejection::Malformed)?;
     let (connect, form) = request_line(request, any_method)?;
     let mut headers = 0;
     let mut host_seen = false;
     for line in lines {
         headers += 1;
         if headers > MAX_HEADERS {
-            return Err(Refusal::HeadTooLarge);
+            return Err(Rejection::HeadTooLarge);
         }
         let (name, value) = header(line)?;
         if name.eq_ignore_ascii_case("host") {
             if host_seen {
-                return Err(Refusal::Malformed);
+                return Err(Rejection::Malformed);
             }
             host_seen = true;
             // The Host header of a CONNECT names the same authority (RFC 9110 9.3.6); anything
             // else in it, however it fails, is a malformed header, not a second target.
             if form == Form::Authority && !names_target(value, &connect) {
-                return Err(Refusal::Malformed);
+                return Err(Rejection::Malformed);
             }
         }
     }
     if form == Form::Authority && !host_seen {
-        return Err(Refusal::Malformed);
+        return Err(Rejection::Malformed);
     }
     Ok(connect)
 }
 
 /// `CONNECT SP host:port SP HTTP/1.1`, single spaces, nothing else (with `any_method`: any
 /// method token, and an absolute-form target too).
-fn request_line(line: &str, any_method: bool) -> Result<(Connect, Form), Refusal> {
+fn request_line(line: &str, any_method: bool) -> Result<(Connect, Form), Rejection> {
     if !line.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
-        return Err(Refusal::Malformed);
+        return Err(Rejection::Malformed);
     }
     let mut parts = line.split(' ');
     let (Some(method), Some(target), Some(version), None) =
@@ -128,9 +128,9 @@ fn request_line(line: &str, any_method: bool) -> Result<(Connect, Form), Refusal
         // A method alone, or extra spaces: judge the method first (a GET with an odd line is
         // still a GET), then the shape.
         return Err(match line.split(' ').next() {
-            Some("CONNECT") => Refusal::Target,
-            Some(method) if any_method && is_token(method) => Refusal::Target,
-            _ => Refusal::Method,
+            Some("CONNECT") => Rejection::Target,
+            Some(method) if any_method && is_token(method) => Rejection::Target,
+            _ => Rejection::Method,
         });
     };
     let method_allowed = if any_method {
@@ -139,10 +139,10 @@ fn request_line(line: &str, any_method: bool) -> Result<(Connect, Form), Refusal
         method == "CONNECT"
     };
     if !method_allowed {
-        return Err(Refusal::Method);
+        return Err(Rejection::Method);
     }
     if version != "HTTP/1.1" {
-        return Err(Refusal::Version);
+        return Err(Rejection::Version);
     }
     if any_method {
         for (scheme, default_port) in [("http://", 80), ("https://", 443)] {
@@ -162,15 +162,15 @@ fn is_token(text: &str) -> bool {
 
 /// What follows `http://` or `https://` in an absolute-form target: `host[:port]`, then nothing
 /// or a path or query; no userinfo, no fragment, no IP literal (the host rule as for CONNECT).
-fn absolute(rest: &str, default_port: u16) -> Result<Connect, Refusal> {
+fn absolute(rest: &str, default_port: u16) -> Result<Connect, Rejection> {
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
     if path.contains('#') || authority.contains('@') {
-        return Err(Refusal::Target);
+        return Err(Rejection::Target);
     }
     if authority.starts_with('[') {
         // An IPv6 literal.
-        return Err(Refusal::Host);
+        return Err(Rejection::Host);
     }
     let (host, port) = match authority.rsplit_once(':') {
         Some((host, port)) => (host, parse_port(port)?),
@@ -195,32 +195,32 @@ fn names_target(value: &str, connect: &Connect) -> bool {
 }
 
 /// `host:port` in authority form: no scheme, no path, no userinfo; the port required.
-fn authority(target: &str) -> Result<Connect, Refusal> {
+fn authority(target: &str) -> Result<Connect, Rejection> {
     if target.starts_with('/') || target.contains("://") || target.contains(['/', '?', '#']) {
-        return Err(Refusal::Target);
+        return Err(Rejection::Target);
     }
     if target.starts_with('[') {
         // An IPv6 literal, with or without a port: the host rule, before any port is looked for
         // (its last `:` may be inside the brackets).
-        return Err(Refusal::Host);
+        return Err(Rejection::Host);
     }
-    let (host, port) = target.rsplit_once(':').ok_or(Refusal::Target)?;
+    let (host, port) = target.rsplit_once(':').ok_or(Rejection::Target)?;
     let port = parse_port(port)?;
     let name = Name::parse(host)?;
     Ok(Connect { name, port })
 }
 
 /// `name: value`, the name a token, the value visible ASCII with spaces and tabs; no folding.
-fn header(line: &str) -> Result<(&str, &str), Refusal> {
-    let (name, value) = line.split_once(':').ok_or(Refusal::Malformed)?;
+fn header(line: &str) -> Result<(&str, &str), Rejection> {
+    let (name, value) = line.split_once(':').ok_or(Rejection::Malformed)?;
     if !is_token(name) {
-        return Err(Refusal::Malformed);
+        return Err(Rejection::Malformed);
     }
     if !value
         .bytes()
         .all(|b| b.is_ascii_graphic() || b == b' ' || b == b'\t')
     {
-        return Err(Refusal::Malformed);
+        return Err(Rejection::Malformed);
     }
     Ok((name, value.trim_matches([' ', '\t'])))
 }

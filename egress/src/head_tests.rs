@@ -6,7 +6,7 @@ fn head(text: &str) -> Vec<u8> {
     text.as_bytes().to_vec()
 }
 
-fn parsed(text: &str) -> Result<Connect, Refusal> {
+fn parsed(text: &str) -> Result<Connect, Rejection> {
     let bytes = head(text);
     match head_end(&bytes)? {
         Some(end) if end == bytes.len() => parse(&bytes),
@@ -30,66 +30,66 @@ fn other_methods_and_forms_are_refused() {
     for (text, want) in [
         (
             "GET http://api.anthropic.com/ HTTP/1.1\r\n\r\n",
-            Refusal::Method,
+            Rejection::Method,
         ),
         (
             "GET / HTTP/1.1\r\nHost: api.anthropic.com\r\n\r\n",
-            Refusal::Method,
+            Rejection::Method,
         ),
         (
             "POST api.anthropic.com:443 HTTP/1.1\r\n\r\n",
-            Refusal::Method,
+            Rejection::Method,
         ),
         (
             "connect api.anthropic.com:443 HTTP/1.1\r\n\r\n",
-            Refusal::Method,
+            Rejection::Method,
         ),
         (
             "CONNECTX api.anthropic.com:443 HTTP/1.1\r\n\r\n",
-            Refusal::Method,
+            Rejection::Method,
         ),
-        ("PRI * HTTP/2.0\r\n\r\n", Refusal::Method),
-        ("GET\r\n\r\n", Refusal::Method),
+        ("PRI * HTTP/2.0\r\n\r\n", Rejection::Method),
+        ("GET\r\n\r\n", Rejection::Method),
         (
             "CONNECT http://api.anthropic.com:443 HTTP/1.1\r\n\r\n",
-            Refusal::Target,
+            Rejection::Target,
         ),
         (
             "CONNECT https://api.anthropic.com:443/ HTTP/1.1\r\n\r\n",
-            Refusal::Target,
+            Rejection::Target,
         ),
         (
             "CONNECT /api.anthropic.com:443 HTTP/1.1\r\n\r\n",
-            Refusal::Target,
+            Rejection::Target,
         ),
         (
             "CONNECT api.anthropic.com:443/x HTTP/1.1\r\n\r\n",
-            Refusal::Target,
+            Rejection::Target,
         ),
         (
             "CONNECT api.anthropic.com HTTP/1.1\r\n\r\n",
-            Refusal::Target,
+            Rejection::Target,
         ),
         (
             "CONNECT  api.anthropic.com:443 HTTP/1.1\r\n\r\n",
-            Refusal::Target,
+            Rejection::Target,
         ),
         (
             "CONNECT api.anthropic.com:443  HTTP/1.1\r\n\r\n",
-            Refusal::Target,
+            Rejection::Target,
         ),
-        ("CONNECT api.anthropic.com:443\r\n\r\n", Refusal::Target),
+        ("CONNECT api.anthropic.com:443\r\n\r\n", Rejection::Target),
         (
             "CONNECT api.anthropic.com:443 HTTP/1.0\r\n\r\n",
-            Refusal::Version,
+            Rejection::Version,
         ),
         (
             "CONNECT api.anthropic.com:443 HTTP/2\r\n\r\n",
-            Refusal::Version,
+            Rejection::Version,
         ),
         (
             "CONNECT api.anthropic.com:443 http/1.1\r\n\r\n",
-            Refusal::Version,
+            Rejection::Version,
         ),
     ] {
         assert_eq!(parsed(text), Err(want), "{text:?}");
@@ -99,22 +99,22 @@ fn other_methods_and_forms_are_refused() {
 #[test]
 fn userinfo_port_and_literal_games_are_refused() {
     for (target, want) in [
-        ("a:443@api.anthropic.com:443", Refusal::Host),
-        ("api.anthropic.com:443@evil.com:443", Refusal::Host),
-        ("user@api.anthropic.com:443", Refusal::Host),
-        ("api.anthropic.com:0443", Refusal::Port),
-        ("api.anthropic.com:+443", Refusal::Port),
-        ("api.anthropic.com:65536", Refusal::Port),
-        ("api.anthropic.com:", Refusal::Port),
-        ("api.anthropic.com:443:443", Refusal::Host),
-        ("127.0.0.1:443", Refusal::Host),
-        ("2130706433:443", Refusal::Host),
-        ("0x7f.1:443", Refusal::Host),
-        ("[::1]:443", Refusal::Host),
-        ("[::ffff:127.0.0.1]:443", Refusal::Host),
-        ("[fe80::1%25eth0]:443", Refusal::Host),
-        ("api%2eanthropic.com:443", Refusal::Host),
-        ("api.anthropic.com%00:443", Refusal::Host),
+        ("a:443@api.anthropic.com:443", Rejection::Host),
+        ("api.anthropic.com:443@evil.com:443", Rejection::Host),
+        ("user@api.anthropic.com:443", Rejection::Host),
+        ("api.anthropic.com:0443", Rejection::Port),
+        ("api.anthropic.com:+443", Rejection::Port),
+        ("api.anthropic.com:65536", Rejection::Port),
+        ("api.anthropic.com:", Rejection::Port),
+        ("api.anthropic.com:443:443", Rejection::Host),
+        ("127.0.0.1:443", Rejection::Host),
+        ("2130706433:443", Rejection::Host),
+        ("0x7f.1:443", Rejection::Host),
+        ("[::1]:443", Rejection::Host),
+        ("[::ffff:127.0.0.1]:443", Rejection::Host),
+        ("[fe80::1%25eth0]:443", Rejection::Host),
+        ("api%2eanthropic.com:443", Rejection::Host),
+        ("api.anthropic.com%00:443", Rejection::Host),
     ] {
         let text = format!("CONNECT {target} HTTP/1.1\r\n\r\n");
         assert_eq!(parsed(&text), Err(want), "{target}");
@@ -138,11 +138,11 @@ fn line_endings_sizes_and_headers_are_bounded() {
         "CONNECT api.anthropic.com:443 HTTP/1.1\r\n\n",
     ];
     for text in bare_lf {
-        assert_eq!(head_end(&head(text)), Err(Refusal::Malformed), "{text:?}");
+        assert_eq!(head_end(&head(text)), Err(Rejection::Malformed), "{text:?}");
     }
     assert_eq!(
         head_end(b"CONNECT a.com:443 HTTP/1.1\rX"),
-        Err(Refusal::Malformed),
+        Err(Rejection::Malformed),
         "bare CR"
     );
     assert_eq!(
@@ -155,10 +155,10 @@ fn line_endings_sizes_and_headers_are_bounded() {
         "CONNECT api.anthropic.com:443 HTTP/1.1\r\nX: {}\r\n\r\n",
         "a".repeat(MAX_HEAD)
     );
-    assert_eq!(head_end(long.as_bytes()), Err(Refusal::HeadTooLarge));
+    assert_eq!(head_end(long.as_bytes()), Err(Rejection::HeadTooLarge));
     assert_eq!(
         head_end(&long.as_bytes()[..MAX_HEAD]),
-        Err(Refusal::HeadTooLarge)
+        Err(Rejection::HeadTooLarge)
     );
     let fits = format!(
         "CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\nX: {}\r\n\r\n",
@@ -168,7 +168,7 @@ fn line_endings_sizes_and_headers_are_bounded() {
     let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
     assert_eq!(
         parsed(&format!("CONNECT a.com:443 HTTP/1.1\r\n{many}\r\n")),
-        Err(Refusal::HeadTooLarge)
+        Err(Rejection::HeadTooLarge)
     );
     // The Host header is one of them.
     let enough: String = (1..MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
@@ -191,20 +191,20 @@ fn line_endings_sizes_and_headers_are_bounded() {
         "X: caf\u{e9}",
     ] {
         let text = format!("CONNECT a.com:443 HTTP/1.1\r\n{bad}\r\n\r\n");
-        assert_eq!(parsed(&text), Err(Refusal::Malformed), "{bad:?}");
+        assert_eq!(parsed(&text), Err(Rejection::Malformed), "{bad:?}");
     }
     let literal = "CONNECT a.com:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n";
     assert_eq!(
         parsed(literal),
-        Err(Refusal::Malformed),
+        Err(Rejection::Malformed),
         "a Host header naming anything but the target is malformed, however it fails"
     );
     // The default port may be left out of the Host header (older clients do), nothing else.
     for (host, want) in [
         ("Host: a.com", Ok(())),
         ("Host: A.com.", Ok(())),
-        ("Host: b.com", Err(Refusal::Malformed)),
-        ("Host: a.com:", Err(Refusal::Malformed)),
+        ("Host: b.com", Err(Rejection::Malformed)),
+        ("Host: a.com:", Err(Rejection::Malformed)),
     ] {
         let text = format!("CONNECT a.com:443 HTTP/1.1\r\n{host}\r\n\r\n");
         assert_eq!(parsed(&text).map(drop), want, "{host}");
@@ -212,7 +212,7 @@ fn line_endings_sizes_and_headers_are_bounded() {
     let elsewhere = "CONNECT a.com:8443 HTTP/1.1\r\nHost: a.com\r\n\r\n";
     assert_eq!(
         parsed(elsewhere),
-        Err(Refusal::Malformed),
+        Err(Rejection::Malformed),
         "only the default port may be left out"
     );
 }
@@ -222,7 +222,7 @@ fn a_connect_needs_exactly_one_host_header_naming_its_target() {
     // No Host header at all is refused as one naming something else is (RFC 9112 3.2: a client
     // sends one in every HTTP/1.1 request; Node's CONNECT does).
     let mismatching = parsed("CONNECT a.com:443 HTTP/1.1\r\nHost: b.com:443\r\n\r\n");
-    assert_eq!(mismatching, Err(Refusal::Malformed));
+    assert_eq!(mismatching, Err(Rejection::Malformed));
     for text in [
         "CONNECT a.com:443 HTTP/1.1\r\n\r\n",
         "CONNECT a.com:443 HTTP/1.1\r\nUser-Agent: x\r\n\r\n",
@@ -245,21 +245,21 @@ fn a_connect_needs_exactly_one_host_header_naming_its_target() {
 #[test]
 fn every_refusal_has_its_own_id_and_a_status() {
     let all = [
-        Refusal::Method,
-        Refusal::Target,
-        Refusal::Version,
-        Refusal::HeadTooLarge,
-        Refusal::Malformed,
-        Refusal::Host,
-        Refusal::Port,
-        Refusal::NotAllowed,
-        Refusal::Address,
-        Refusal::Resolve,
+        Rejection::Method,
+        Rejection::Target,
+        Rejection::Version,
+        Rejection::HeadTooLarge,
+        Rejection::Malformed,
+        Rejection::Host,
+        Rejection::Port,
+        Rejection::NotAllowed,
+        Rejection::Address,
+        Rejection::Resolve,
     ];
     let ids: std::collections::BTreeSet<&str> = all.iter().map(|r| r.id()).collect();
     assert_eq!(ids.len(), all.len());
     assert!(all.iter().all(|r| (400..600).contains(&r.status())));
-    assert_eq!(Refusal::Method.status(), 405);
+    assert_eq!(Rejection::Method.status(), 405);
 }
 
 #[test]
@@ -306,28 +306,31 @@ fn any_method_reads_authority_and_absolute_form_only_when_asked() {
         }
     }
     for (text, want) in [
-        ("GET http://a.example:/ HTTP/1.1\r\n\r\n", Refusal::Port),
+        ("GET http://a.example:/ HTTP/1.1\r\n\r\n", Rejection::Port),
         (
             "GET http://a.example:99999/ HTTP/1.1\r\n\r\n",
-            Refusal::Port,
+            Rejection::Port,
         ),
-        ("GET http://a.example/#f HTTP/1.1\r\n\r\n", Refusal::Target),
+        (
+            "GET http://a.example/#f HTTP/1.1\r\n\r\n",
+            Rejection::Target,
+        ),
         (
             "GET http://u:p@a.example/ HTTP/1.1\r\n\r\n",
-            Refusal::Target,
+            Rejection::Target,
         ),
-        ("GET HTTP://a.example/ HTTP/1.1\r\n\r\n", Refusal::Target),
-        ("GET http:///x HTTP/1.1\r\n\r\n", Refusal::Host),
-        ("GET http://0x7f.1/ HTTP/1.1\r\n\r\n", Refusal::Host),
-        ("GET http://[fe80::1]/ HTTP/1.1\r\n\r\n", Refusal::Host),
-        ("GET * HTTP/1.1\r\n\r\n", Refusal::Target),
-        ("GET\r\n\r\n", Refusal::Target),
-        ("GET  http://a.example/ HTTP/1.1\r\n\r\n", Refusal::Target),
-        ("G@T http://a.example/ HTTP/1.1\r\n\r\n", Refusal::Method),
-        ("GET http://a.example/ HTTP/2\r\n\r\n", Refusal::Version),
+        ("GET HTTP://a.example/ HTTP/1.1\r\n\r\n", Rejection::Target),
+        ("GET http:///x HTTP/1.1\r\n\r\n", Rejection::Host),
+        ("GET http://0x7f.1/ HTTP/1.1\r\n\r\n", Rejection::Host),
+        ("GET http://[fe80::1]/ HTTP/1.1\r\n\r\n", Rejection::Host),
+        ("GET * HTTP/1.1\r\n\r\n", Rejection::Target),
+        ("GET\r\n\r\n", Rejection::Target),
+        ("GET  http://a.example/ HTTP/1.1\r\n\r\n", Rejection::Target),
+        ("G@T http://a.example/ HTTP/1.1\r\n\r\n", Rejection::Method),
+        ("GET http://a.example/ HTTP/2\r\n\r\n", Rejection::Version),
         (
             "GET http://a.example/ HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n",
-            Refusal::Malformed,
+            Rejection::Malformed,
         ),
     ] {
         assert_eq!(any(text), Err(want), "{text:?}");
@@ -335,6 +338,6 @@ fn any_method_reads_authority_and_absolute_form_only_when_asked() {
     let many: String = (0..=MAX_HEADERS).map(|i| format!("X{i}: y\r\n")).collect();
     assert_eq!(
         any(&format!("GET http://a.example/ HTTP/1.1\r\n{many}\r\n")),
-        Err(Refusal::HeadTooLarge)
+        Err(Rejection::HeadTooLarge)
     );
 }

@@ -3,7 +3,7 @@
 //! a second trailing dot, percent-encoding, userinfo, a byte outside letters, digits, hyphen and
 //! dot) is refused rather than normalised, so the name matched is the name resolved.
 
-use crate::Refusal;
+use crate::Rejection;
 
 /// The longest name (without the trailing dot).
 pub const MAX_NAME: usize = 253;
@@ -18,30 +18,30 @@ pub struct Name(String);
 impl Name {
     /// Parse the host part of an authority. One comparison-only ASCII case fold and one trailing
     /// dot are the only changes made; anything else that is not canonical is refused.
-    pub fn parse(text: &str) -> Result<Name, Refusal> {
+    pub fn parse(text: &str) -> Result<Name, Rejection> {
         let bytes = text.as_bytes();
         if bytes.is_empty() || bytes.len() > MAX_NAME + 1 {
-            return Err(Refusal::Host);
+            return Err(Rejection::Host);
         }
         if !bytes
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.')
         {
-            return Err(Refusal::Host);
+            return Err(Rejection::Host);
         }
         let name = text.strip_suffix('.').unwrap_or(text).to_ascii_lowercase();
         if name.is_empty() || name.len() > MAX_NAME {
-            return Err(Refusal::Host);
+            return Err(Rejection::Host);
         }
         let labels: Vec<&str> = name.split('.').collect();
         let ldh = |l: &&str| {
             !l.is_empty() && l.len() <= MAX_LABEL && !l.starts_with('-') && !l.ends_with('-')
         };
         if !labels.iter().all(ldh) {
-            return Err(Refusal::Host);
+            return Err(Rejection::Host);
         }
         if looks_numeric(&labels) {
-            return Err(Refusal::Host);
+            return Err(Rejection::Host);
         }
         Ok(Name(name))
     }
@@ -110,7 +110,11 @@ mod tests {
             Name::parse(&format!("{}.", &longest[2..])).is_ok(),
             "253 bytes and the dot"
         );
-        assert_eq!(Name::parse(&longest[1..]), Err(Refusal::Host), "254 bytes");
+        assert_eq!(
+            Name::parse(&longest[1..]),
+            Err(Rejection::Host),
+            "254 bytes"
+        );
     }
 
     #[test]
@@ -140,7 +144,7 @@ mod tests {
             "::ffff:7f00:1",
             "2001:db8::1",
         ] {
-            assert_eq!(Name::parse(literal), Err(Refusal::Host), "{literal}");
+            assert_eq!(Name::parse(literal), Err(Rejection::Host), "{literal}");
         }
     }
 
@@ -178,11 +182,11 @@ mod tests {
             "*.example.com",
             "a*.example.com",
         ] {
-            assert_eq!(Name::parse(bad), Err(Refusal::Host), "{bad:?}");
+            assert_eq!(Name::parse(bad), Err(Rejection::Host), "{bad:?}");
         }
         assert_eq!(
             Name::parse(&format!("{}.com", "a".repeat(64))),
-            Err(Refusal::Host)
+            Err(Rejection::Host)
         );
     }
 

@@ -17,7 +17,7 @@
 //!   parse; `status` the HTTP status the client was answered with, `null` when it got none (the
 //!   connection was closed unanswered, or after its 200); `reason` free text for people (the
 //!   denied address or the resolver's error included), never to be matched on. `ID` is a
-//!   [`crate::Refusal`] id (`egress-method`, `egress-target`, `egress-version`,
+//!   [`crate::Rejection`] id (`egress-method`, `egress-target`, `egress-version`,
 //!   `egress-head-too-large`, `egress-malformed`, `egress-host`, `egress-port`,
 //!   `egress-not-allowed`, `egress-address`, `egress-resolve`, with their statuses) or one of:
 //!   [`SNI`] (the tunnel's first bytes were not a ClientHello naming the host: closed after the
@@ -35,7 +35,7 @@ use serde::Serialize;
 
 use crate::decide::Rule;
 use crate::proxy::{Config, Outcome, Report};
-use crate::Refusal;
+use crate::Rejection;
 
 /// The tunnel's first bytes were not a ClientHello naming the CONNECT host.
 pub const SNI: &str = "egress-sni";
@@ -130,12 +130,12 @@ pub fn connection(report: &Report) -> String {
                 end: end.as_str(),
             })
         }
-        Outcome::Refused(refusal) => (
-            refusal.id(),
-            Some(refusal.status()),
+        Outcome::Refused(rejection) => (
+            rejection.id(),
+            Some(rejection.status()),
             match &report.detail {
-                Some(detail) => format!("{}: {detail}", describe(*refusal)),
-                None => describe(*refusal).to_owned(),
+                Some(detail) => format!("{}: {detail}", describe(*rejection)),
+                None => describe(*rejection).to_owned(),
             },
         ),
         Outcome::HelloRefused(why) => (SNI, None, (*why).to_owned()),
@@ -175,18 +175,18 @@ pub fn stopped(by: &str) -> String {
 }
 
 /// A refusal for people.
-fn describe(refusal: Refusal) -> &'static str {
-    match refusal {
-        Refusal::Method => "not a CONNECT",
-        Refusal::Target => "the target is not host:port in authority form",
-        Refusal::Version => "not HTTP/1.1",
-        Refusal::HeadTooLarge => "the head is over its size, line or header bound",
-        Refusal::Malformed => "a malformed head (or bytes before the 200)",
-        Refusal::Host => "the host is not a canonical LDH name",
-        Refusal::Port => "the port is not plain decimal 1-65535, or not the listed name's",
-        Refusal::NotAllowed => "the name is not on the allowlist",
-        Refusal::Address => "the name resolved to a denied address",
-        Refusal::Resolve => "the resolver failed",
+fn describe(rejection: Rejection) -> &'static str {
+    match rejection {
+        Rejection::Method => "not a CONNECT",
+        Rejection::Target => "the target is not host:port in authority form",
+        Rejection::Version => "not HTTP/1.1",
+        Rejection::HeadTooLarge => "the head is over its size, line or header bound",
+        Rejection::Malformed => "a malformed head (or bytes before the 200)",
+        Rejection::Host => "the host is not a canonical LDH name",
+        Rejection::Port => "the port is not plain decimal 1-65535, or not the listed name's",
+        Rejection::NotAllowed => "the name is not on the allowlist",
+        Rejection::Address => "the name resolved to a denied address",
+        Rejection::Resolve => "the resolver failed",
     }
 }
 
@@ -314,21 +314,21 @@ mod tests {
     fn a_refused_line_has_its_id_status_target_and_reason() {
         let cases = [
             (
-                Outcome::Refused(Refusal::NotAllowed),
+                Outcome::Refused(Rejection::NotAllowed),
                 target("evil.example", 443),
                 None,
                 json!({"egress": "refused", "id": "egress-not-allowed", "status": 403,
                        "target": "evil.example:443", "reason": "the name is not on the allowlist"}),
             ),
             (
-                Outcome::Refused(Refusal::Method),
+                Outcome::Refused(Rejection::Method),
                 None,
                 None,
                 json!({"egress": "refused", "id": "egress-method", "status": 405,
                        "target": null, "reason": "not a CONNECT"}),
             ),
             (
-                Outcome::Refused(Refusal::Address),
+                Outcome::Refused(Rejection::Address),
                 target("private.test", 443),
                 Some("10.0.0.1 is denied (private)".to_owned()),
                 json!({"egress": "refused", "id": "egress-address", "status": 403,

@@ -1,7 +1,7 @@
 //! The rules of cordon's egress proxy, as pure functions over bytes and addresses: the agent's
 //! only way out is `CONNECT host:port` to a name on the invocation's allowlist, resolved by the
 //! proxy and dialed only at an address no special-purpose block, metadata service or host address
-//! holds. Each refusal has a stable id ([`Refusal`]) and the HTTP status the client is answered
+//! holds. Each refusal has a stable id ([`Rejection`]) and the HTTP status the client is answered
 //! with (no detail about addresses).
 //!
 //! - [`head`]: the request head (bounded, CRLF only, one `CONNECT` in authority form).
@@ -39,9 +39,10 @@ pub mod resolver;
 pub mod serve;
 pub mod tls;
 
-/// Why the proxy refused a request: a stable id, and the status the client gets.
+/// Why the proxy refused a request: a stable id, and the status the client gets. Not named
+/// `Refusal`: that is `cordon_contract::Refusal`, a protection's refusal, a different thing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Refusal {
+pub enum Rejection {
     /// A method other than CONNECT.
     Method,
     /// A target not in authority form (`host:port`), or a malformed request line.
@@ -65,37 +66,37 @@ pub enum Refusal {
     Resolve,
 }
 
-impl Refusal {
+impl Rejection {
     /// The stable id (what the proxy logs and a runner reads).
     pub const fn id(self) -> &'static str {
         match self {
-            Refusal::Method => "egress-method",
-            Refusal::Target => "egress-target",
-            Refusal::Version => "egress-version",
-            Refusal::HeadTooLarge => "egress-head-too-large",
-            Refusal::Malformed => "egress-malformed",
-            Refusal::Host => "egress-host",
-            Refusal::Port => "egress-port",
-            Refusal::NotAllowed => "egress-not-allowed",
-            Refusal::Address => "egress-address",
-            Refusal::Resolve => "egress-resolve",
+            Rejection::Method => "egress-method",
+            Rejection::Target => "egress-target",
+            Rejection::Version => "egress-version",
+            Rejection::HeadTooLarge => "egress-head-too-large",
+            Rejection::Malformed => "egress-malformed",
+            Rejection::Host => "egress-host",
+            Rejection::Port => "egress-port",
+            Rejection::NotAllowed => "egress-not-allowed",
+            Rejection::Address => "egress-address",
+            Rejection::Resolve => "egress-resolve",
         }
     }
 
     /// The HTTP status the client is answered with.
     pub const fn status(self) -> u16 {
         match self {
-            Refusal::Method => 405,
-            Refusal::HeadTooLarge => 431,
-            Refusal::Version => 505,
-            Refusal::NotAllowed | Refusal::Address => 403,
-            Refusal::Resolve => 502,
-            Refusal::Target | Refusal::Malformed | Refusal::Host | Refusal::Port => 400,
+            Rejection::Method => 405,
+            Rejection::HeadTooLarge => 431,
+            Rejection::Version => 505,
+            Rejection::NotAllowed | Rejection::Address => 403,
+            Rejection::Resolve => 502,
+            Rejection::Target | Rejection::Malformed | Rejection::Host | Rejection::Port => 400,
         }
     }
 }
 
-impl std::fmt::Display for Refusal {
+impl std::fmt::Display for Rejection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.id())
     }

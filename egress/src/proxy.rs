@@ -43,7 +43,7 @@ use crate::decide::{self, Admitted, Rule, Rules};
 use crate::head::{self, Connect, HEAD_DEADLINE, MAX_HEAD};
 use crate::host::Name;
 use crate::tls::{self, Hello, MAX_RECORD};
-use crate::Refusal;
+use crate::Rejection;
 
 /// How long a dial of one address may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -147,7 +147,7 @@ impl End {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Refused with this id and status (answered, nothing forwarded).
-    Refused(Refusal),
+    Refused(Rejection),
     /// The client closed (or failed) before its head ended: no answer.
     ClosedBeforeHead,
     /// The client did not send its whole head within [`Config::head_deadline`]: closed.
@@ -383,19 +383,19 @@ async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
             return Outcome::HeadTimedOut;
         }
         Ok(HeadRead::Closed) => return Outcome::ClosedBeforeHead,
-        Ok(HeadRead::Refused(refusal)) => return refuse(client, refusal).await,
+        Ok(HeadRead::Refused(rejection)) => return refuse(client, rejection).await,
         Ok(HeadRead::Head(head)) => head,
     };
 
     // 2. The allowlist, before any lookup.
     let parsed = match decide::parse(&config.rules, &head) {
         Ok(parsed) => parsed,
-        Err(refusal) => return refuse(client, refusal).await,
+        Err(rejection) => return refuse(client, rejection).await,
     };
     report.target = Some(parsed.clone());
     let admitted = match decide::admit_parsed(&config.rules, parsed) {
         Ok(admitted) => admitted,
-        Err(refusal) => return refuse(client, refusal).await,
+        Err(rejection) => return refuse(client, rejection).await,
     };
 
     // 3. The addresses, and the dial. The client is watched meanwhile: one that closes (or
@@ -404,7 +404,7 @@ async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
         // The client first: one already gone, or already sending, dials nothing.
         biased;
         early = input(client) => return match early {
-            Early::Bytes => refuse(client, Refusal::Malformed).await,
+            Early::Bytes => refuse(client, Rejection::Malformed).await,
             Early::Closed | Early::Nothing => Outcome::ClosedBeforeHead,
         },
         () = stop.fired() => return Outcome::Shutdown,
@@ -415,9 +415,9 @@ async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
             report.dialed = Some(addr);
             upstream
         }
-        Err(Dial::Refused(refusal, detail)) => {
+        Err(Dial::Refused(rejection, detail)) => {
             report.detail = detail;
-            return refuse(client, refusal).await;
+            return refuse(client, rejection).await;
         }
         Err(Dial::Failed) => {
             tracing::info!(name = %admitted.name(), "egress upstream failed");
@@ -431,7 +431,7 @@ async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
     // client); a client that closed meanwhile has nothing to tunnel.
     match early_input(client).await {
         Early::Nothing => {}
-        Early::Bytes => return refuse(client, Refusal::Malformed).await,
+        Early::Bytes => return refuse(client, Rejection::Malformed).await,
         Early::Closed => return Outcome::ClosedBeforeHead,
     }
 
@@ -512,18 +512,18 @@ fn reason(status: u16) -> &'static str {
 }
 
 /// Answer a refusal, log its id, close.
-async fn refuse<S: AsyncWrite + Unpin>(client: &mut S, refusal: Refusal) -> Outcome {
-    tracing::info!(refusal = refusal.id(), "egress refused");
-    let status = refusal.status();
+async fn refuse<S: AsyncWrite + Unpin>(client: &mut S, rejection: Rejection) -> Outcome {
+    tracing::info!(refusal = rejection.id(), "egress refused");
+    let status = rejection.status();
     let _ = client.write_all(&answer(status, reason(status))).await;
     let _ = client.shutdown().await;
-    Outcome::Refused(refusal)
+    Outcome::Refused(rejection)
 }
 
 enum HeadRead {
     Head(Vec<u8>),
     Closed,
-    Refused(Refusal),
+    Refused(Rejection),
 }
 
 /// Read until the head ends, never more than [`MAX_HEAD`] bytes; bytes past its end (sent before
@@ -533,10 +533,10 @@ async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> HeadRead {
     let mut len = 0;
     loop {
         let Some(room) = buf.get_mut(len..) else {
-            return HeadRead::Refused(Refusal::HeadTooLarge);
+            return HeadRead::Refused(Rejection::HeadTooLarge);
         };
         if room.is_empty() {
-            return HeadRead::Refused(Refusal::HeadTooLarge);
+            return HeadRead::Refused(Rejection::HeadTooLarge);
         }
         let n = match client.read(room).await {
             Ok(0) | Err(_) => return HeadRead::Closed,
@@ -545,13 +545,13 @@ async fn read_head<S: AsyncRead + Unpin>(client: &mut S) -> HeadRead {
         len += n;
         let read = &buf[..len];
         match head::head_end(read) {
-            Err(refusal) => return HeadRead::Refused(refusal),
+            Err(rejection) => return HeadRead::Refused(rejection),
             Ok(None) => {}
             Ok(Some(end)) if end == len => {
                 buf.truncate(len);
                 return HeadRead::Head(buf);
             }
-            Ok(Some(_)) => return HeadRead::Refused(Refusal::Malformed),
+            Ok(Some(_)) => return HeadRead::Refused(Rejection::Malformed),
         }
     }
 }
@@ -588,7 +588,7 @@ async fn early_input<S: AsyncRead + Unpin>(client: &mut S) -> Early {
 
 enum Dial {
     /// Refused, with what the log adds (the resolver's error, the denied address).
-    Refused(Refusal, Option<String>),
+    Refused(Rejection, Option<String>),
     Failed,
 }
 
@@ -613,7 +613,7 @@ async fn connect(
                 Ok(_) => None,
             };
             decide::dial(&config.rules, admitted, answer)
-                .map_err(|refusal| Dial::Refused(refusal, detail))?
+                .map_err(|rejection| Dial::Refused(rejection, detail))?
         }
     };
     for addr in addrs {
@@ -622,7 +622,7 @@ async fn connect(
         if admitted.mapped().is_none() && classified {
             if let Class::Denied(class) = classify(addr.ip(), &config.rules.host_own) {
                 return Err(Dial::Refused(
-                    Refusal::Address,
+                    Rejection::Address,
                     Some(format!("{} is denied ({class})", addr.ip())),
                 ));
             }

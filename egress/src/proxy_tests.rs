@@ -215,41 +215,41 @@ async fn refusals_are_answered_with_their_status_and_dial_nothing() {
         "CONNECT {MAPPED}:{port} HTTP/1.1\r\nX: {}\r\n\r\n",
         "a".repeat(MAX_HEAD)
     );
-    let cases: Vec<(Vec<u8>, Refusal, &str)> = vec![
+    let cases: Vec<(Vec<u8>, Rejection, &str)> = vec![
         (
             format!("CONNECT evil.example:{port} HTTP/1.1\r\nHost: evil.example:{port}\r\n\r\n").into(),
-            Refusal::NotAllowed,
+            Rejection::NotAllowed,
             "403 Forbidden",
         ),
         (
             format!("CONNECT {MAPPED}:443 HTTP/1.1\r\nHost: {MAPPED}:443\r\n\r\n").into(),
-            Refusal::Port,
+            Rejection::Port,
             "400 Bad Request",
         ),
         (
             format!("GET http://{MAPPED}:{port}/ HTTP/1.1\r\n\r\n").into(),
-            Refusal::Method,
+            Rejection::Method,
             "405 Method Not Allowed",
         ),
         // A mapped, allowed name: only the missing Host header refuses it.
         (
             format!("CONNECT {MAPPED}:{port} HTTP/1.1\r\nUser-Agent: x\r\n\r\n").into(),
-            Refusal::Malformed,
+            Rejection::Malformed,
             "400 Bad Request",
         ),
         (
             format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").into(),
-            Refusal::Host,
+            Rejection::Host,
             "400 Bad Request",
         ),
         (
             format!("CONNECT {MAPPED}:{port} HTTP/1.1\n\n").into(),
-            Refusal::Malformed,
+            Rejection::Malformed,
             "400 Bad Request",
         ),
         (
             oversize.into(),
-            Refusal::HeadTooLarge,
+            Rejection::HeadTooLarge,
             "431 Request Header Fields Too Large",
         ),
         (
@@ -257,12 +257,12 @@ async fn refusals_are_answered_with_their_status_and_dial_nothing() {
                 "CONNECT {MAPPED}:{port} HTTP/1.1\r\nHost: {MAPPED}:{port}\r\nHost: {MAPPED}:{port}\r\n\r\n"
             )
             .into(),
-            Refusal::Malformed,
+            Rejection::Malformed,
             "400 Bad Request",
         ),
         (
             format!("CONNECT {MAPPED}:{port} HTTP/1.0\r\n\r\n").into(),
-            Refusal::Version,
+            Rejection::Version,
             "505 HTTP Version Not Supported",
         ),
     ];
@@ -289,7 +289,7 @@ async fn bytes_before_the_200_are_refused_and_nothing_is_dialed() {
     let (mut client, task) = start(config, Arc::new(NoResolver));
     client.write_all(&sent).await.unwrap();
     assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 400 "));
-    assert_eq!(outcome(task).await, Outcome::Refused(Refusal::Malformed));
+    assert_eq!(outcome(task).await, Outcome::Refused(Rejection::Malformed));
     assert_never_dialed(&listener).await;
 }
 
@@ -470,7 +470,7 @@ async fn an_unmapped_name_dials_only_what_the_classifier_passed() {
     assert!(read_answer(&mut client)
         .await
         .starts_with("HTTP/1.1 403 Forbidden\r\n"));
-    assert_eq!(outcome(task).await, Outcome::Refused(Refusal::Address));
+    assert_eq!(outcome(task).await, Outcome::Refused(Rejection::Address));
     assert_never_dialed(&listener).await;
     assert_eq!(*stub.asked.lock().unwrap(), ["real.vendor.test"]);
 
@@ -481,7 +481,7 @@ async fn an_unmapped_name_dials_only_what_the_classifier_passed() {
     assert!(read_answer(&mut client)
         .await
         .starts_with("HTTP/1.1 502 Bad Gateway\r\n"));
-    assert_eq!(outcome(task).await, Outcome::Refused(Refusal::Resolve));
+    assert_eq!(outcome(task).await, Outcome::Refused(Rejection::Resolve));
     assert_never_dialed(&listener).await;
 
     // An unlisted name never reaches the resolver.
@@ -495,7 +495,7 @@ async fn an_unmapped_name_dials_only_what_the_classifier_passed() {
         .await
         .unwrap();
     assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 403 "));
-    assert_eq!(outcome(task).await, Outcome::Refused(Refusal::NotAllowed));
+    assert_eq!(outcome(task).await, Outcome::Refused(Rejection::NotAllowed));
     assert!(stub.asked.lock().unwrap().is_empty());
 }
 
@@ -783,7 +783,7 @@ async fn skipping_the_method_rule_tunnels_a_get_without_forwarding_its_head() {
             .starts_with("HTTP/1.1 405 Method Not Allowed\r\n"));
         assert_eq!(
             outcome(task).await,
-            Outcome::Refused(Refusal::Method),
+            Outcome::Refused(Rejection::Method),
             "{skip:?}"
         );
         assert_never_dialed(&listener).await;
@@ -811,7 +811,7 @@ async fn skipping_the_allowlist_dials_an_unlisted_mapped_name() {
         assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 403 "));
         assert_eq!(
             outcome(task).await,
-            Outcome::Refused(Refusal::NotAllowed),
+            Outcome::Refused(Rejection::NotAllowed),
             "{skip:?}"
         );
         assert_never_dialed(&listener).await;
@@ -843,7 +843,7 @@ async fn skipping_the_address_rule_dials_a_denied_answer() {
         assert!(read_answer(&mut client).await.starts_with("HTTP/1.1 403 "));
         assert_eq!(
             outcome(task).await,
-            Outcome::Refused(Refusal::Address),
+            Outcome::Refused(Rejection::Address),
             "{skip:?}"
         );
         assert_never_dialed(&listener).await;
@@ -876,8 +876,8 @@ async fn skipping_the_address_rule_dials_a_denied_answer() {
     );
     // An empty answer or a resolver failure still refuses.
     for (answer, want) in [
-        (Ok(vec![]), Refusal::Address),
-        (Err("SERVFAIL".to_owned()), Refusal::Resolve),
+        (Ok(vec![]), Rejection::Address),
+        (Err("SERVFAIL".to_owned()), Rejection::Resolve),
     ] {
         let (mut client, task) = start(
             skipping(config.clone(), &[Rule::Address]),
@@ -902,7 +902,7 @@ async fn a_report_carries_the_target_dialed_address_and_detail() {
         .await
         .unwrap();
     let report = handle_reported(server, &config, &NoResolver).await;
-    assert_eq!(report.outcome, Outcome::Refused(Refusal::NotAllowed));
+    assert_eq!(report.outcome, Outcome::Refused(Rejection::NotAllowed));
     assert_eq!(
         report.target.map(|t| t.to_string()).as_deref(),
         Some("evil.example:443")
@@ -914,7 +914,7 @@ async fn a_report_carries_the_target_dialed_address_and_detail() {
     let report = handle_reported(server, &config, &NoResolver).await;
     assert_eq!(
         (report.outcome, report.target),
-        (Outcome::Refused(Refusal::Method), None)
+        (Outcome::Refused(Rejection::Method), None)
     );
     // The resolver's error and the denied address are the detail.
     for (answer, want) in [
@@ -1002,7 +1002,7 @@ async fn serve_unix_reports_each_connection_and_ends_tunnels_at_shutdown() {
         .unwrap();
     assert!(read_answer(&mut refused).await.starts_with("HTTP/1.1 403 "));
     let reports = observer.reported(1).await;
-    assert_eq!(reports[0].outcome, Outcome::Refused(Refusal::NotAllowed));
+    assert_eq!(reports[0].outcome, Outcome::Refused(Rejection::NotAllowed));
 
     // A tunnel still open at shutdown ends as such, and is reported.
     let mut tunnel = connect_unix(&path).await;

@@ -5,7 +5,7 @@ use super::*;
 use crate::allowlist::Allowlist;
 use crate::decide::Rules;
 use crate::proxy::{handle, handle_reported, Config, Outcome, Report};
-use crate::Refusal;
+use crate::Rejection;
 use cordon_fake_vendor::dns::{self, Answer};
 use hickory_proto::rr::RecordType;
 use std::str::FromStr;
@@ -301,7 +301,7 @@ async fn p0_a_listed_name_resolving_to_a_denied_address_is_refused_undialed() {
     for (n, _) in cases {
         let (status, outcome) = connect_through(&config, &resolver, n, port).await;
         assert_eq!(status, "HTTP/1.1 403 Forbidden", "{n}");
-        assert_eq!(outcome, Outcome::Refused(Refusal::Address), "{n}");
+        assert_eq!(outcome, Outcome::Refused(Rejection::Address), "{n}");
         assert_eq!(dns.asked_of(n, RecordType::A), 1, "{n}");
     }
     assert_never_dialed(&listener).await;
@@ -325,26 +325,26 @@ async fn p1_resolver_failures_are_502_and_an_empty_answer_403() {
     )
     .await;
     let resolver = dns.resolver();
-    for (n, status, refusal) in [
+    for (n, status, rejection) in [
         (
             "gone.vendor.test",
             "HTTP/1.1 502 Bad Gateway",
-            Refusal::Resolve,
+            Rejection::Resolve,
         ),
         (
             "broken.vendor.test",
             "HTTP/1.1 502 Bad Gateway",
-            Refusal::Resolve,
+            Rejection::Resolve,
         ),
         (
             "empty.vendor.test",
             "HTTP/1.1 403 Forbidden",
-            Refusal::Address,
+            Rejection::Address,
         ),
     ] {
         let (got, outcome) = connect_through(&config, &resolver, n, port).await;
         assert_eq!(got, status, "{n}");
-        assert_eq!(outcome, Outcome::Refused(refusal), "{n}");
+        assert_eq!(outcome, Outcome::Refused(rejection), "{n}");
     }
     assert_never_dialed(&listener).await;
 }
@@ -365,13 +365,13 @@ async fn p2_an_unlisted_name_is_refused_and_never_becomes_a_query() {
     ] {
         let (status, outcome) = connect_through(&config, &resolver, n, port).await;
         assert_eq!(status, "HTTP/1.1 403 Forbidden", "{n}");
-        assert_eq!(outcome, Outcome::Refused(Refusal::NotAllowed), "{n}");
+        assert_eq!(outcome, Outcome::Refused(Rejection::NotAllowed), "{n}");
     }
     // A listed name on a port it is not listed with is refused (`egress-port`) before any
     // lookup too.
     let (status, outcome) = connect_through(&config, &resolver, "listed.vendor.test", 1).await;
     assert_eq!(status, "HTTP/1.1 400 Bad Request");
-    assert_eq!(outcome, Outcome::Refused(Refusal::Port));
+    assert_eq!(outcome, Outcome::Refused(Rejection::Port));
     assert_eq!(dns.asked(), vec![], "an unlisted request reached the DNS");
     assert_never_dialed(&listener).await;
 }
@@ -401,7 +401,7 @@ async fn p3_each_connect_resolves_exactly_once() {
 
     let (status, outcome) = connect_through(&config, &resolver, "late.vendor.test", port).await;
     assert_eq!(status, "HTTP/1.1 403 Forbidden");
-    assert_eq!(outcome, Outcome::Refused(Refusal::Address));
+    assert_eq!(outcome, Outcome::Refused(Rejection::Address));
     assert_eq!(dns.asked_of("late.vendor.test", RecordType::A), 1);
     assert_eq!(dns.asked_of("late.vendor.test", RecordType::AAAA), 1);
 
@@ -409,7 +409,11 @@ async fn p3_each_connect_resolves_exactly_once() {
         let (status, outcome) =
             connect_through(&config, &resolver, "rebind.vendor.test", port).await;
         assert_eq!(status, "HTTP/1.1 403 Forbidden", "round {round}");
-        assert_eq!(outcome, Outcome::Refused(Refusal::Address), "round {round}");
+        assert_eq!(
+            outcome,
+            Outcome::Refused(Rejection::Address),
+            "round {round}"
+        );
         // One A query per CONNECT: resolved afresh, and never a second time before the dial.
         assert_eq!(
             dns.asked_of("rebind.vendor.test", RecordType::A),
@@ -640,17 +644,23 @@ async fn c1_through_the_proxy_a_chain_is_refused_by_its_outcome_and_nothing_is_d
     for (n, want) in &shapes {
         let before = dns.asked().len();
         let (status, report) = connect_reported(&config, &resolver, n, port).await;
-        let (want_status, want_refusal, want_detail) = match want {
-            Want::Error => ("HTTP/1.1 502 Bad Gateway", Refusal::Resolve, None),
+        let (want_status, want_rejection, want_detail) = match want {
+            Want::Error => ("HTTP/1.1 502 Bad Gateway", Rejection::Resolve, None),
             Want::Empty => (
                 "HTTP/1.1 403 Forbidden",
-                Refusal::Address,
+                Rejection::Address,
                 Some("no address"),
             ),
-            Want::Addrs(addrs) if addrs[0].is_loopback() => {
-                ("HTTP/1.1 403 Forbidden", Refusal::Address, Some("loopback"))
-            }
-            Want::Addrs(_) => ("HTTP/1.1 403 Forbidden", Refusal::Address, Some("host-own")),
+            Want::Addrs(addrs) if addrs[0].is_loopback() => (
+                "HTTP/1.1 403 Forbidden",
+                Rejection::Address,
+                Some("loopback"),
+            ),
+            Want::Addrs(_) => (
+                "HTTP/1.1 403 Forbidden",
+                Rejection::Address,
+                Some("host-own"),
+            ),
         };
         let detail_ok = want_detail.is_none_or(|d| {
             report
@@ -660,7 +670,7 @@ async fn c1_through_the_proxy_a_chain_is_refused_by_its_outcome_and_nothing_is_d
         });
         let asked = asked_since(&dns, before);
         if status != want_status
-            || report.outcome != Outcome::Refused(want_refusal)
+            || report.outcome != Outcome::Refused(want_rejection)
             || !detail_ok
             || asked != only_the_name(n)
         {
@@ -723,7 +733,7 @@ async fn c2_a_chain_too_big_for_udp_is_asked_again_over_tcp_and_still_judged() {
     let (listener, config, port) = proxied(&["big.chain.test"], vec![]).await;
     let (status, report) = connect_reported(&config, &resolver, "big.chain.test", port).await;
     assert_eq!(status, "HTTP/1.1 403 Forbidden");
-    assert_eq!(report.outcome, Outcome::Refused(Refusal::Address));
+    assert_eq!(report.outcome, Outcome::Refused(Rejection::Address));
     assert_never_dialed(&listener).await;
 }
 
@@ -789,10 +799,10 @@ async fn c3_left_out_the_chain_rule_asks_for_the_target_as_a_caching_client_woul
     let (listener, config, port) = proxied(&["private.chain.test"], vec![]).await;
     let (status, report) = connect_reported(&config, &chasing, "private.chain.test", port).await;
     assert_eq!(status, "HTTP/1.1 403 Forbidden");
-    assert_eq!(report.outcome, Outcome::Refused(Refusal::Address));
+    assert_eq!(report.outcome, Outcome::Refused(Rejection::Address));
     let (status, report) =
         connect_reported(&config, &dns.resolver(), "private.chain.test", port).await;
     assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
-    assert_eq!(report.outcome, Outcome::Refused(Refusal::Resolve));
+    assert_eq!(report.outcome, Outcome::Refused(Rejection::Resolve));
     assert_never_dialed(&listener).await;
 }

@@ -10,8 +10,8 @@ use crate::engine::pending::Created;
 use crate::engine::{EngineInfo, MIN_API, SUBPATH_API};
 use crate::error::{Error, Result};
 use crate::labels::{Kind, Owner};
-use crate::launch::volumes::helper_body;
 use crate::launch::MAX_OUTPUT_BYTES;
+use crate::profile::helper_body;
 use crate::profile::DEFAULT_LANDLOCK_ABI;
 
 /// One fact and its judgement.

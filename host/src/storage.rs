@@ -15,8 +15,8 @@ use crate::engine::pending::{Created, Shared};
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind, Owner};
-use crate::launch::volumes::{helper_body, volume_mount};
-use crate::profile::{tmpfs_volume_options, Area, StorageRef, VolumeSpec};
+use crate::launch::volumes::volume_mount;
+use crate::profile::{helper_body, tmpfs_volume_options, Area, StorageRef, VolumeSpec};
 use crate::uids::{Uid, UidRange};
 
 /// Default work area (seeds: 512 MiB, 131,072 entries).

@@ -192,6 +192,14 @@ fn serve(tcp: TcpStream, config: &Config, stats: &Stats) {
     });
 }
 
+// AF_UNIX is 1, which fits sa_family_t (u16).
+#[allow(clippy::cast_possible_truncation)]
+const AF_UNIX_FAMILY: libc::sa_family_t = libc::AF_UNIX as libc::sa_family_t;
+// sockaddr_un is 110 bytes, which fits socklen_t (u32).
+#[allow(clippy::cast_possible_truncation)]
+const SOCKADDR_UN_LEN: libc::socklen_t =
+    std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+
 /// Connect to a named unix socket without blocking: a full backlog is refused (EAGAIN) instead of
 /// waiting, so a stuck proxy never holds a slot.
 fn connect_unix(path: &Path) -> io::Result<UnixStream> {
@@ -202,7 +210,7 @@ fn connect_unix(path: &Path) -> io::Result<UnixStream> {
     if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    addr.sun_family = AF_UNIX_FAMILY;
     for (to, from) in addr.sun_path.iter_mut().zip(bytes) {
         *to = *from as libc::c_char;
     }
@@ -224,7 +232,7 @@ fn connect_unix(path: &Path) -> io::Result<UnixStream> {
         libc::connect(
             owned.as_raw_fd(),
             std::ptr::addr_of!(addr).cast::<libc::sockaddr>(),
-            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            SOCKADDR_UN_LEN,
         )
     };
     if rc != 0 {

@@ -191,7 +191,7 @@ fn echoes_through_the_socket() {
         b"CONNECT api.example:443 HTTP/1.1\r\nHost: api.example:443\r\n\r\n",
     );
     // More than one buffer, both ways at once (a writer thread): the directions are independent.
-    let big: Vec<u8> = (0..BUFFER * 5 + 123).map(|i| (i % 251) as u8).collect();
+    let big: Vec<u8> = (0..=250u8).cycle().take(BUFFER * 5 + 123).collect();
     let mut writer = tcp.try_clone().unwrap();
     let sent = big.clone();
     let t = std::thread::spawn(move || {
@@ -332,7 +332,7 @@ fn an_error_on_one_side_closes_both() {
             libc::SOL_SOCKET,
             libc::SO_LINGER,
             std::ptr::addr_of!(linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            libc::socklen_t::try_from(std::mem::size_of::<libc::linger>()).unwrap(),
         )
     };
     assert_eq!(rc, 0);

@@ -12,6 +12,9 @@
 //! agent role with a panic once the workload runs, so tests can prove that a panicking init takes
 //! the container down.
 
+// Every narrowing cast either checks (try_from, a named error) or says in a comment why it fits.
+#![warn(clippy::cast_possible_truncation)]
+
 mod digest;
 mod forward;
 mod judge;
@@ -197,7 +200,8 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
         checks,
         skipped: policy.skip.clone(),
         landlock_abi: abi,
-        preflight_us: started.elapsed().as_micros() as u64,
+        // Saturates: u64 microseconds last 584,000 years.
+        preflight_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         // Listening already: the workload can use its proxy at once.
         egress_forward: forwarder.as_ref().map(|f| f.local.port()),
         pins: pinned,

@@ -84,13 +84,16 @@ fn others() -> u32 {
     let me = std::process::id().to_string();
     std::fs::read_dir("/proc")
         .map(|dir| {
-            dir.flatten()
+            let count = dir
+                .flatten()
                 .filter(|e| {
                     let name = e.file_name();
                     let name = name.to_string_lossy();
                     !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) && name != me
                 })
-                .count() as u32
+                .count();
+            // Saturates: pid_max is at most 2^22, far below u32::MAX.
+            u32::try_from(count).unwrap_or(u32::MAX)
         })
         .unwrap_or(0)
 }

@@ -260,7 +260,7 @@ fn a_fixture_through_a_link_a_directory_or_too_big_is_an_error() {
     assert!(load_fixture(&dir).is_err());
     std::fs::remove_dir(&path).unwrap();
 
-    std::fs::write(&path, vec![b' '; MAX_INPUT as usize + 1]).unwrap();
+    std::fs::write(&path, vec![b' '; usize::try_from(MAX_INPUT).unwrap() + 1]).unwrap();
     assert!(load_fixture(&dir).unwrap_err().contains("over"));
 }
 

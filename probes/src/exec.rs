@@ -205,7 +205,11 @@ pub fn run(p: &mut Probe<'_>) {
     p.deny(&ops::EXEC_MEMFD, "exec a binary from a memfd", || {
         let name = cpath("cordon-exec");
         // SAFETY: memfd_create with a valid name and no flags.
-        let fd = check(unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), 0) })? as i32;
+        let fd = check(unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), 0) })?;
+        // The kernel returns an int; a wider value would not be a descriptor.
+        let fd = i32::try_from(fd).map_err(|_| {
+            std::io::Error::other(format!("memfd_create returned {fd}, not a descriptor"))
+        })?;
         let result = (|| {
             let bytes = own_binary()?;
             // SAFETY: writing our buffer to the memfd we own.

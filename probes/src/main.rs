@@ -15,6 +15,9 @@
 //!   fd-hygiene case: cordon-init must refuse it).
 //! - `workload ...`: workloads for the init's supervision tests (see `workload.rs`).
 
+// Every narrowing cast either checks (try_from, a named error) or says in a comment why it fits.
+#![warn(clippy::cast_possible_truncation)]
+
 mod capacity;
 mod egress;
 mod exec;
@@ -120,8 +123,10 @@ fn probes(args: &[String]) -> i32 {
         without_init,
         token: token(),
         privileged: privileged(),
-        // SAFETY: isatty and getuid only read process state.
+        // SAFETY: isatty takes any descriptor number (an unopened one is an error, EBADF) and
+        // only reads the descriptor's state; no memory is passed.
         tty: (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1),
+        // SAFETY: getuid takes no arguments, cannot fail and only reads the process's credentials.
         foreign_user: unsafe { libc::getuid() } != policy_uid,
     };
     let names: Vec<&str> = if which == "all" {

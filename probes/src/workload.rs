@@ -395,6 +395,8 @@ fn egress_load(args: &[String]) -> Result<String, String> {
         us.push(ping(&mut tls, &mut buf, &load.name)?.as_secs_f64() * 1e6);
     }
     us.sort_by(|a, b| a.total_cmp(b));
+    // q is in [0, 1], so the rounded index is in [0, len - 1]: it fits usize.
+    #[allow(clippy::cast_possible_truncation)]
     let at = |q: f64| {
         us.get(((us.len() as f64 - 1.0) * q).round() as usize)
             .copied()
@@ -412,9 +414,15 @@ fn egress_load(args: &[String]) -> Result<String, String> {
 /// Run one workload.
 pub fn run(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
-        Some("exit") => number(args, 1).map_or(2, |n| n as i32),
+        // A number beyond i32 is refused like one that does not parse.
+        Some("exit") => number(args, 1)
+            .and_then(|n| i32::try_from(n).ok())
+            .unwrap_or(2),
         Some("signal-self") => {
-            let Some(sig) = number(args, 1).and_then(|n| Signal::try_from(n as i32).ok()) else {
+            let Some(sig) = number(args, 1)
+                .and_then(|n| i32::try_from(n).ok())
+                .and_then(|n| Signal::try_from(n).ok())
+            else {
                 return 2;
             };
             let _ = nix::sys::signal::raise(sig);

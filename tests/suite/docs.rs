@@ -159,3 +159,87 @@ fn rust_sources(dir: &std::path::Path) -> Vec<String> {
     }
     out
 }
+
+/// The workspace's top-level directories: a backticked path starting with one of them is a
+/// repository path, one starting with anything else (`profile/mod.rs` in a table of host/src) is
+/// relative to its section.
+const TOP_LEVEL: &[&str] = &[
+    "contract", "egress", "init", "probes", "host", "cli", "image", "tests", "docs", ".ci",
+];
+
+/// The repository paths `text` quotes in inline backticks (fenced blocks are left out): words of a
+/// code span made only of path characters, with a slash, whose first component is a top-level
+/// directory. A Rust path (`audit::paths`) or a placeholder (`probes/src/<probe>.rs`) is none.
+fn quoted_paths(text: &str) -> Vec<String> {
+    let mut prose = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            prose.push_str(line);
+            prose.push('\n');
+        }
+    }
+    let path_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/');
+    let mut paths = Vec::new();
+    // A code span never crosses a paragraph: an unpaired backtick upsets only its own.
+    for paragraph in prose.split("\n\n") {
+        for span in paragraph.split('`').skip(1).step_by(2) {
+            for word in span.split_whitespace() {
+                let Some((first, _)) = word.split_once('/') else {
+                    continue;
+                };
+                if word.chars().all(path_char) && TOP_LEVEL.contains(&first) {
+                    paths.push(word.to_owned());
+                }
+            }
+        }
+    }
+    paths
+}
+
+#[test]
+fn quoted_paths_are_repository_paths_only() {
+    let text = "`host/src/a.rs` and `audit::paths`, `probes/src/<probe>.rs`, `profile/mod.rs`,\n\
+                `cargo test tests/suite/docs.rs`, `docs/`\n\n```\nhost/src/fenced.rs\n```\n";
+    assert_eq!(
+        quoted_paths(text),
+        ["host/src/a.rs", "tests/suite/docs.rs", "docs/"]
+    );
+}
+
+/// Every repository path README.md and docs/*.md quote exists: a doc that names a file moved
+/// or removed is caught here, with every stale path at once.
+#[test]
+fn docs_quote_only_existing_paths() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut docs = vec![root.join("README.md")];
+    let entries = std::fs::read_dir(root.join("docs")).unwrap_or_else(|e| panic!("docs/: {e}"));
+    for entry in entries {
+        let path = entry.unwrap_or_else(|e| panic!("docs/: {e}")).path();
+        if path.extension().is_some_and(|e| e == "md") {
+            docs.push(path);
+        }
+    }
+    docs.sort();
+    let mut quoted = 0;
+    let mut missing = Vec::new();
+    for doc in &docs {
+        let text =
+            std::fs::read_to_string(doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
+        let name = doc.strip_prefix(&root).unwrap_or(doc).display().to_string();
+        for path in quoted_paths(&text) {
+            quoted += 1;
+            if !root.join(&path).exists() {
+                missing.push(format!("{name}: {path}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs quote paths that do not exist:\n{}",
+        missing.join("\n")
+    );
+    assert!(quoted > 20, "the docs quote only {quoted} repository paths");
+}

@@ -923,7 +923,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
         "the volume waits while a container create may still land: {left:?}"
     );
     // The cut create lands now.
-    let body = cordon::launch::volumes::helper_body(
+    let body = cordon::profile::helper_body(
         &s.image,
         &allocation,
         Kind::Loader,
@@ -962,7 +962,7 @@ async fn a_create_that_lands_after_cleanup_cannot_bring_its_volumes_back() {
         name: orphan.clone(),
         ..Default::default()
     };
-    let mut body = cordon::launch::volumes::helper_body(
+    let mut body = cordon::profile::helper_body(
         &s.image,
         &other,
         Kind::Loader,

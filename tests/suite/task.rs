@@ -1342,13 +1342,8 @@ async fn a_helper_has_no_network_at_all() {
         "sleep".into(),
         "30000".into(),
     ];
-    let helper = cordon::launch::volumes::helper_body(
-        &s.image,
-        &allocation,
-        Kind::Tool,
-        sleeping,
-        Vec::new(),
-    );
+    let helper =
+        cordon::profile::helper_body(&s.image, &allocation, Kind::Tool, sleeping, Vec::new());
     let mut switched_off = helper.clone();
     switched_off.network_disabled = None;
     let docker = s.engine.docker();

@@ -12,8 +12,8 @@ use crate::engine::objects;
 use crate::engine::pending::{Created, Shared};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::launch::volumes::reader_body;
 use crate::launch::Launch;
+use crate::profile::reader_body;
 use crate::task::StorageHandle;
 
 /// The reader's default deadline.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use bollard::models::{ContainerCreateBody, Mount, VolumeCreateRequest};
+use bollard::models::{Mount, VolumeCreateRequest};
 use bollard::query_parameters::UploadToContainerOptions;
 use cordon_contract::paths;
 
@@ -14,72 +14,12 @@ use crate::engine::pending::Shared;
 use crate::engine::{bounded, objects, Engine, CALL_TIMEOUT};
 use crate::error::Result;
 use crate::labels::{Allocation, Kind};
-use crate::profile::{hardened_body, Hardened, VolumeSpec};
+use crate::profile::{helper_body, VolumeSpec};
 
 /// A helper's mount of `volume` (carrying how the volume was made, so a volume that vanished is
 /// never remade unlabelled).
 pub fn volume_mount(volume: &VolumeSpec, target: &str, read_only: bool) -> Mount {
     crate::profile::volume_mount(volume, target, read_only, None)
-}
-
-/// The create request of a trusted helper (keeper, loader, tool) of `allocation`: the agent's
-/// hardening, the allocation's uid, no capability at all, small limits, and networking disabled
-/// outright.
-///
-/// `NetworkDisabled` keeps the helper out of the engine's network code altogether: it gets a
-/// network namespace of its own holding only loopback, as `none` gives, but no libnetwork sandbox
-/// or endpoint on the one `none` network every parallel helper shares. On this engine (20.10.24)
-/// libnetwork's endpoint paths carry known lock-order deadlocks (moby/libnetwork#2649), and a
-/// helper's create, start, wait and remove took 180 ms instead of 291 ms (medians of 40 each).
-pub fn helper_body(
-    image_id: &str,
-    allocation: &Allocation,
-    kind: Kind,
-    entrypoint: Vec<String>,
-    mounts: Vec<Mount>,
-) -> ContainerCreateBody {
-    let mut body = hardened_body(Hardened {
-        image_id,
-        labels: allocation.labels(kind),
-        user: format!("{0}:{0}", allocation.uid),
-        cap_add: Vec::new(),
-        entrypoint,
-        env: vec!["PATH=/usr/bin:/bin".to_owned()],
-        mounts,
-        pids: 16,
-        memory_bytes: 64 * 1024 * 1024,
-        // One CPU: helpers run only cordon's own bounded jobs, and a digest of 5,000 files at a
-        // tenth of a CPU took 0.8 s instead of 0.1 s.
-        nano_cpus: 1_000_000_000,
-        log_max_size: "64k",
-    });
-    body.network_disabled = Some(true);
-    body
-}
-
-/// The tree reader's create body (cordon-init's `tree` roles): a helper's hardening, with room
-/// for an index of a large tree in memory, a thread per CPU to hash, and a log that holds its
-/// whole report (at most `MAX_REPORT_BYTES`, 8 MiB, which the log driver stores escaped).
-pub fn reader_body(
-    image_id: &str,
-    allocation: &Allocation,
-    entrypoint: Vec<String>,
-    mounts: Vec<Mount>,
-) -> ContainerCreateBody {
-    let mut body = helper_body(image_id, allocation, Kind::Tool, entrypoint, mounts);
-    if let Some(host) = body.host_config.as_mut() {
-        host.memory = Some(512 * 1024 * 1024);
-        host.memory_swap = host.memory;
-        // Two CPUs where there are two (the engine refuses more than the machine has).
-        host.nano_cpus = Some(
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(2)) as i64
-                * 1_000_000_000,
-        );
-        if let Some(config) = host.log_config.as_mut().and_then(|l| l.config.as_mut()) {
-            config.insert("max-size".to_owned(), "32m".to_owned());
-        }
-    }
-    body
 }
 
 /// One invocation's control, input and egress volumes, and the loader that holds control and

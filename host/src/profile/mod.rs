@@ -5,6 +5,7 @@
 //!
 //! - `spec.rs`: what a profile is built from, and the checks that freeze it;
 //! - `body.rs`: the hardened create request every cordon container shares, and the agent's;
+//! - `helper.rs`: the helpers' and the tree reader's create requests;
 //! - `volumes.rs`: the volumes and mounts, and their tmpfs options;
 //! - `policy.rs`: the policy the init enforces.
 
@@ -20,12 +21,14 @@ use crate::labels::{Allocation, Kind};
 
 mod body;
 pub mod egress;
+mod helper;
 mod policy;
 mod spec;
 mod volumes;
 
 pub use body::{hardened_body, masked_paths, start_capability_names, Hardened};
 pub use egress::EgressSpec;
+pub use helper::{helper_body, reader_body};
 pub use spec::{
     mountable, ProfileSpec, ENV_ALLOWED_EXTRA, MAX_INPUT_BYTES, MAX_INPUT_FILES, SCHEMA_FILE,
 };

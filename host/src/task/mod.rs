@@ -341,7 +341,7 @@ pub async fn volume_digest(
     volume: &str,
 ) -> Result<String> {
     let spec = storage.volume_spec(volume);
-    let body = crate::launch::volumes::helper_body(
+    let body = crate::profile::helper_body(
         image_id,
         &storage.allocation,
         Kind::Tool,

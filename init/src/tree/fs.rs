@@ -59,8 +59,12 @@ fn openat2(dir: RawFd, name: &CStr, flags: i32, resolve: u64) -> io::Result<Owne
             )
         };
         if rc >= 0 {
+            // The kernel returns an int; a wider value would not be a descriptor.
+            let fd = RawFd::try_from(rc).map_err(|_| {
+                io::Error::other(format!("openat2 returned {rc}, not a descriptor"))
+            })?;
             // SAFETY: the kernel just handed us this descriptor and nothing else owns it.
-            return Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) });
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
@@ -275,8 +279,11 @@ pub fn list_dir(dir: BorrowedFd<'_>, cap: usize) -> io::Result<(Vec<CString>, bo
         if n == 0 {
             return Ok((names, true));
         }
+        // Positive here, and at most the buffer's length by getdents64's contract.
+        let n = usize::try_from(n)
+            .map_err(|_| io::Error::other(format!("getdents64 returned {n} bytes")))?;
         // SAFETY: a u64 buffer viewed as its bytes; the kernel filled the first `n`.
-        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n as usize) };
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
         let mut at = 0;
         // struct linux_dirent64 { u64 d_ino; s64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
         while at < bytes.len() {

@@ -295,7 +295,7 @@ async fn a_public_looking_host_address_is_refused_only_as_the_hosts_own() {
     use cordon_egress::decide::Rules;
     use cordon_egress::proxy::{handle_reported, Config, Outcome};
     use cordon_egress::resolver::UpstreamResolver;
-    use cordon_egress::Refusal;
+    use cordon_egress::Rejection;
     use cordon_fake_vendor::dns::{self, Answer};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -388,7 +388,7 @@ async fn a_public_looking_host_address_is_refused_only_as_the_hosts_own() {
     // Told the host's addresses: refused as the host's own, nothing dialed.
     let (status, report) = connect(config(host_own.clone())).await;
     assert_eq!(status, "HTTP/1.1 403 Forbidden");
-    assert_eq!(report.outcome, Outcome::Refused(Refusal::Address));
+    assert_eq!(report.outcome, Outcome::Refused(Rejection::Address));
     let detail = report.detail.clone().unwrap_or_default();
     assert!(detail.contains("host-own"), "{detail}");
     assert_eq!(report.dialed, None);

@@ -30,7 +30,7 @@ use cordon_egress::proxy::{
     handle_reported, serve_unix_with, Config, End, Observe, Outcome, Report, Resolve,
 };
 use cordon_egress::resolver::{UpstreamResolver, ATTEMPTS};
-use cordon_egress::Refusal;
+use cordon_egress::Rejection;
 use cordon_fake_vendor::dns::{self, Answer, Script};
 use cordon_fake_vendor::{ca, hello, tls};
 use rustls::pki_types::pem::PemObject;
@@ -89,7 +89,7 @@ enum Step {
 #[derive(Debug, Clone, PartialEq)]
 enum Want {
     /// Answer this refusal's status and nothing else, then close: `Outcome::Refused`.
-    Refused(Refusal),
+    Refused(Rejection),
     /// Close without a byte of answer.
     Unanswered(Outcome),
     /// Answer 200, then close without forwarding a byte: `Outcome::HelloRefused`.
@@ -136,11 +136,11 @@ impl Case {
     }
 
     /// `CONNECT target` (with a Host header naming the same) refused as `refusal`.
-    fn refused(target: &str, refusal: Refusal) -> Case {
+    fn refused(target: &str, rejection: Rejection) -> Case {
         Case::head(
             format!("{target:?}"),
             connect(target),
-            Want::Refused(refusal),
+            Want::Refused(rejection),
         )
     }
 
@@ -188,7 +188,7 @@ impl Case {
     /// What the client must read, all of it, until the proxy closes.
     fn answer(&self) -> Vec<u8> {
         match &self.want {
-            Want::Refused(refusal) => status_answer(refusal.status()),
+            Want::Refused(rejection) => status_answer(rejection.status()),
             Want::Unanswered(_) => Vec::new(),
             Want::Hello(_) | Want::Relayed(_) => ESTABLISHED.to_vec(),
             Want::Tunnel => [ESTABLISHED, VENDOR_OK].concat(),
@@ -227,7 +227,7 @@ fn status_answer(status: u16) -> Vec<u8> {
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         505 => "HTTP Version Not Supported",
-        other => panic!("no refusal is answered {other}"),
+        other => panic!("no rejection is answered {other}"),
     };
     format!("HTTP/1.1 {status} {reason}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         .into_bytes()
@@ -827,7 +827,9 @@ impl Fixture {
 fn assert_outcome(case: &Case, outcome: &Outcome, how: &str) {
     let what = &case.what;
     match &case.want {
-        Want::Refused(refusal) => assert_eq!(outcome, &Outcome::Refused(*refusal), "{what} {how}"),
+        Want::Refused(rejection) => {
+            assert_eq!(outcome, &Outcome::Refused(*rejection), "{what} {how}")
+        }
         Want::Unanswered(want) => assert_eq!(outcome, want, "{what} {how}"),
         Want::Hello(why) => assert_eq!(outcome, &Outcome::HelloRefused(why), "{what} {how}"),
         // TLS's own byte counts vary (a resumed session is shorter): bytes went both ways.
@@ -920,11 +922,11 @@ async fn c1_ipv4_literals_in_every_numeric_form_are_refused_unresolved() {
         "160.79.104.20:443",
     ]
     .iter()
-    .map(|t| Case::refused(t, Refusal::Host))
+    .map(|t| Case::refused(t, Rejection::Host))
     .collect();
     // On the port where a dial would reach the trap.
     for literal in ["127.0.0.1", "127.1", "2130706433", "0x7f000001"] {
-        cases.push(Case::refused(&format!("{literal}:{trap}"), Refusal::Host));
+        cases.push(Case::refused(&format!("{literal}:{trap}"), Rejection::Host));
     }
     // Without a port: no authority at all.
     for literal in [
@@ -934,13 +936,13 @@ async fn c1_ipv4_literals_in_every_numeric_form_are_refused_unresolved() {
         "0x7f000001",
         "0177.0.0.1",
     ] {
-        cases.push(Case::refused(literal, Refusal::Target));
+        cases.push(Case::refused(literal, Rejection::Target));
     }
     // A literal in the Host header of a listed CONNECT.
     cases.push(Case::head(
         "Host: 127.0.0.1:443",
         with_headers(&["Host: 127.0.0.1:443"]),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     cases.push(Case::tunnel("api.vendor.test:443"));
     fx.check_all(&cases).await;
@@ -980,25 +982,25 @@ async fn c2_ipv6_literals_in_any_form_are_refused_unresolved() {
         "2002:7f00:1:::443",
     ]
     .iter()
-    .map(|t| Case::refused(t, Refusal::Host))
+    .map(|t| Case::refused(t, Rejection::Host))
     .collect();
-    cases.push(Case::refused(&format!("[::1]:{trap}"), Refusal::Host));
+    cases.push(Case::refused(&format!("[::1]:{trap}"), Rejection::Host));
     cases.push(Case::refused(
         &format!("[::ffff:127.0.0.1]:{trap}"),
-        Refusal::Host,
+        Rejection::Host,
     ));
     // Bracketed, with or without a port: the host rule, before any port is looked for.
     for literal in ["[::1]", "[::ffff:127.0.0.1]", "[fe80::1%25eth0]", "[::1]:"] {
-        cases.push(Case::refused(literal, Refusal::Host));
+        cases.push(Case::refused(literal, Rejection::Host));
     }
     // Unbracketed, the last colon splits off what is no port.
-    cases.push(Case::refused("::ffff:127.0.0.1", Refusal::Port));
+    cases.push(Case::refused("::ffff:127.0.0.1", Rejection::Port));
     // `::1` unbracketed reads as host `:` and port 1.
-    cases.push(Case::refused("::1", Refusal::Host));
+    cases.push(Case::refused("::1", Rejection::Host));
     cases.push(Case::head(
         "Host: [::1]:443",
         with_headers(&["Host: [::1]:443"]),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     cases.push(Case::tunnel("api.vendor.test:443"));
     fx.check_all(&cases).await;
@@ -1078,16 +1080,16 @@ async fn c3_names_resolving_to_denied_addresses_are_refused_and_never_dialed() {
     // type one CONNECT makes (an error code is an answer: asked once; a silence is asked again
     // once its try's timeout has passed, `ATTEMPTS` times in all).
     #[rustfmt::skip]
-    let failing: Vec<(&str, Answer, Refusal, usize)> = vec![
-        ("servfail", Answer::ServFail, Refusal::Resolve, 1),
-        ("nxdomain", Answer::NxDomain, Refusal::Resolve, 1),
-        ("empty", Answer::Empty, Refusal::Address, 1),
-        ("silent", Answer::Silent, Refusal::Resolve, usize::from(ATTEMPTS)),
+    let failing: Vec<(&str, Answer, Rejection, usize)> = vec![
+        ("servfail", Answer::ServFail, Rejection::Resolve, 1),
+        ("nxdomain", Answer::NxDomain, Rejection::Resolve, 1),
+        ("empty", Answer::Empty, Rejection::Address, 1),
+        ("silent", Answer::Silent, Rejection::Resolve, usize::from(ATTEMPTS)),
         // Rebinding: the host's own address (refused, never dialed), then loopback. Each CONNECT
         // is a new decision on its own answer: the second (over the socket) sees loopback, and
         // the trap shows it was not dialed either.
-        ("rebind", Answer::Sequence(vec![ips(&[HOST_OWN]), ips(&[HOST_OWN]), ips(&["127.0.0.1"])]), Refusal::Address, 1),
-        ("rebind6", Answer::Sequence(vec![ips(&[HOST_OWN]), ips(&[HOST_OWN]), ips(&["::1"])]), Refusal::Address, 1),
+        ("rebind", Answer::Sequence(vec![ips(&[HOST_OWN]), ips(&[HOST_OWN]), ips(&["127.0.0.1"])]), Rejection::Address, 1),
+        ("rebind6", Answer::Sequence(vec![ips(&[HOST_OWN]), ips(&[HOST_OWN]), ips(&["::1"])]), Rejection::Address, 1),
     ];
     let mut script = Script::new();
     for (label, addrs) in denied {
@@ -1102,12 +1104,12 @@ async fn c3_names_resolving_to_denied_addresses_are_refused_and_never_dialed() {
         .iter()
         .map(|(label, _)| {
             let name = format!("{label}.{ZONE}");
-            Case::refused(&format!("{name}:{trap}"), Refusal::Address).looks_up(&name)
+            Case::refused(&format!("{name}:{trap}"), Rejection::Address).looks_up(&name)
         })
         .collect();
-    for (label, answer, refusal, tries) in &failing {
+    for (label, answer, rejection, tries) in &failing {
         let name = format!("{label}.{ZONE}");
-        let case = Case::refused(&format!("{name}:{trap}"), *refusal);
+        let case = Case::refused(&format!("{name}:{trap}"), *rejection);
         cases.push(match answer {
             // The resolver's bound: two tries of its timeout (and slack for a loaded machine),
             // not three.
@@ -1121,7 +1123,7 @@ async fn c3_names_resolving_to_denied_addresses_are_refused_and_never_dialed() {
     // An unscripted name under the zone: NXDOMAIN from the server.
     let unscripted = format!("unscripted.{ZONE}");
     cases.push(
-        Case::refused(&format!("{unscripted}:{trap}"), Refusal::Resolve).looks_up(&unscripted),
+        Case::refused(&format!("{unscripted}:{trap}"), Rejection::Resolve).looks_up(&unscripted),
     );
     // The positive control: a mapped name is dialed at its mapping, never resolved.
     cases.push(Case::tunnel("api.vendor.test:443"));
@@ -1153,58 +1155,58 @@ async fn c4_a_request_refused_before_its_lookup_asks_the_dns_nothing() {
     let listed = format!("loopback.{ZONE}:{trap}");
     let mut cases = vec![
         // Unlisted names, on any port.
-        Case::refused("evil.test:443", Refusal::NotAllowed),
-        Case::refused(&format!("evil.test:{trap}"), Refusal::NotAllowed),
-        Case::refused(&format!("{ZONE}:{trap}"), Refusal::NotAllowed),
-        Case::refused(&format!("x{ZONE}:{trap}"), Refusal::NotAllowed),
+        Case::refused("evil.test:443", Rejection::NotAllowed),
+        Case::refused(&format!("evil.test:{trap}"), Rejection::NotAllowed),
+        Case::refused(&format!("{ZONE}:{trap}"), Rejection::NotAllowed),
+        Case::refused(&format!("x{ZONE}:{trap}"), Rejection::NotAllowed),
         Case::refused(
             &format!("loopback.{ZONE}.evil.test:{trap}"),
-            Refusal::NotAllowed,
+            Rejection::NotAllowed,
         ),
-        Case::refused("vendor.test:443", Refusal::NotAllowed),
-        Case::refused("x.api.vendor.test:443", Refusal::NotAllowed),
-        Case::refused("api.vendor.tes:443", Refusal::NotAllowed),
+        Case::refused("vendor.test:443", Rejection::NotAllowed),
+        Case::refused("x.api.vendor.test:443", Rejection::NotAllowed),
+        Case::refused("api.vendor.tes:443", Rejection::NotAllowed),
         // Listed names on another port.
-        Case::refused(&format!("loopback.{ZONE}:443"), Refusal::Port),
-        Case::refused(&format!("loopback.{ZONE}:{}", trap + 1), Refusal::Port),
+        Case::refused(&format!("loopback.{ZONE}:443"), Rejection::Port),
+        Case::refused(&format!("loopback.{ZONE}:{}", trap + 1), Rejection::Port),
         // Bad syntax around a listed name.
-        Case::refused(&format!("loopback.{ZONE}"), Refusal::Target),
-        Case::refused(&format!("loopback.{ZONE}:0{trap}"), Refusal::Port),
-        Case::refused(&format!("loop_back.{ZONE}:{trap}"), Refusal::Host),
-        Case::refused(&format!("user@loopback.{ZONE}:{trap}"), Refusal::Host),
-        Case::refused(&format!("127.0.0.1:{trap}"), Refusal::Host),
+        Case::refused(&format!("loopback.{ZONE}"), Rejection::Target),
+        Case::refused(&format!("loopback.{ZONE}:0{trap}"), Rejection::Port),
+        Case::refused(&format!("loop_back.{ZONE}:{trap}"), Rejection::Host),
+        Case::refused(&format!("user@loopback.{ZONE}:{trap}"), Rejection::Host),
+        Case::refused(&format!("127.0.0.1:{trap}"), Rejection::Host),
         // Other methods and versions naming a listed name.
         Case::head(
             "GET absolute",
             bare(&format!("GET http://{listed}/ HTTP/1.1")),
-            Want::Refused(Refusal::Method),
+            Want::Refused(Rejection::Method),
         ),
         Case::head(
             "POST absolute",
             bare(&format!("POST https://{listed}/ HTTP/1.1")),
-            Want::Refused(Refusal::Method),
+            Want::Refused(Rejection::Method),
         ),
         Case::head(
             "HTTP/1.0",
             bare(&format!("CONNECT {listed} HTTP/1.0")),
-            Want::Refused(Refusal::Version),
+            Want::Refused(Rejection::Version),
         ),
         // A bad head around a listed name.
         Case::head(
             "duplicate Host",
             format!("CONNECT {listed} HTTP/1.1\r\nHost: {listed}\r\nHost: {listed}\r\n\r\n")
                 .into_bytes(),
-            Want::Refused(Refusal::Malformed),
+            Want::Refused(Rejection::Malformed),
         ),
         Case::head(
             "Host names another authority",
             format!("CONNECT {listed} HTTP/1.1\r\nHost: evil.test:443\r\n\r\n").into_bytes(),
-            Want::Refused(Refusal::Malformed),
+            Want::Refused(Rejection::Malformed),
         ),
         Case::head(
             "bare LF",
             format!("CONNECT {listed} HTTP/1.1\n\n").into_bytes(),
-            Want::Refused(Refusal::Malformed),
+            Want::Refused(Rejection::Malformed),
         ),
         Case::head(
             "33 headers",
@@ -1213,7 +1215,7 @@ async fn c4_a_request_refused_before_its_lookup_asks_the_dns_nothing() {
                 "X: y\r\n".repeat(MAX_HEADERS + 1)
             )
             .into_bytes(),
-            Want::Refused(Refusal::HeadTooLarge),
+            Want::Refused(Rejection::HeadTooLarge),
         ),
         // A mapped name is never resolved either.
         Case::tunnel("api.vendor.test:443"),
@@ -1225,7 +1227,7 @@ async fn c4_a_request_refused_before_its_lookup_asks_the_dns_nothing() {
         "a request refused before its lookup was looked up"
     );
     // The control: the same name, admitted, is asked for (so the silence above means something).
-    cases = vec![Case::refused(&listed, Refusal::Address).looks_up(&format!("loopback.{ZONE}"))];
+    cases = vec![Case::refused(&listed, Rejection::Address).looks_up(&format!("loopback.{ZONE}"))];
     fx.check_all(&cases).await;
     fx.finish().await;
 }
@@ -1269,12 +1271,12 @@ async fn c5_look_alike_hosts_are_refused_and_case_and_one_dot_are_folded() {
         "\u{430}pi.vendor.test:443",
         "api.vendor.te\u{17f}t:443",
     ] {
-        cases.push(Case::refused(target, Refusal::Malformed));
+        cases.push(Case::refused(target, Rejection::Malformed));
     }
     cases.push(Case::head(
         "invalid UTF-8 in the host",
         b"CONNECT api.vendor.\xfftest:443 HTTP/1.1\r\n\r\n".to_vec(),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     // ASCII that is not LDH, or not a name.
     for target in [
@@ -1304,14 +1306,14 @@ async fn c5_look_alike_hosts_are_refused_and_case_and_one_dot_are_folded() {
         "\"api.vendor.test\":443",
         "<api.vendor.test>:443",
     ] {
-        cases.push(Case::refused(target, Refusal::Host));
+        cases.push(Case::refused(target, Rejection::Host));
     }
     // Length bounds, under the resolved zone: the longest are looked up, one more is not.
-    cases.push(Case::refused(&format!("{label64}:{trap}"), Refusal::Host));
-    cases.push(Case::refused(&format!("{name254}:{trap}"), Refusal::Host));
-    cases.push(Case::refused(&format!("{label63}:{trap}"), Refusal::Address).looks_up(&label63));
-    cases.push(Case::refused(&format!("{name253}:{trap}"), Refusal::Address).looks_up(&name253));
-    cases.push(Case::refused(&format!("{name253}.:{trap}"), Refusal::Address).looks_up(&name253));
+    cases.push(Case::refused(&format!("{label64}:{trap}"), Rejection::Host));
+    cases.push(Case::refused(&format!("{name254}:{trap}"), Rejection::Host));
+    cases.push(Case::refused(&format!("{label63}:{trap}"), Rejection::Address).looks_up(&label63));
+    cases.push(Case::refused(&format!("{name253}:{trap}"), Rejection::Address).looks_up(&name253));
+    cases.push(Case::refused(&format!("{name253}.:{trap}"), Rejection::Address).looks_up(&name253));
     // Case and one trailing dot are folded, once: matched and looked up canonically.
     let canonical = format!("loopback.{ZONE}");
     for target in [
@@ -1319,11 +1321,11 @@ async fn c5_look_alike_hosts_are_refused_and_case_and_one_dot_are_folded() {
         format!("LOOPBACK.RESOLVE.TEST.:{trap}"),
         format!("loopback.{ZONE}.:{trap}"),
     ] {
-        cases.push(Case::refused(&target, Refusal::Address).looks_up(&canonical));
+        cases.push(Case::refused(&target, Rejection::Address).looks_up(&canonical));
     }
     cases.push(Case::refused(
         &format!("loopback.{ZONE}..:{trap}"),
-        Refusal::Host,
+        Rejection::Host,
     ));
     for target in [
         "API.Vendor.TEST:443",
@@ -1340,12 +1342,12 @@ async fn c5_look_alike_hosts_are_refused_and_case_and_one_dot_are_folded() {
     cases.push(Case::head(
         "a look-alike Host header",
         with_headers(&["Host: api\u{ff0e}vendor.test:443"]),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     cases.push(Case::head(
         "a NUL in the Host header",
         with_headers(&["Host: api.vendor.test\0:443"]),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     cases.push(Case::tunnel("api.vendor.test:443"));
     fx.check_all(&cases).await;
@@ -1363,7 +1365,7 @@ async fn c5_look_alike_hosts_are_refused_and_case_and_one_dot_are_folded() {
     let answer = read_to_close(&mut client, &target).await;
     assert_eq!(shown(&answer), shown(&status_answer(502)));
     let report = timeout(BOUND, task).await.unwrap().unwrap();
-    assert_eq!(report.outcome, Outcome::Refused(Refusal::Resolve));
+    assert_eq!(report.outcome, Outcome::Refused(Rejection::Resolve));
     assert_eq!(report.dialed, None);
     let mut datagram = [0u8; 512];
     let mut queries = 0;
@@ -1397,50 +1399,50 @@ async fn c6_userinfo_and_port_games_are_refused() {
     let vendor_port = fx.vendor.addr().port();
     let hold_port = fx.hold.addr.port();
     let mut cases = vec![];
-    for (target, refusal) in [
-        ("user@api.vendor.test:443", Refusal::Host),
-        ("user:pass@api.vendor.test:443", Refusal::Host),
-        ("api.vendor.test:443@evil.test:443", Refusal::Host),
-        ("evil.test:443@api.vendor.test:443", Refusal::Host),
-        ("evil.test@api.vendor.test:443", Refusal::Host),
-        ("api.vendor.test@:443", Refusal::Host),
-        ("api.vendor.test:443:443", Refusal::Host),
-        ("api.vendor.test:0443", Refusal::Port),
-        ("api.vendor.test:00443", Refusal::Port),
-        ("api.vendor.test:+443", Refusal::Port),
-        ("api.vendor.test:-443", Refusal::Port),
-        ("api.vendor.test:65536", Refusal::Port),
-        ("api.vendor.test:99999", Refusal::Port),
-        ("api.vendor.test:4294967739", Refusal::Port),
-        ("api.vendor.test:0", Refusal::Port),
-        ("api.vendor.test:", Refusal::Port),
-        ("api.vendor.test:0x1bb", Refusal::Port),
-        ("api.vendor.test:4_43", Refusal::Port),
-        ("api.vendor.test:443.0", Refusal::Port),
-        ("api.vendor.test:%34%34%33", Refusal::Port),
-        ("api.vendor.test", Refusal::Target),
+    for (target, rejection) in [
+        ("user@api.vendor.test:443", Rejection::Host),
+        ("user:pass@api.vendor.test:443", Rejection::Host),
+        ("api.vendor.test:443@evil.test:443", Rejection::Host),
+        ("evil.test:443@api.vendor.test:443", Rejection::Host),
+        ("evil.test@api.vendor.test:443", Rejection::Host),
+        ("api.vendor.test@:443", Rejection::Host),
+        ("api.vendor.test:443:443", Rejection::Host),
+        ("api.vendor.test:0443", Rejection::Port),
+        ("api.vendor.test:00443", Rejection::Port),
+        ("api.vendor.test:+443", Rejection::Port),
+        ("api.vendor.test:-443", Rejection::Port),
+        ("api.vendor.test:65536", Rejection::Port),
+        ("api.vendor.test:99999", Rejection::Port),
+        ("api.vendor.test:4294967739", Rejection::Port),
+        ("api.vendor.test:0", Rejection::Port),
+        ("api.vendor.test:", Rejection::Port),
+        ("api.vendor.test:0x1bb", Rejection::Port),
+        ("api.vendor.test:4_43", Rejection::Port),
+        ("api.vendor.test:443.0", Rejection::Port),
+        ("api.vendor.test:%34%34%33", Rejection::Port),
+        ("api.vendor.test", Rejection::Target),
         // A listed name on another port, the vendor's own port included: the mapping is for 443.
-        ("api.vendor.test:80", Refusal::Port),
-        ("api.vendor.test:8443", Refusal::Port),
-        ("api.vendor.test:65535", Refusal::Port),
-        ("hold.vendor.test:444", Refusal::Port),
-        ("evil.test:8443", Refusal::NotAllowed),
+        ("api.vendor.test:80", Rejection::Port),
+        ("api.vendor.test:8443", Rejection::Port),
+        ("api.vendor.test:65535", Rejection::Port),
+        ("hold.vendor.test:444", Rejection::Port),
+        ("evil.test:8443", Rejection::NotAllowed),
     ] {
-        cases.push(Case::refused(target, refusal));
+        cases.push(Case::refused(target, rejection));
     }
     cases.push(Case::refused(
         &format!("api.vendor.test:{vendor_port}"),
-        Refusal::Port,
+        Rejection::Port,
     ));
     cases.push(Case::refused(
         &format!("hold.vendor.test:{hold_port}"),
-        Refusal::Port,
+        Rejection::Port,
     ));
     cases.push(Case::refused(
         &format!("api.vendor.test:{trap}"),
-        Refusal::Port,
+        Rejection::Port,
     ));
-    cases.push(Case::refused(&format!("x.{ZONE}:443"), Refusal::Port));
+    cases.push(Case::refused(&format!("x.{ZONE}:443"), Rejection::Port));
     // Whitespace: a request line has exactly two single spaces.
     for line in [
         "CONNECT api.vendor.test: 443 HTTP/1.1",
@@ -1451,32 +1453,32 @@ async fn c6_userinfo_and_port_games_are_refused() {
         cases.push(Case::head(
             format!("{line:?}"),
             bare(line),
-            Want::Refused(Refusal::Target),
+            Want::Refused(Rejection::Target),
         ));
     }
     cases.push(Case::head(
         "Arabic-Indic digits",
         bare("CONNECT api.vendor.test:\u{664}\u{664}\u{663} HTTP/1.1"),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     // The same games in the Host header of a good request line.
-    for (host, refusal) in [
-        ("Host: api.vendor.test:0443", Refusal::Malformed),
-        ("Host: api.vendor.test:8443", Refusal::Malformed),
-        ("Host: user@api.vendor.test:443", Refusal::Malformed),
+    for (host, rejection) in [
+        ("Host: api.vendor.test:0443", Rejection::Malformed),
+        ("Host: api.vendor.test:8443", Rejection::Malformed),
+        ("Host: user@api.vendor.test:443", Rejection::Malformed),
         (
             "Host: api.vendor.test:443@evil.test:443",
-            Refusal::Malformed,
+            Rejection::Malformed,
         ),
         (
             "Host: evil.test:443@api.vendor.test:443",
-            Refusal::Malformed,
+            Rejection::Malformed,
         ),
     ] {
         cases.push(Case::head(
             host,
             with_headers(&[host]),
-            Want::Refused(refusal),
+            Want::Refused(rejection),
         ));
     }
     cases.push(Case::tunnel("api.vendor.test:443"));
@@ -1492,96 +1494,117 @@ async fn c6_userinfo_and_port_games_are_refused() {
 async fn c7_other_methods_forms_and_versions_are_refused() {
     let fx = Fixture::start(Script::new(), |_| {}).await;
     let mut cases = vec![];
-    for (line, refusal) in [
-        ("GET http://api.vendor.test/ HTTP/1.1", Refusal::Method),
-        ("GET http://api.vendor.test:443/ HTTP/1.1", Refusal::Method),
-        ("GET https://api.vendor.test/ HTTP/1.1", Refusal::Method),
-        ("GET / HTTP/1.1", Refusal::Method),
-        ("GET  http://api.vendor.test/ HTTP/1.1", Refusal::Method),
+    for (line, rejection) in [
+        ("GET http://api.vendor.test/ HTTP/1.1", Rejection::Method),
+        (
+            "GET http://api.vendor.test:443/ HTTP/1.1",
+            Rejection::Method,
+        ),
+        ("GET https://api.vendor.test/ HTTP/1.1", Rejection::Method),
+        ("GET / HTTP/1.1", Rejection::Method),
+        ("GET  http://api.vendor.test/ HTTP/1.1", Rejection::Method),
         (
             "POST https://api.vendor.test/v1/messages HTTP/1.1",
-            Refusal::Method,
+            Rejection::Method,
         ),
-        ("PUT https://api.vendor.test/ HTTP/1.1", Refusal::Method),
-        ("DELETE https://api.vendor.test/ HTTP/1.1", Refusal::Method),
-        ("HEAD https://api.vendor.test/ HTTP/1.1", Refusal::Method),
-        ("PATCH https://api.vendor.test/ HTTP/1.1", Refusal::Method),
-        ("TRACE / HTTP/1.1", Refusal::Method),
-        ("OPTIONS * HTTP/1.1", Refusal::Method),
-        ("OPTIONS api.vendor.test:443 HTTP/1.1", Refusal::Method),
-        ("connect api.vendor.test:443 HTTP/1.1", Refusal::Method),
-        ("Connect api.vendor.test:443 HTTP/1.1", Refusal::Method),
-        ("CONNECTX api.vendor.test:443 HTTP/1.1", Refusal::Method),
-        (" CONNECT api.vendor.test:443 HTTP/1.1", Refusal::Method),
-        ("", Refusal::Method),
+        ("PUT https://api.vendor.test/ HTTP/1.1", Rejection::Method),
+        (
+            "DELETE https://api.vendor.test/ HTTP/1.1",
+            Rejection::Method,
+        ),
+        ("HEAD https://api.vendor.test/ HTTP/1.1", Rejection::Method),
+        ("PATCH https://api.vendor.test/ HTTP/1.1", Rejection::Method),
+        ("TRACE / HTTP/1.1", Rejection::Method),
+        ("OPTIONS * HTTP/1.1", Rejection::Method),
+        ("OPTIONS api.vendor.test:443 HTTP/1.1", Rejection::Method),
+        ("connect api.vendor.test:443 HTTP/1.1", Rejection::Method),
+        ("Connect api.vendor.test:443 HTTP/1.1", Rejection::Method),
+        ("CONNECTX api.vendor.test:443 HTTP/1.1", Rejection::Method),
+        (" CONNECT api.vendor.test:443 HTTP/1.1", Rejection::Method),
+        ("", Rejection::Method),
         (
             "CONNECT http://api.vendor.test:443 HTTP/1.1",
-            Refusal::Target,
+            Rejection::Target,
         ),
         (
             "CONNECT https://api.vendor.test:443/ HTTP/1.1",
-            Refusal::Target,
+            Rejection::Target,
         ),
-        ("CONNECT //api.vendor.test:443 HTTP/1.1", Refusal::Target),
-        ("CONNECT /path HTTP/1.1", Refusal::Target),
-        ("CONNECT * HTTP/1.1", Refusal::Target),
-        ("CONNECT api.vendor.test:443/path HTTP/1.1", Refusal::Target),
-        ("CONNECT api.vendor.test:443? HTTP/1.1", Refusal::Target),
-        ("CONNECT api.vendor.test:443#x HTTP/1.1", Refusal::Target),
-        ("CONNECT api.vendor.test:443", Refusal::Target),
-        ("CONNECT", Refusal::Target),
-        ("CONNECT  api.vendor.test:443 HTTP/1.1", Refusal::Target),
-        ("CONNECT api.vendor.test:443 HTTP/1.0", Refusal::Version),
-        ("CONNECT api.vendor.test:443 HTTP/2", Refusal::Version),
-        ("CONNECT api.vendor.test:443 HTTP/2.0", Refusal::Version),
-        ("CONNECT api.vendor.test:443 HTTP/1.2", Refusal::Version),
-        ("CONNECT api.vendor.test:443 HTTP/0.9", Refusal::Version),
-        ("CONNECT api.vendor.test:443 http/1.1", Refusal::Version),
-        ("CONNECT api.vendor.test:443 HTTP/1.10", Refusal::Version),
-        ("CONNECT api.vendor.test:443 HTTPS/1.1", Refusal::Version),
-        ("CONNECT\tapi.vendor.test:443\tHTTP/1.1", Refusal::Malformed),
-        ("CONNECT\tapi.vendor.test:443 HTTP/1.1", Refusal::Malformed),
-        ("CONNECT api.vendor.test:443\tHTTP/1.1", Refusal::Malformed),
-        ("CONNECT api.vendor.test:443 HTTP/1.1\t", Refusal::Malformed),
+        ("CONNECT //api.vendor.test:443 HTTP/1.1", Rejection::Target),
+        ("CONNECT /path HTTP/1.1", Rejection::Target),
+        ("CONNECT * HTTP/1.1", Rejection::Target),
+        (
+            "CONNECT api.vendor.test:443/path HTTP/1.1",
+            Rejection::Target,
+        ),
+        ("CONNECT api.vendor.test:443? HTTP/1.1", Rejection::Target),
+        ("CONNECT api.vendor.test:443#x HTTP/1.1", Rejection::Target),
+        ("CONNECT api.vendor.test:443", Rejection::Target),
+        ("CONNECT", Rejection::Target),
+        ("CONNECT  api.vendor.test:443 HTTP/1.1", Rejection::Target),
+        ("CONNECT api.vendor.test:443 HTTP/1.0", Rejection::Version),
+        ("CONNECT api.vendor.test:443 HTTP/2", Rejection::Version),
+        ("CONNECT api.vendor.test:443 HTTP/2.0", Rejection::Version),
+        ("CONNECT api.vendor.test:443 HTTP/1.2", Rejection::Version),
+        ("CONNECT api.vendor.test:443 HTTP/0.9", Rejection::Version),
+        ("CONNECT api.vendor.test:443 http/1.1", Rejection::Version),
+        ("CONNECT api.vendor.test:443 HTTP/1.10", Rejection::Version),
+        ("CONNECT api.vendor.test:443 HTTPS/1.1", Rejection::Version),
+        (
+            "CONNECT\tapi.vendor.test:443\tHTTP/1.1",
+            Rejection::Malformed,
+        ),
+        (
+            "CONNECT\tapi.vendor.test:443 HTTP/1.1",
+            Rejection::Malformed,
+        ),
+        (
+            "CONNECT api.vendor.test:443\tHTTP/1.1",
+            Rejection::Malformed,
+        ),
+        (
+            "CONNECT api.vendor.test:443 HTTP/1.1\t",
+            Rejection::Malformed,
+        ),
         (
             "CONNECT\u{a0}api.vendor.test:443 HTTP/1.1",
-            Refusal::Malformed,
+            Rejection::Malformed,
         ),
     ] {
         cases.push(Case::head(
             format!("{line:?}"),
             bare(line),
-            Want::Refused(refusal),
+            Want::Refused(rejection),
         ));
     }
     // With a Host header, as a client would send them.
     cases.push(Case::head(
         "GET with Host",
         b"GET http://api.vendor.test/ HTTP/1.1\r\nHost: api.vendor.test\r\n\r\n".to_vec(),
-        Want::Refused(Refusal::Method),
+        Want::Refused(Rejection::Method),
     ));
     // The HTTP/2 preface: a head (`PRI * HTTP/2.0`) with more after it.
     cases.push(Case::head(
         "the HTTP/2 preface",
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec(),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     // A leading empty line (which RFC 9112 lets a server ignore) is no request line here.
     cases.push(Case::head(
         "a leading CRLF",
         format!("\r\nCONNECT {VENDOR}:443 HTTP/1.1\r\n\r\n").into_bytes(),
-        Want::Refused(Refusal::Method),
+        Want::Refused(Rejection::Method),
     ));
     // No Host header is refused as one naming another authority is.
     cases.push(Case::head(
         "no Host header",
         bare("CONNECT api.vendor.test:443 HTTP/1.1"),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     cases.push(Case::head(
         "no Host header, other headers",
         with_headers(&["User-Agent: x", "X-Host: api.vendor.test:443"]),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     cases.push(Case::tunnel("api.vendor.test:443"));
     fx.check_all(&cases).await;
@@ -1634,32 +1657,32 @@ async fn c8_head_framing_size_timing_and_early_bytes_are_bounded() {
         cases.push(Case::head(
             what,
             bytes.into_bytes(),
-            Want::Refused(Refusal::Malformed),
+            Want::Refused(Rejection::Malformed),
         ));
     }
-    for (host, refusal) in [
-        ("Host: evil.test:443", Refusal::Malformed),
-        ("Host: hold.vendor.test:443", Refusal::Malformed),
-        ("Host: api.vendor.test:8443", Refusal::Malformed),
-        ("Host: api.vendor.test.evil.test:443", Refusal::Malformed),
+    for (host, rejection) in [
+        ("Host: evil.test:443", Rejection::Malformed),
+        ("Host: hold.vendor.test:443", Rejection::Malformed),
+        ("Host: api.vendor.test:8443", Rejection::Malformed),
+        ("Host: api.vendor.test.evil.test:443", Rejection::Malformed),
         // An empty Host names nothing (the name alone, for port 443, is the target: see
         // `head::tests`).
-        ("Host: ", Refusal::Malformed),
-        ("Host : api.vendor.test:443", Refusal::Malformed),
-        ("Host\t: api.vendor.test:443", Refusal::Malformed),
-        (" Host: api.vendor.test:443", Refusal::Malformed),
-        ("X-Folded: a\r\n b", Refusal::Malformed),
-        ("no colon", Refusal::Malformed),
-        (": empty name", Refusal::Malformed),
-        ("X: a\0b", Refusal::Malformed),
-        ("X: a\x7fb", Refusal::Malformed),
-        ("X: caf\u{e9}", Refusal::Malformed),
-        ("X(: y", Refusal::Malformed),
+        ("Host: ", Rejection::Malformed),
+        ("Host : api.vendor.test:443", Rejection::Malformed),
+        ("Host\t: api.vendor.test:443", Rejection::Malformed),
+        (" Host: api.vendor.test:443", Rejection::Malformed),
+        ("X-Folded: a\r\n b", Rejection::Malformed),
+        ("no colon", Rejection::Malformed),
+        (": empty name", Rejection::Malformed),
+        ("X: a\0b", Rejection::Malformed),
+        ("X: a\x7fb", Rejection::Malformed),
+        ("X: caf\u{e9}", Rejection::Malformed),
+        ("X(: y", Rejection::Malformed),
     ] {
         cases.push(Case::head(
             format!("{host:?}"),
             with_headers(&[host]),
-            Want::Refused(refusal),
+            Want::Refused(rejection),
         ));
     }
     // Sizes: 32 headers and MAX_HEAD bytes pass, one more of either does not.
@@ -1671,7 +1694,7 @@ async fn c8_head_framing_size_timing_and_early_bytes_are_bounded() {
     cases.push(Case::head(
         format!("{} headers", MAX_HEADERS + 1),
         headers(MAX_HEADERS + 1),
-        Want::Refused(Refusal::HeadTooLarge),
+        Want::Refused(Rejection::HeadTooLarge),
     ));
     cases.push(Case::head(
         format!("a {MAX_HEAD}-byte head"),
@@ -1682,13 +1705,13 @@ async fn c8_head_framing_size_timing_and_early_bytes_are_bounded() {
         cases.push(Case::head(
             format!("a {len}-byte head"),
             sized(len),
-            Want::Refused(Refusal::HeadTooLarge),
+            Want::Refused(Rejection::HeadTooLarge),
         ));
     }
     cases.push(Case::head(
         "a head of one endless line",
         vec![b'C'; 20_000],
-        Want::Refused(Refusal::HeadTooLarge),
+        Want::Refused(Rejection::HeadTooLarge),
     ));
     // Time: a head trickled past the deadline is closed unanswered, one within it is served.
     cases.push(
@@ -1748,7 +1771,7 @@ async fn c8_head_framing_size_timing_and_early_bytes_are_bounded() {
     cases.push(Case::new(
         "a FIN right after a refused head",
         vec![Step::Write(connect("evil.test:443")), Step::Fin],
-        Want::Refused(Refusal::NotAllowed),
+        Want::Refused(Rejection::NotAllowed),
     ));
     // Bytes before the 200: nothing is dialed, nothing forwarded.
     for (what, after) in [
@@ -1766,24 +1789,24 @@ async fn c8_head_framing_size_timing_and_early_bytes_are_bounded() {
         cases.push(Case::head(
             what,
             [head.clone(), after.clone()].concat(),
-            Want::Refused(Refusal::Malformed),
+            Want::Refused(Rejection::Malformed),
         ));
         cases.push(Case::head(
             format!("{what} (hold)"),
             [hold_head.clone(), after].concat(),
-            Want::Refused(Refusal::Malformed),
+            Want::Refused(Rejection::Malformed),
         ));
     }
     cases.push(Case::head(
         "a body announced and sent",
         format!("CONNECT {VENDOR}:443 HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello").into_bytes(),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     cases.push(Case::head(
         "a chunked body",
         format!("CONNECT {VENDOR}:443 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
             .into_bytes(),
-        Want::Refused(Refusal::Malformed),
+        Want::Refused(Rejection::Malformed),
     ));
     cases.push(Case::tunnel("api.vendor.test:443"));
     fx.check_all(&cases).await;
