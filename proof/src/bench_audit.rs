@@ -13,13 +13,13 @@
 use std::path::Path;
 use std::time::Instant;
 
-use crate::audit::{self, CommitRequest};
 use crate::bench::median;
 use crate::bench_check::{git_baseline, prepared_tree};
-use crate::controller::Controller;
-use crate::error::{Error, Result};
-use crate::labels::Owner;
-use crate::task::{self, StorageHandle};
+use cordon::audit::{self, CommitRequest};
+use cordon::controller::Controller;
+use cordon::error::{Error, Result};
+use cordon::labels::Owner;
+use cordon::task::{self, StorageHandle};
 
 /// What the benchmark measured.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -94,7 +94,7 @@ async fn apply(
 ) -> Result<()> {
     let task_storage = storage.storage()?;
     let mut archive =
-        crate::archive::Archive::in_memory(task_storage.allocation.uid.get(), "bench changes");
+        cordon::archive::Archive::in_memory(task_storage.allocation.uid.get(), "bench changes");
     for (path, data) in changed {
         std::fs::write(dir.join(path), data).map_err(|e| Error::io("changing the host copy", e))?;
         archive.file(path, 0o644, data)?;
