@@ -25,8 +25,7 @@
 //!
 //! The rules (`head` to `decide`) are always built; the proxy (`proxy` to `journal`) and the
 //! `cordon-egress` binary only with the default feature `proxy`: a crate that only checks an
-//! allowlist (the host library) builds without it, so neither tokio's sockets nor a DNS library
-//! is in its build.
+//! allowlist (the host library) builds without it, so no DNS library is in its build.
 //!
 //! A gate case may leave out exactly one rule ([`decide::Rule`], [`decide::Rules::skip`]); every
 //! real invocation leaves out none.
