@@ -291,4 +291,11 @@ fn the_library_depends_on_no_cli_crate() {
             "the cordon library depends on {cli_only}"
         );
     }
+    // Nor on test tooling: the fake vendor (its test CA, its TLS stack) is the proof harness's.
+    for proof_only in ["cordon-fake-vendor", "cordon-proof", "rcgen", "rustls"] {
+        assert!(
+            !names.contains(&proof_only),
+            "the cordon library depends on {proof_only}"
+        );
+    }
 }
