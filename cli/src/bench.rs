@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
-use cordon::bench;
+use cordon_proof::bench;
 
 use crate::{image, print, verdict, Ctx};
 
@@ -110,9 +110,10 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchAction::Check { entries, mib, runs } => {
-            let report = cordon::bench_check::check(engine, &built.id, entries, mib << 20, runs)
-                .await
-                .context("benchmarking the tree check")?;
+            let report =
+                cordon_proof::bench_check::check(engine, &built.id, entries, mib << 20, runs)
+                    .await
+                    .context("benchmarking the tree check")?;
             print(ctx.json, &report, || report.text())?;
             Ok(ExitCode::SUCCESS)
         }
@@ -124,7 +125,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             runs,
             loose,
         } => {
-            let report = cordon::bench_audit::audit(
+            let report = cordon_proof::bench_audit::audit(
                 engine,
                 &built.id,
                 entries,
@@ -140,9 +141,10 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchAction::Egress { runs, mib, pings } => {
-            let report = cordon::bench_egress::egress(engine, &built.id, runs, mib << 20, pings)
-                .await
-                .context("benchmarking egress")?;
+            let report =
+                cordon_proof::bench_egress::egress(engine, &built.id, runs, mib << 20, pings)
+                    .await
+                    .context("benchmarking egress")?;
             print(ctx.json, &report, || report.text())?;
             Ok(ExitCode::SUCCESS)
         }
@@ -166,7 +168,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             let spec =
                 cordon::image::agent::AgentImageSpec::new(cli, crate::image::binary_source(ctx));
             let report =
-                cordon::bench_claude::invoke_claude(&ctx.ctl, &built.id, &spec, files, runs)
+                cordon_proof::bench_claude::invoke_claude(&ctx.ctl, &built.id, &spec, files, runs)
                     .await
                     .context("benchmarking the real CLI's invocations")?;
             print(ctx.json, &report, || report.text())?;

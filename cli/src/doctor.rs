@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use cordon::doctor;
+use cordon_proof::doctor;
 
 use crate::{image, print, verdict, Ctx};
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use cordon::gate::{self, GateOptions};
+use cordon_proof::gate::{self, GateOptions};
 
 use crate::{image, print, progress, verdict, Ctx};
 

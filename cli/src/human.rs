@@ -363,8 +363,8 @@ mod tests {
     /// The summary, a stopped run's reason, and the gate table's differences are plain words.
     #[test]
     fn human_output_never_shows_debug_formatting() {
-        use cordon::gate::{CaseResult, GateReport, Layer};
         use cordon::invoke::{Facts, StopReason};
+        use cordon_proof::gate::{CaseResult, GateReport, Layer};
         let out = run_report(&report(Some("an answer"), None));
         assert!(out.contains(", exit 0, "), "{out:?}");
         assert_plain_words(&out);

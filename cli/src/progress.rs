@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use cordon::gate::GateProgress;
+use cordon_proof::gate::GateProgress;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 const TICK: Duration = Duration::from_millis(120);

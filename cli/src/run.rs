@@ -227,7 +227,7 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
                 }
             };
             let credential = if args.fake_vendor {
-                let api = cordon::invoke::fake_api::fake_api(vendor, &image::build(ctx).await?.id)?;
+                let api = cordon_proof::fake_api::fake_api(vendor, &image::build(ctx).await?.id)?;
                 let credential = api.credential.clone();
                 fake = Some(api);
                 credential

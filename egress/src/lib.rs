@@ -23,19 +23,29 @@
 //! - [`journal`]: the binary's log lines (JSON, one per line, in a stable shape): the attestation,
 //!   one line per connection, the stop.
 //!
+//! The rules (`head` to `decide`) are always built; the proxy (`proxy` to `journal`) and the
+//! `cordon-egress` binary only with the default feature `proxy`: a crate that only checks an
+//! allowlist (the host library) builds without it, so no DNS library is in its build.
+//!
 //! A gate case may leave out exactly one rule ([`decide::Rule`], [`decide::Rules::skip`]); every
 //! real invocation leaves out none.
 
 pub mod address;
 pub mod allowlist;
+#[cfg(feature = "proxy")]
 pub mod args;
+#[cfg(feature = "proxy")]
 pub mod chain;
 pub mod decide;
 pub mod head;
 pub mod host;
+#[cfg(feature = "proxy")]
 pub mod journal;
+#[cfg(feature = "proxy")]
 pub mod proxy;
+#[cfg(feature = "proxy")]
 pub mod resolver;
+#[cfg(feature = "proxy")]
 pub mod serve;
 pub mod tls;
 

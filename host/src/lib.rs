@@ -20,23 +20,17 @@
 //! - [`audit`]: the change audit's reads of task storage (the in-container tree reader): the
 //!   declared-link snapshot, the pre-launch tree check and its one-shot capability.
 //! - [`invoke`]: capture, start, supervise, settle one invocation.
-//! - [`gate`], [`bench`], [`bench_egress`], [`bench_claude`], [`bench_check`], [`bench_audit`], [`doctor`]: the
-//!   truth table, the benchmarks (the egress path, the real CLI and the tree check in their own),
-//!   the environment check.
+//!
+//! The proof harness (the gate's truth table, the benchmarks, doctor, the fake vendor's test CA
+//! and DNS script) is its own crate, `cordon-proof`, on this library's public API: nothing of it
+//! is linked into a runner.
 
 pub mod archive;
 pub mod audit;
-pub mod bench;
-pub mod bench_audit;
-pub mod bench_check;
-pub mod bench_claude;
-pub mod bench_egress;
 pub mod caller_file;
 pub mod controller;
-pub mod doctor;
 pub mod engine;
 pub mod error;
-pub mod gate;
 pub mod image;
 pub mod invoke;
 pub mod labels;

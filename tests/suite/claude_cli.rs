@@ -10,13 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon::image::agent::AgentImage;
-use cordon::invoke::{
-    self, capture, fake_api::fake_api, start, ImageSource, InvocationResult, Options, Request,
-};
+use cordon::invoke::{self, capture, start, ImageSource, InvocationResult, Options, Request};
 use cordon::profile::Area;
 use cordon::task::{self, StorageHandle};
 use cordon_contract::{Phase, Vendor};
 use cordon_fake_vendor::messages::{MessagesRecord, ReplyRecord};
+use cordon_proof::fake_api::{self, fake_api};
 use cordon_tests::{agent_image, owned, prepare_request, Owned, Repo};
 use serde_json::{json, Value};
 
@@ -699,7 +698,7 @@ async fn hostile_reads_are_denied_by_the_cli() {
     assert_eq!(got.len(), calls.len(), "{got:?}");
     for (call, (error, content)) in calls.iter().zip(&got) {
         assert!(*error && denied_by_cli(content), "{call}: {content}");
-        assert!(!content.contains(invoke::fake_api::FAKE_API_KEY), "{call}");
+        assert!(!content.contains(fake_api::FAKE_API_KEY), "{call}");
     }
     // A relative pattern that climbs out matches nothing: the search starts at /work.
     let climb = c

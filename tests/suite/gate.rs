@@ -1,8 +1,8 @@
 //! The truth table on the real engine.
 
-use cordon::gate::{self, cases, GateOptions, Layer};
 use cordon_contract::probe::ops;
 use cordon_contract::Id;
+use cordon_proof::gate::{self, cases, GateOptions, Layer};
 use cordon_tests::{agent_image, controller, image, serial};
 
 /// `cordon gate`: every case in all three layers passes; every protection with a validator, init

@@ -1,6 +1,7 @@
 //! The test image and doctor.
 
-use cordon::{doctor, image};
+use cordon::image;
+use cordon_proof::doctor;
 use cordon_tests::controller;
 
 /// The image builds from the workspace's static-pie binaries, and an unchanged workspace reuses it.
@@ -66,7 +67,7 @@ async fn doctor_reports_real_facts() {
 /// protection removed), the exec probe reports exactly `exec-via-interpreter`.
 #[tokio::test]
 async fn the_interpreter_runs_no_cordon_binary() {
-    use cordon::gate::{self, AgentRef, GateOptions, Layer};
+    use cordon_proof::gate::{self, AgentRef, GateOptions, Layer};
     let ctl = controller().await;
     let engine = ctl.engine().clone();
     let test_image = cordon_tests::image(&engine).await;

@@ -296,6 +296,13 @@ fn the_library_depends_on_no_cli_crate() {
             "the cordon library depends on {cli_only}"
         );
     }
+    // Nor on test tooling: the fake vendor (its test CA, its TLS stack) is the proof harness's.
+    for proof_only in ["cordon-fake-vendor", "cordon-proof", "rcgen", "rustls"] {
+        assert!(
+            !names.iter().any(|n| n == proof_only),
+            "the cordon library depends on {proof_only}"
+        );
+    }
 }
 
 /// The repository side cannot reach the engine: neither it nor the one cordon crate it uses

@@ -9,7 +9,6 @@
 //! typed value.
 
 pub mod claude;
-pub mod fake_api;
 mod handle;
 pub mod oneshot;
 mod profile;

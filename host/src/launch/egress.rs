@@ -1,6 +1,6 @@
-//! One invocation's egress on the engine: its bridge network, the containers on it (the gate's fake
-//! vendor endpoint and DNS server first, when asked for, so the proxy can be told their addresses;
-//! then the proxy), each read back and validated before anything of the invocation starts; the
+//! One invocation's egress on the engine: its bridge network, the containers on it (the proof
+//! harness's fake vendor endpoint and DNS server first, when given, so the proxy can be told their
+//! addresses; then the proxy), each read back and validated before anything of the invocation starts; the
 //! proxy started before the agent, and its attestation read.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, NetworkCreateRequest};
 use bollard::query_parameters::LogsOptions;
-use cordon_fake_vendor::dns::{self, Answer, Entry};
 use futures_util::StreamExt;
 
 use crate::engine::pending::Shared;
@@ -22,7 +21,8 @@ use crate::validate;
 /// How long the proxy may take to say it listens.
 pub const ATTEST_WITHIN: Duration = Duration::from_secs(10);
 
-/// The gate's and the tests' endpoints on the invocation network.
+/// The gate's and the tests' endpoints on the invocation network, as the proof harness
+/// (`cordon-proof`) describes them: the library makes no certificate and writes no DNS script.
 #[derive(Debug, Clone)]
 pub struct Fixtures {
     /// The fake vendor's certificate chain and key (PEM).
@@ -30,13 +30,9 @@ pub struct Fixtures {
     pub key_pem: String,
     /// Names the proxy maps to the fake vendor (its TLS port).
     pub mapped: Vec<String>,
-    /// Names the test DNS server answers with the fake vendor's address (the proxy resolves them:
-    /// only its address check stands between them and the endpoint).
-    pub resolved: Vec<String>,
-    /// `(name, target)`: the test DNS server answers `name` with only `name CNAME target` (the
-    /// target's records left out), and `target` with the fake vendor's address: only the chain
-    /// rule stands between `name` and the endpoint. With `resolved`, none at all: no DNS server.
-    pub chained: Vec<(String, String)>,
+    /// The test DNS server's answers (its `--answer` arguments), given the fake vendor's address
+    /// once it runs; the proxy then resolves through it. No DNS server when `None`.
+    pub dns: Option<fn(IpAddr) -> Vec<String>>,
     /// The image the fixtures run from (it must hold `fake-vendor`: the test image); the
     /// invocation's own image when `None`.
     pub image: Option<String>,
@@ -140,23 +136,6 @@ fn host_address_list(mut out: Vec<IpAddr>) -> Result<Vec<IpAddr>> {
     Ok(out)
 }
 
-/// What the test DNS server answers, the fake vendor at `vendor`.
-fn dns_answers(fixtures: &Fixtures, vendor: IpAddr) -> dns::Script {
-    let at = || Answer::Addresses(vec![vendor]);
-    let mut script = dns::Script::new();
-    for name in &fixtures.resolved {
-        script = script.answer(name, at());
-    }
-    for (name, target) in &fixtures.chained {
-        let only_the_cname = Answer::Raw(vec![Entry::Cname {
-            owner: name.clone(),
-            target: target.clone(),
-        }]);
-        script = script.answer(name, only_the_cname).answer(target, at());
-    }
-    script
-}
-
 /// Create, read back and validate one container on the network; start it when `start`.
 async fn networked(
     engine: &Engine,
@@ -250,8 +229,8 @@ pub async fn create(
             .spec
             .map
             .extend(fixtures.mapped.iter().map(|n| format!("{n}={to}")));
-        if !fixtures.resolved.is_empty() || !fixtures.chained.is_empty() {
-            let answers = dns_answers(fixtures, IpAddr::V4(vendor)).to_args();
+        if let Some(dns) = fixtures.dns {
+            let answers = dns(IpAddr::V4(vendor));
             let body = plan::resolver_body(fixture_image, allocation, &answers);
             let (id, r) =
                 networked(engine, allocation.name(Kind::Resolver), body, &name, record).await?;
@@ -402,26 +381,6 @@ mod tests {
         assert!(
             refused.to_string().contains(&format!("{}", max + 1)),
             "{refused}"
-        );
-    }
-
-    #[test]
-    fn the_test_dns_answers_a_chained_name_with_its_cname_alone() {
-        let fixtures = Fixtures {
-            cert_pem: String::new(),
-            key_pem: String::new(),
-            mapped: vec![],
-            resolved: vec!["private.vendor.test".into()],
-            chained: vec![("cname.vendor.test".into(), "target.elsewhere.test".into())],
-            image: None,
-        };
-        assert_eq!(
-            dns_answers(&fixtures, IpAddr::from([172, 30, 0, 3])).to_args(),
-            [
-                "cname.vendor.test=raw:cname.vendor.test/cname/target.elsewhere.test",
-                "private.vendor.test=172.30.0.3",
-                "target.elsewhere.test=172.30.0.3",
-            ]
         );
     }
 }

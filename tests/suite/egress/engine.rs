@@ -34,8 +34,7 @@ fn fixtures() -> Fixtures {
         cert_pem: ca.cert_pem,
         key_pem: ca.key_pem,
         mapped: vec![VENDOR_HOST.to_owned()],
-        resolved: vec![],
-        chained: vec![],
+        dns: None,
         image: None,
     }
 }

@@ -10,10 +10,10 @@
 use std::time::{Duration, Instant};
 
 use crate::bench::{generate_repository, median, questions_run};
-use crate::controller::Controller;
-use crate::error::{Error, Result};
-use crate::labels::Owner;
-use crate::task::{self, PrepareRequest, StorageHandle};
+use cordon::controller::Controller;
+use cordon::error::{Error, Result};
+use cordon::labels::Owner;
+use cordon::task::{self, PrepareRequest, StorageHandle};
 
 /// What the benchmark measured.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -43,7 +43,7 @@ pub struct CheckBench {
 
 fn git_timed(dir: &std::path::Path, args: &[&str]) -> Result<f64> {
     let t = Instant::now();
-    cordon_repo::git::own_repository(dir, args)?;
+    cordon::repo::git::own_repository(dir, args)?;
     Ok(t.elapsed().as_secs_f64() * 1000.0)
 }
 
@@ -51,7 +51,7 @@ fn git_timed(dir: &std::path::Path, args: &[&str]) -> Result<f64> {
 pub(crate) fn git_baseline(dir: &std::path::Path) -> Result<(f64, f64)> {
     // An index without stat data: the refresh must read and hash every file.
     let _ = std::fs::remove_file(dir.join(".git/index"));
-    cordon_repo::git::own_repository(dir, &["read-tree", "HEAD"])?;
+    cordon::repo::git::own_repository(dir, &["read-tree", "HEAD"])?;
     let refresh = git_timed(dir, &["update-index", "-q", "--really-refresh"])?;
     let status = git_timed(dir, &["status", "--porcelain"])?;
     Ok((refresh + status, status))
@@ -75,13 +75,13 @@ pub(crate) async fn prepared_tree(
     let tree_bytes = tokio::task::spawn_blocking(move || {
         let bytes = generate_repository(&big, entries, bytes)?;
         if packed {
-            cordon_repo::git::own_repository(&big, &["repack", "-a", "-d", "-q"])?;
+            cordon::repo::git::own_repository(&big, &["repack", "-a", "-d", "-q"])?;
         }
         Ok::<_, Error>(bytes)
     })
     .await
     .map_err(|e| Error::Internal(format!("generator: {e}")))??;
-    let work = crate::profile::Area {
+    let work = cordon::profile::Area {
         // A page per file and the directories, twice over.
         bytes: (entries as u64 * 4096 * 2 + tree_bytes).div_ceil(4096) * 4096,
         inodes: entries as u64 * 2 + 1024,
@@ -94,7 +94,7 @@ pub(crate) async fn prepared_tree(
         allocation: None,
         work,
         deadline: Duration::from_secs(900),
-        uids: crate::uids::UidRange::default(),
+        uids: cordon::uids::UidRange::default(),
     };
     let storage = task::prepare(ctl, image_id, &request).await?;
     let base = storage
@@ -153,13 +153,13 @@ pub async fn check(
             for run in 0..runs {
                 let ours = async {
                     let t = Instant::now();
-                    crate::audit::check_tree(
+                    cordon::audit::check_tree(
                         ctl,
                         image_id,
                         &storage,
                         &base,
                         &[],
-                        crate::audit::DEFAULT_DEADLINE,
+                        cordon::audit::DEFAULT_DEADLINE,
                     )
                     .await?;
                     Ok::<_, Error>(t.elapsed().as_secs_f64() * 1000.0)
@@ -189,12 +189,12 @@ pub async fn check(
         task::remove(ctl, &storage).await?;
         measured?;
         for run in 0..runs {
-            let execute = crate::invoke::oneshot::OneShot {
+            let execute = cordon::invoke::oneshot::OneShot {
                 phase: cordon_contract::Phase::Execute,
                 ..questions_run(&small, run)
             };
             let done = crate::bench::answered(
-                crate::invoke::oneshot::oneshot(
+                cordon::invoke::oneshot::oneshot(
                     ctl,
                     image_id,
                     &execute,

@@ -9,12 +9,12 @@ use std::time::Duration;
 use cordon_contract::Vendor;
 
 use crate::bench::{answered, generate_repository, median, questions_run};
-use crate::controller::Controller;
-use crate::error::{Error, Result};
-use crate::image::agent::{build_agent_image, AgentImageSpec};
-use crate::invoke::fake_api::fake_api;
-use crate::invoke::oneshot::{oneshot, OneShot};
-use crate::labels::Owner;
+use crate::fake_api::fake_api;
+use cordon::controller::Controller;
+use cordon::error::{Error, Result};
+use cordon::image::agent::{build_agent_image, AgentImageSpec};
+use cordon::invoke::oneshot::{oneshot, OneShot};
+use cordon::labels::Owner;
 
 /// What the benchmark measured (milliseconds).
 #[derive(Debug, Clone, serde::Serialize)]

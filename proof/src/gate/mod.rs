@@ -10,21 +10,22 @@ pub mod cases;
 pub mod probe;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cordon_contract::{Id, Phase};
+use cordon_fake_vendor::dns::{self, Answer, Entry};
 use futures_util::StreamExt;
 
-use crate::controller::Controller;
-
-use crate::error::{Error, Result};
-use crate::labels::{Allocation, Owner};
-use crate::launch::{self, InitVerdict, Prepared};
-use crate::profile::{Area, Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
-use crate::storage::{self, TaskStorage};
 use cases::{Case, GateEnv, Mutable, StorageVariant, GATE_GITLINK};
+use cordon::controller::Controller;
+use cordon::error::{Error, Result};
+use cordon::labels::{Allocation, Owner};
+use cordon::launch::{self, InitVerdict, Prepared};
+use cordon::profile::{Area, Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
+use cordon::storage::{self, TaskStorage};
 
 /// A layer of the truth table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -159,8 +160,8 @@ pub struct AgentRef {
     pub exec: Vec<String>,
 }
 
-impl From<&crate::image::agent::AgentImage> for AgentRef {
-    fn from(image: &crate::image::agent::AgentImage) -> AgentRef {
+impl From<&cordon::image::agent::AgentImage> for AgentRef {
+    fn from(image: &cordon::image::agent::AgentImage) -> AgentRef {
         AgentRef {
             id: image.built.id.clone(),
             exec: image.exec.clone(),
@@ -231,7 +232,7 @@ const PROBE_METADATA: Area = Area {
 /// the case is about content the seeder refuses or never makes (a hostile repository, metadata
 /// inside the tree), which is uploaded into the keeper as a fixture directly.
 enum ProbeStorage {
-    Seeded(Box<(crate::task::StorageHandle, TaskStorage)>),
+    Seeded(Box<(cordon::task::StorageHandle, TaskStorage)>),
     Uploaded(Box<TaskStorage>),
 }
 
@@ -244,7 +245,7 @@ impl ProbeStorage {
     }
 
     /// The handle of storage seeded from the fixture repository (not of uploaded storage).
-    fn handle(&self) -> Option<&crate::task::StorageHandle> {
+    fn handle(&self) -> Option<&cordon::task::StorageHandle> {
         match self {
             ProbeStorage::Seeded(seeded) => Some(&seeded.0),
             ProbeStorage::Uploaded(_) => None,
@@ -253,7 +254,7 @@ impl ProbeStorage {
 
     async fn remove(&self, ctl: &Controller) -> Result<()> {
         match self {
-            ProbeStorage::Seeded(seeded) => crate::task::remove(ctl, &seeded.0).await,
+            ProbeStorage::Seeded(seeded) => cordon::task::remove(ctl, &seeded.0).await,
             ProbeStorage::Uploaded(storage) => storage.remove(ctl.engine()).await,
         }
     }
@@ -268,7 +269,7 @@ async fn probe_storage(
 ) -> Result<ProbeStorage> {
     let engine = ctl.engine();
     if !case.hostile && !case.metadata_in_work {
-        let request = crate::task::PrepareRequest {
+        let request = cordon::task::PrepareRequest {
             repo: env.fixture_repo.clone(),
             head: "HEAD".to_owned(),
             owner: owner.clone(),
@@ -276,10 +277,10 @@ async fn probe_storage(
             allocation: None,
             work: PROBE_WORK,
             deadline: Duration::from_secs(120),
-            uids: crate::uids::UidRange::default(),
+            uids: cordon::uids::UidRange::default(),
         };
         let variant = case.storage;
-        let handle = crate::task::prepare_with(
+        let handle = cordon::task::prepare_with(
             ctl,
             image_id,
             &request,
@@ -290,7 +291,7 @@ async fn probe_storage(
         let storage = handle.storage()?;
         return Ok(ProbeStorage::Seeded(Box::new((handle, storage))));
     }
-    let allocation = crate::storage::new_allocation(engine, owner, "gate").await?;
+    let allocation = cordon::storage::new_allocation(engine, owner, "gate").await?;
     let (mut work, metadata) =
         storage::task_volume_requests(&allocation, PROBE_WORK, PROBE_METADATA);
     drop_volume_option(&mut work, case.storage);
@@ -361,15 +362,15 @@ const OTHER_PORT: u16 = 8443;
 
 /// A case's egress: the proxy on an internal network (no route off the machine), the fake vendor
 /// and the DNS server beside it, and the rule the case leaves out.
-fn case_egress(case: &Case) -> Option<crate::profile::EgressSpec> {
+fn case_egress(case: &Case) -> Option<cordon::profile::EgressSpec> {
     let vendor = cordon_contract::probe::fixture::VENDOR_HOST;
-    case.egress.then(|| crate::profile::EgressSpec {
+    case.egress.then(|| cordon::profile::EgressSpec {
         internal: true,
         skip: match probe::mode(case) {
             probe::Mode::ProxySkipping(id) => vec![id],
             _ => vec![],
         },
-        ..crate::profile::EgressSpec::allowing(&[
+        ..cordon::profile::EgressSpec::allowing(&[
             vendor.to_owned(),
             PRIVATE_HOST.to_owned(),
             format!("{PRIVATE_HOST}:{OTHER_PORT}"),
@@ -386,11 +387,28 @@ fn case_fixtures(env: &GateEnv) -> launch::egress::Fixtures {
             cordon_contract::probe::fixture::VENDOR_HOST.to_owned(),
             UNLISTED_HOST.to_owned(),
         ],
-        resolved: vec![PRIVATE_HOST.to_owned()],
-        chained: vec![(CNAME_HOST.to_owned(), CNAME_TARGET.to_owned())],
+        dns: Some(case_dns),
         // The fake vendor is only in the test image.
         image: Some(env.test_image.clone()),
     }
+}
+
+/// What the test DNS server answers, the fake vendor at `vendor`: `PRIVATE_HOST` with the
+/// vendor's address (the proxy resolves it: only its address check stands between it and the
+/// endpoint); `CNAME_HOST` with only `CNAME_HOST CNAME CNAME_TARGET` (the target's records left
+/// out), and `CNAME_TARGET` with the vendor's address: only the chain rule stands between
+/// `CNAME_HOST` and the endpoint.
+fn case_dns(vendor: IpAddr) -> Vec<String> {
+    let at = || Answer::Addresses(vec![vendor]);
+    let only_the_cname = Answer::Raw(vec![Entry::Cname {
+        owner: CNAME_HOST.to_owned(),
+        target: CNAME_TARGET.to_owned(),
+    }]);
+    dns::Script::new()
+        .answer(PRIVATE_HOST, at())
+        .answer(CNAME_HOST, only_the_cname)
+        .answer(CNAME_TARGET, at())
+        .to_args()
 }
 
 /// The egress probe's input files, once the proxy runs and every address is known.
@@ -406,7 +424,7 @@ fn probe_inputs(egress: &launch::egress::Egress, env: &GateEnv) -> Result<Vec<(S
         gateway: egress.gateway.ok_or_else(|| missing("gateway"))?,
         proxy: egress.proxy_ip.ok_or_else(|| missing("proxy"))?,
         endpoint: egress.vendor.ok_or_else(|| missing("endpoint"))?,
-        endpoint_port: crate::profile::egress::VENDOR_PORT,
+        endpoint_port: cordon::profile::egress::VENDOR_PORT,
     };
     Ok(vec![
         (
@@ -484,7 +502,7 @@ async fn run_probe_case(
         let masks = if case.gitlinks {
             checked_masks(ctl, image_id, &storage, case.phase).await?
         } else {
-            crate::audit::Masks::default()
+            cordon::audit::Masks::default()
         };
         let profile = Profile::new(ProfileSpec {
             phase: case.phase,
@@ -611,7 +629,7 @@ async fn make_storage(
     variant: StorageVariant,
 ) -> Result<TaskStorage> {
     let engine = ctl.engine();
-    let allocation = crate::storage::new_allocation(engine, owner, "gate").await?;
+    let allocation = cordon::storage::new_allocation(engine, owner, "gate").await?;
     let (mut work, metadata) = storage::task_volume_requests(
         &allocation,
         storage::DEFAULT_WORK,
@@ -634,8 +652,8 @@ async fn make_storage(
             ..allocation.clone()
         };
         let (decoy, _) = storage::task_volume_requests(&other, PROBE_WORK, PROBE_METADATA);
-        let mut created = crate::engine::pending::Created::default();
-        let decoy = crate::engine::objects::create_volume(engine, decoy, &created.shared()).await;
+        let mut created = cordon::engine::pending::Created::default();
+        let decoy = cordon::engine::objects::create_volume(engine, decoy, &created.shared()).await;
         if let Err(e) = decoy {
             made.remove(engine).await?;
             return Err(e);
@@ -701,8 +719,8 @@ async fn run_capability_case(
     };
     let run = async {
         let (handle, check) = check_seeded(ctl, image_id, &storage).await?;
-        let start = |check: crate::audit::TreeCheck| async move {
-            let request = crate::invoke::Request {
+        let start = |check: cordon::audit::TreeCheck| async move {
+            let request = cordon::invoke::Request {
                 phase: case.phase,
                 vendor: case.vendor,
                 prompt: "hello".to_owned(),
@@ -714,10 +732,10 @@ async fn run_capability_case(
                 storage: handle.clone(),
                 tree_check: Some(check),
             };
-            let captured = crate::invoke::capture(ctl, request)?;
+            let captured = cordon::invoke::capture(ctl, request)?;
             let options =
-                crate::invoke::Options::new(crate::invoke::ImageSource::Id(image_id.to_owned()));
-            crate::invoke::start(ctl, captured, None, options).await
+                cordon::invoke::Options::new(cordon::invoke::ImageSource::Id(image_id.to_owned()));
+            cordon::invoke::start(ctl, captured, None, options).await
         };
         let presented = if case.facet == Some("forged") {
             let mut forged = check;
@@ -759,7 +777,7 @@ async fn check_seeded<'s>(
     ctl: &Controller,
     image_id: &str,
     storage: &'s ProbeStorage,
-) -> Result<(&'s crate::task::StorageHandle, crate::audit::TreeCheck)> {
+) -> Result<(&'s cordon::task::StorageHandle, cordon::audit::TreeCheck)> {
     let handle = storage.handle().ok_or_else(|| {
         Error::Internal("a checked case's storage is seeded from a repository".into())
     })?;
@@ -767,13 +785,13 @@ async fn check_seeded<'s>(
         .head
         .clone()
         .ok_or_else(|| Error::Internal("seeded storage without a head".into()))?;
-    let check = crate::audit::check_tree(
+    let check = cordon::audit::check_tree(
         ctl,
         image_id,
         handle,
         &base,
         &[],
-        crate::audit::DEFAULT_DEADLINE,
+        cordon::audit::DEFAULT_DEADLINE,
     )
     .await?;
     Ok((handle, check))
@@ -786,9 +804,9 @@ async fn checked_masks(
     image_id: &str,
     storage: &ProbeStorage,
     phase: Phase,
-) -> Result<crate::audit::Masks> {
+) -> Result<cordon::audit::Masks> {
     let (handle, check) = check_seeded(ctl, image_id, storage).await?;
-    crate::audit::redeem(ctl, phase, Some(&check), handle)
+    cordon::audit::redeem(ctl, phase, Some(&check), handle)
 }
 
 /// The gitlinks a case's storage has (the gate's one gitlink, or none).
@@ -895,7 +913,7 @@ async fn run_validator_init(
             .join("; ");
         results.push(result(
             Layer::Validator,
-            ids(&crate::validate::ids(&launch.refusals)),
+            ids(&cordon::validate::ids(&launch.refusals)),
             detail,
         ));
     }
@@ -1003,12 +1021,12 @@ pub async fn run_with_progress(
     };
     let _ = std::fs::remove_dir(&host_dir);
     let _ = std::fs::remove_dir_all(&fixture_repo);
-    let leftovers = match crate::engine::objects::list_owned(engine, &owner).await {
+    let leftovers = match cordon::engine::objects::list_owned(engine, &owner).await {
         Ok(owned) => owned.described(),
         Err(e) => vec![format!("could not list leftovers: {e}")],
     };
     if !leftovers.is_empty() {
-        let _ = crate::engine::pending::remove_owned(engine, &owner).await;
+        let _ = cordon::engine::pending::remove_owned(engine, &owner).await;
     }
     let mut report = result?;
     report.leftovers = leftovers;
@@ -1089,4 +1107,21 @@ async fn run_owned(
         cases,
         leftovers: vec![],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_dns_answers_a_chained_name_with_its_cname_alone() {
+        assert_eq!(
+            case_dns(IpAddr::from([172, 30, 0, 3])),
+            [
+                "cname.vendor.test=raw:cname.vendor.test/cname/target.elsewhere.test",
+                "private.vendor.test=172.30.0.3",
+                "target.elsewhere.test=172.30.0.3",
+            ]
+        );
+    }
 }

@@ -13,8 +13,8 @@ use cordon_contract::probe::{fixture, ops, Operation, ProbeReport};
 use cordon_contract::{Id, Vendor};
 
 use super::cases::Case;
-use crate::archive::Archive;
-use crate::error::{Error, Result};
+use cordon::archive::Archive;
+use cordon::error::{Error, Result};
 
 /// How the probes run in a case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,7 +181,7 @@ pub fn work_tar(hostile: bool, metadata: bool, uid: u32) -> Result<Vec<u8>> {
 /// whose blob is the loose object the metadata probes alias.
 pub fn fixture_repository(dir: &std::path::Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("creating the fixture repository", e))?;
-    cordon_repo::git::own_repository(dir, &["init", "--quiet"])?;
+    cordon::repo::git::own_repository(dir, &["init", "--quiet"])?;
     let mut files: Vec<(&str, &str)> = fixture::WORK_FILES.to_vec();
     files.push(("probe/hello.txt", "hello\n"));
     for (path, content) in files {
@@ -198,12 +198,12 @@ pub fn fixture_repository(dir: &std::path::Path) -> Result<()> {
         }
         std::os::unix::fs::symlink(target, &full).map_err(|e| Error::io("fixture", e))?;
     }
-    cordon_repo::git::own_repository(dir, &["add", "-A"])?;
+    cordon::repo::git::own_repository(dir, &["add", "-A"])?;
     for empty in fixture::WORK_DIRS {
         let info = format!("160000,1234567890123456789012345678901234567890,{empty}");
-        cordon_repo::git::own_repository(dir, &["update-index", "--add", "--cacheinfo", &info])?;
+        cordon::repo::git::own_repository(dir, &["update-index", "--add", "--cacheinfo", &info])?;
     }
-    cordon_repo::git::own_repository(dir, &["commit", "--quiet", "-m", "cordon probe fixture"])?;
+    cordon::repo::git::own_repository(dir, &["commit", "--quiet", "-m", "cordon probe fixture"])?;
     Ok(())
 }
 

@@ -13,13 +13,13 @@
 use std::path::Path;
 use std::time::Instant;
 
-use crate::audit::{self, CommitRequest};
 use crate::bench::median;
 use crate::bench_check::{git_baseline, prepared_tree};
-use crate::controller::Controller;
-use crate::error::{Error, Result};
-use crate::labels::Owner;
-use crate::task::{self, StorageHandle};
+use cordon::audit::{self, CommitRequest};
+use cordon::controller::Controller;
+use cordon::error::{Error, Result};
+use cordon::labels::Owner;
+use cordon::task::{self, StorageHandle};
 
 /// What the benchmark measured.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -94,7 +94,7 @@ async fn apply(
 ) -> Result<()> {
     let task_storage = storage.storage()?;
     let mut archive =
-        crate::archive::Archive::in_memory(task_storage.allocation.uid.get(), "bench changes");
+        cordon::archive::Archive::in_memory(task_storage.allocation.uid.get(), "bench changes");
     for (path, data) in changed {
         std::fs::write(dir.join(path), data).map_err(|e| Error::io("changing the host copy", e))?;
         archive.file(path, 0o644, data)?;
@@ -133,7 +133,7 @@ fn reset_peak_rss() -> Result<()> {
 /// (`wait4` gives the child's, not the largest of every child so far).
 fn git_measured(dir: &Path, args: &[&str]) -> Result<(f64, f64)> {
     let started = Instant::now();
-    let child = cordon_repo::git::own_command(dir, args)
+    let child = cordon::repo::git::own_command(dir, args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -159,7 +159,7 @@ fn git_measured(dir: &Path, args: &[&str]) -> Result<(f64, f64)> {
 fn git_commit_baseline(dir: &Path) -> Result<(f64, f64)> {
     let (add_ms, add_rss) = git_measured(dir, &["add", "-A"])?;
     let (commit_ms, commit_rss) = git_measured(dir, &["commit", "--quiet", "-m", "bench"])?;
-    cordon_repo::git::own_repository(dir, &["reset", "--quiet", "HEAD~1"])?;
+    cordon::repo::git::own_repository(dir, &["reset", "--quiet", "HEAD~1"])?;
     Ok((add_ms + commit_ms, add_rss.max(commit_rss)))
 }
 

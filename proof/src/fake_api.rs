@@ -7,9 +7,9 @@
 
 use cordon_contract::Vendor;
 
-use super::{default_allowlist, Credential, CredentialKind, EgressOptions, VendorOptions};
-use crate::error::{Error, Result};
-use crate::launch::egress::Fixtures;
+use cordon::error::{Error, Result};
+use cordon::invoke::{default_allowlist, Credential, CredentialKind, EgressOptions, VendorOptions};
+use cordon::launch::egress::Fixtures;
 
 /// The API key the CLI sends to the fake (any value would do; this one says what it is).
 pub const FAKE_API_KEY: &str = "cordon-fake-vendor-key";
@@ -38,8 +38,7 @@ pub fn fake_api(vendor: Vendor, fixture_image: &str) -> Result<FakeApi> {
                 cert_pem: ca.cert_pem,
                 key_pem: ca.key_pem,
                 mapped: allow.clone(),
-                resolved: Vec::new(),
-                chained: Vec::new(),
+                dns: None,
                 image: Some(fixture_image.to_owned()),
             }),
             ..EgressOptions::default()

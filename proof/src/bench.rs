@@ -6,16 +6,16 @@ use std::time::{Duration, Instant};
 
 use cordon_contract::{Phase, Vendor};
 
-use crate::controller::Controller;
-use crate::engine::pending::Created;
+use cordon::controller::Controller;
+use cordon::engine::pending::Created;
 
-use crate::engine::objects;
-use crate::error::{Error, Result};
-use crate::labels::{Allocation, Owner};
-use crate::launch::volumes::InvocationVolumes;
-use crate::launch::{self, InitVerdict, Launch, Prepared};
-use crate::profile::{Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
-use crate::storage::{self, TaskStorage};
+use cordon::engine::objects;
+use cordon::error::{Error, Result};
+use cordon::labels::{Allocation, Owner};
+use cordon::launch::volumes::InvocationVolumes;
+use cordon::launch::{self, InitVerdict, Launch, Prepared};
+use cordon::profile::{Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
+use cordon::storage::{self, TaskStorage};
 
 /// Medians and ratios of one benchmark.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -145,7 +145,7 @@ async fn bare_once(
         // As cordon does it, without its checks: volumes and the loader made untimed; timed, the
         // container created, then started while the loader fills the control dir.
         let loader = {
-            let record = crate::engine::pending::Shared::new(&mut created);
+            let record = cordon::engine::pending::Shared::new(&mut created);
             let (_, specs) =
                 InvocationVolumes::create_volumes(engine, prepared.volumes, &record).await?;
             InvocationVolumes::create_loader(
@@ -157,7 +157,7 @@ async fn bare_once(
             )
             .await?
         };
-        let uploads = crate::launch::volumes::Uploads::new(&prepared.plan.policy.to_bytes(), &[])?;
+        let uploads = cordon::launch::volumes::Uploads::new(&prepared.plan.policy.to_bytes(), &[])?;
         let t = Instant::now();
         let id = objects::create_container(
             engine,
@@ -169,7 +169,7 @@ async fn bare_once(
         let mut launch = Launch::adopt(id);
         let (started, delivered) = tokio::join!(
             launch.start(engine),
-            crate::launch::volumes::deliver(engine, &loader, &uploads)
+            cordon::launch::volumes::deliver(engine, &loader, &uploads)
         );
         started?;
         delivered?;
@@ -189,7 +189,7 @@ async fn bare_once(
 pub async fn launch(ctl: &Controller, image_id: &str, runs: usize) -> Result<BenchReport> {
     let engine = ctl.engine();
     let owner = Owner::random("bench");
-    let allocation = crate::storage::new_allocation(engine, &owner, "bench").await?;
+    let allocation = cordon::storage::new_allocation(engine, &owner, "bench").await?;
     let storage = TaskStorage::create(
         engine,
         &allocation,
@@ -406,9 +406,9 @@ pub(crate) fn generate_repository(dir: &std::path::Path, files: usize, bytes: u6
         std::fs::write(&path, &content).map_err(|e| Error::io("generating the repository", e))?;
         total += each as u64;
     }
-    cordon_repo::git::own_repository(dir, &["init", "--quiet"])?;
-    cordon_repo::git::own_repository(dir, &["add", "-A"])?;
-    cordon_repo::git::own_repository(dir, &["commit", "--quiet", "-m", "bench"])?;
+    cordon::repo::git::own_repository(dir, &["init", "--quiet"])?;
+    cordon::repo::git::own_repository(dir, &["add", "-A"])?;
+    cordon::repo::git::own_repository(dir, &["commit", "--quiet", "-m", "bench"])?;
     Ok(total)
 }
 
@@ -434,7 +434,7 @@ pub async fn seed(
             return Err(e);
         }
     };
-    let area = crate::profile::Area {
+    let area = cordon::profile::Area {
         bytes: (tree_bytes * 2).div_ceil(4096) * 4096,
         inodes: files as u64 * 2 + 1024,
     };
@@ -455,14 +455,14 @@ pub async fn seed(
     let (mut stage, mut metadata) = (vec![], vec![]);
     let result = async {
         for run in 0..runs {
-            let allocation = crate::storage::new_allocation(engine, &owner, "bench").await?;
+            let allocation = cordon::storage::new_allocation(engine, &owner, "bench").await?;
             let deadline = Instant::now() + Duration::from_secs(900);
             let t = Instant::now();
             let staged =
-                cordon_repo::clone::stage(&dir, "HEAD", owner.as_str(), &allocation.id, deadline)
+                cordon::repo::clone::stage(&dir, "HEAD", owner.as_str(), &allocation.id, deadline)
                     .await?;
             stage.push(t.elapsed().as_secs_f64() * 1000.0);
-            let metadata_area = crate::profile::Area {
+            let metadata_area = cordon::profile::Area {
                 bytes: area.bytes,
                 inodes: area.inodes,
             };
@@ -471,23 +471,23 @@ pub async fn seed(
                 let (allocation, staged, dir) = (&allocation, &staged, &dir);
                 async move {
                     let a = if plain {
-                        crate::storage::new_allocation(engine, owner, "bench-plain").await?
+                        cordon::storage::new_allocation(engine, owner, "bench-plain").await?
                     } else {
                         allocation.clone()
                     };
                     let s = TaskStorage::create(engine, &a, image_id, area, metadata_area).await?;
                     let t = Instant::now();
                     let (uploaded, rss) = if plain {
-                        peak_rss(crate::task::seed::upload_plain_dir(engine, &s, dir)).await
+                        peak_rss(cordon::task::seed::upload_plain_dir(engine, &s, dir)).await
                     } else {
-                        peak_rss(crate::task::seed::upload_work(engine, &s, staged)).await
+                        peak_rss(cordon::task::seed::upload_work(engine, &s, staged)).await
                     };
                     let ms = t.elapsed().as_secs_f64() * 1000.0;
                     let t = Instant::now();
                     let meta = if plain {
                         Ok(())
                     } else {
-                        crate::task::seed::upload_metadata(engine, &s, staged).await
+                        cordon::task::seed::upload_metadata(engine, &s, staged).await
                     };
                     let meta_ms = t.elapsed().as_secs_f64() * 1000.0;
                     s.remove(engine).await?;
@@ -575,8 +575,8 @@ pub struct InvokeBench {
 
 /// Run `run` of an invocation benchmark: a questions-phase invocation of the fake vendor CLI on
 /// the repository at `dir`, with its own owner and attempt, no network.
-pub(crate) fn questions_run(dir: &std::path::Path, run: usize) -> crate::invoke::oneshot::OneShot {
-    crate::invoke::oneshot::OneShot {
+pub(crate) fn questions_run(dir: &std::path::Path, run: usize) -> cordon::invoke::oneshot::OneShot {
+    cordon::invoke::oneshot::OneShot {
         phase: Phase::Questions,
         vendor: Vendor::Claude,
         repo: dir.to_path_buf(),
@@ -592,7 +592,7 @@ pub(crate) fn questions_run(dir: &std::path::Path, run: usize) -> crate::invoke:
         deadline: Duration::from_secs(120),
         credential: None,
         work: storage::DEFAULT_WORK,
-        uids: crate::uids::UidRange::default(),
+        uids: cordon::uids::UidRange::default(),
         allow: Vec::new(),
         egress: Default::default(),
         vendor_options: Default::default(),
@@ -605,8 +605,8 @@ pub(crate) fn questions_run(dir: &std::path::Path, run: usize) -> crate::invoke:
 
 /// A benchmark run that answered with its storage removed, or why not.
 pub(crate) fn answered(
-    report: crate::invoke::oneshot::OneShotReport,
-) -> Result<crate::invoke::oneshot::OneShotReport> {
+    report: cordon::invoke::oneshot::OneShotReport,
+) -> Result<cordon::invoke::oneshot::OneShotReport> {
     if report.result.answer.is_some() && report.storage_left.is_none() {
         return Ok(report);
     }
@@ -647,7 +647,7 @@ pub async fn invoke(
         for run in 0..runs {
             let one = questions_run(&dir, run);
             let report = answered(
-                crate::invoke::oneshot::oneshot(
+                cordon::invoke::oneshot::oneshot(
                     ctl,
                     image_id,
                     &one,

@@ -28,17 +28,17 @@ use cordon_contract::{paths, Phase, Vendor};
 use futures_util::StreamExt;
 
 use crate::bench::median;
-use crate::controller::Controller;
-use crate::engine::objects;
-use crate::engine::pending::Created;
-use crate::engine::{Engine, CALL_TIMEOUT};
-use crate::error::{Error, Result};
-use crate::labels::{Allocation, Kind, Owner};
-use crate::launch::egress::Fixtures;
-use crate::launch::{self, Launch, Prepared};
-use crate::profile::egress::{networked_body, VENDOR_PORT};
-use crate::profile::{EgressSpec, Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
-use crate::storage::{self, TaskStorage};
+use cordon::controller::Controller;
+use cordon::engine::objects;
+use cordon::engine::pending::Created;
+use cordon::engine::{Engine, CALL_TIMEOUT};
+use cordon::error::{Error, Result};
+use cordon::labels::{Allocation, Kind, Owner};
+use cordon::launch::egress::Fixtures;
+use cordon::launch::{self, Launch, Prepared};
+use cordon::profile::egress::{networked_body, VENDOR_PORT};
+use cordon::profile::{EgressSpec, Limits, Profile, ProfileSpec, DEFAULT_LANDLOCK_ABI};
+use cordon::storage::{self, TaskStorage};
 
 /// The agent's input file holding the test CA.
 const CA_FILE: &str = "bench-ca.pem";
@@ -193,8 +193,7 @@ impl Setup<'_> {
             cert_pem: self.ca.cert_pem.clone(),
             key_pem: self.ca.key_pem.clone(),
             mapped: vec![VENDOR_HOST.to_owned()],
-            resolved: vec![],
-            chained: vec![],
+            dns: None,
             image: None,
         });
         let mut launch = launch::create(self.ctl, &profile, prepared).await?;

@@ -16,7 +16,7 @@ use bollard::models::{
 use cordon_contract::policy::Policy;
 use cordon_contract::{paths, Id, Phase, Vendor};
 
-use crate::labels::Kind;
+use cordon::labels::Kind;
 
 /// What a removal may change.
 #[derive(Debug)]
@@ -25,7 +25,7 @@ pub struct Mutable<'a> {
     pub policy: &'a mut Policy,
     pub volumes: &'a mut BTreeMap<Kind, VolumeCreateRequest>,
     /// The invocation's network and proxy, in a case with egress.
-    pub egress: Option<&'a mut crate::launch::egress::EgressPlan>,
+    pub egress: Option<&'a mut cordon::launch::egress::EgressPlan>,
 }
 
 /// Facts about the gate's host a removal may need.

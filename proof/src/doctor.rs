@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use cordon_contract::paths;
 
-use crate::controller::Controller;
-use crate::engine::pending::Created;
-use crate::engine::{EngineInfo, MIN_API, SUBPATH_API};
-use crate::error::{Error, Result};
-use crate::labels::{Kind, Owner};
-use crate::launch::MAX_OUTPUT_BYTES;
-use crate::profile::helper_body;
-use crate::profile::DEFAULT_LANDLOCK_ABI;
+use cordon::controller::Controller;
+use cordon::engine::pending::Created;
+use cordon::engine::{EngineInfo, MIN_API, SUBPATH_API};
+use cordon::error::{Error, Result};
+use cordon::labels::{Kind, Owner};
+use cordon::launch::MAX_OUTPUT_BYTES;
+use cordon::profile::helper_body;
+use cordon::profile::DEFAULT_LANDLOCK_ABI;
 
 /// One fact and its judgement.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -46,7 +46,7 @@ fn fact(name: &str, value: impl Into<String>, good: bool, need: &str) -> Fact {
 async fn in_container_report(ctl: &Controller, image_id: &str) -> Result<serde_json::Value> {
     let engine = ctl.engine();
     let owner = Owner::random("doctor");
-    let allocation = crate::storage::new_allocation(engine, &owner, "doctor").await?;
+    let allocation = cordon::storage::new_allocation(engine, &owner, "doctor").await?;
     let body = helper_body(
         image_id,
         &allocation,
@@ -56,14 +56,14 @@ async fn in_container_report(ctl: &Controller, image_id: &str) -> Result<serde_j
     );
     let mut created = Created::default();
     let result = async {
-        let id = crate::engine::objects::create_container(
+        let id = cordon::engine::objects::create_container(
             engine,
             &allocation.name(Kind::Probe),
             body,
             &created.shared(),
         )
         .await?;
-        let mut launch = crate::launch::Launch::adopt(id);
+        let mut launch = cordon::launch::Launch::adopt(id);
         launch.start(engine).await?;
         let code = launch.wait(engine, Duration::from_secs(60)).await?;
         let output = launch.output(engine).await?;
