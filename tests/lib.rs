@@ -197,7 +197,8 @@ impl Owned {
     pub fn new(ctl: Controller, image: String, owner: Owner) -> Owned {
         Owned {
             engine: ctl.engine().clone(),
-            ctl,
+            // The test image is every helper's.
+            ctl: ctl.with_helper_image(&image),
             image,
             owner,
             unlabelled: None,
@@ -709,19 +710,21 @@ pub async fn tree_check_for(
     if !phase.work_writable() {
         return None;
     }
-    let head = storage
-        .head
+    let check = ctl
         .clone()
-        .expect("a prepared handle has its head");
-    let check = cordon::audit::check_tree(
-        ctl,
-        image_id,
-        storage,
-        &head,
-        &[],
-        cordon::audit::DEFAULT_DEADLINE,
-    )
-    .await
-    .expect("the tree check of a freshly seeded tree passes");
+        .with_helper_image(image_id)
+        .task(storage)
+        .expect("a task")
+        .check_tree(&[], cordon::audit::DEFAULT_DEADLINE)
+        .await
+        .expect("the tree check of a freshly seeded tree passes");
     Some(check)
+}
+
+/// `handle` with `base` as its head: what a task's verbs then check against (a recovered handle
+/// gets its head so; another base is what the check and the inspection refuse).
+pub fn at_base(handle: &cordon::task::StorageHandle, base: &str) -> cordon::task::StorageHandle {
+    let mut at = handle.clone();
+    at.head = Some(base.to_owned());
+    at
 }

@@ -143,6 +143,23 @@ async fn image_id(ctx: &Ctx, image: Option<String>) -> anyhow::Result<String> {
     })
 }
 
+/// The controller with `image` (or the test image) as its helper image, and the handle with
+/// `base` as its head when given (what the verbs check against: a recovered handle gets it here,
+/// and a base other than the seeded head is what the check and inspection then refuse).
+async fn helper_and_handle(
+    ctx: &Ctx,
+    image: Option<String>,
+    handle: &str,
+    base: Option<String>,
+) -> anyhow::Result<(cordon::Controller, cordon::task::StorageHandle)> {
+    let mut handle = parse_handle(handle)?;
+    if let Some(base) = base {
+        handle.head = Some(base);
+    }
+    let image_id = image_id(ctx, image).await?;
+    Ok((ctx.ctl.clone().with_helper_image(&image_id), handle))
+}
+
 pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
     match action {
         AuditAction::SnapshotLinks {
@@ -151,16 +168,11 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
             image,
             deadline_secs,
         } => {
-            let handle = parse_handle(&handle)?;
-            let image_id = image_id(ctx, image).await?;
-            let snapshot = cordon::audit::snapshot_links(
-                &ctx.ctl,
-                &image_id,
-                &handle,
-                &paths,
-                std::time::Duration::from_secs(deadline_secs),
-            )
-            .await?;
+            let (ctl, handle) = helper_and_handle(ctx, image, &handle, None).await?;
+            let snapshot = ctl
+                .task(&handle)?
+                .snapshot_links(&paths, std::time::Duration::from_secs(deadline_secs))
+                .await?;
             print(ctx.json, &snapshot, || {
                 snapshot
                     .links
@@ -191,21 +203,15 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
             image,
             deadline_secs,
         } => {
-            let handle = parse_handle(&handle)?;
             let operations = match ops {
                 Some(path) => read_operations(&path)?,
                 None => Vec::new(),
             };
-            let image_id = image_id(ctx, image).await?;
-            let check = cordon::audit::check_tree(
-                &ctx.ctl,
-                &image_id,
-                &handle,
-                &base,
-                &operations,
-                std::time::Duration::from_secs(deadline_secs),
-            )
-            .await?;
+            let (ctl, handle) = helper_and_handle(ctx, image, &handle, Some(base)).await?;
+            let check = ctl
+                .task(&handle)?
+                .check_tree(&operations, std::time::Duration::from_secs(deadline_secs))
+                .await?;
             print(ctx.json, &check, || {
                 format!(
                     "the tree is base's ({} entries); {} gitlinks masked, {} directories pinned\n",
@@ -223,18 +229,12 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
             image,
             deadline_secs,
         } => {
-            let handle = parse_handle(&handle)?;
+            let (ctl, handle) = helper_and_handle(ctx, image, &handle, Some(base)).await?;
             let snapshot = read_links(links.as_deref(), &handle)?;
-            let image_id = image_id(ctx, image).await?;
-            let manifest = cordon::audit::inspect(
-                &ctx.ctl,
-                &image_id,
-                &handle,
-                &base,
-                &snapshot,
-                std::time::Duration::from_secs(deadline_secs),
-            )
-            .await?;
+            let manifest = ctl
+                .task(&handle)?
+                .inspect(&snapshot, std::time::Duration::from_secs(deadline_secs))
+                .await?;
             print(ctx.json, &manifest, || manifest_text(&manifest))?;
             Ok(if manifest.needs_person() {
                 ExitCode::FAILURE
@@ -248,16 +248,11 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
             image,
             deadline_secs,
         } => {
-            let handle = parse_handle(&handle)?;
-            let image_id = image_id(ctx, image).await?;
-            let export = cordon::audit::export_diff(
-                &ctx.ctl,
-                &image_id,
-                &handle,
-                &base,
-                std::time::Duration::from_secs(deadline_secs),
-            )
-            .await?;
+            let (ctl, handle) = helper_and_handle(ctx, image, &handle, Some(base)).await?;
+            let export = ctl
+                .task(&handle)?
+                .export_diff(std::time::Duration::from_secs(deadline_secs))
+                .await?;
             // The diff quotes the agent's bytes: JSON escapes them; text shows them framed.
             print(ctx.json, &export, || {
                 crate::human::framed("diff", &export.diff)
@@ -265,10 +260,10 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         AuditAction::Commit(args) => {
-            let handle = parse_handle(&args.handle)?;
+            let (ctl, handle) =
+                helper_and_handle(ctx, args.image, &args.handle, Some(args.base)).await?;
             let request = cordon::audit::CommitRequest {
                 snapshot: read_links(args.links.as_deref(), &handle)?,
-                base: args.base,
                 digest: args.digest,
                 message: cordon::caller_file::read_utf8(
                     "message file",
@@ -281,15 +276,10 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
                 bundle: args.bundle,
                 allow_non_portable: args.allow_non_portable_names,
             };
-            let image_id = image_id(ctx, args.image).await?;
-            let committed = cordon::audit::commit(
-                &ctx.ctl,
-                &image_id,
-                &handle,
-                &request,
-                std::time::Duration::from_secs(args.deadline_secs),
-            )
-            .await?;
+            let committed = ctl
+                .task(&handle)?
+                .commit(&request, std::time::Duration::from_secs(args.deadline_secs))
+                .await?;
             print(ctx.json, &committed, || {
                 if committed.unchanged {
                     "nothing changed: no commit, no bundle\n".to_owned()

@@ -24,6 +24,9 @@ use crate::labels::Owner;
 pub struct Controller {
     engine: Engine,
     state: Arc<State>,
+    /// The image the helper containers (the tree reader, the audit's readers) run: it holds
+    /// cordon-init. Learned once ([`Controller::with_helper_image`]).
+    helper_image: Option<Arc<str>>,
 }
 
 #[derive(Debug, Default)]
@@ -55,7 +58,27 @@ impl Controller {
         Controller {
             engine,
             state: Arc::default(),
+            helper_image: None,
         }
+    }
+
+    /// This controller with the image its helper containers run (an image id holding
+    /// cordon-init: the test image or the agent image). The registries stay shared with `self`.
+    pub fn with_helper_image(self, image_id: &str) -> Controller {
+        Controller {
+            helper_image: Some(Arc::from(image_id)),
+            ..self
+        }
+    }
+
+    /// The helper image, or the caller's mistake of never naming one.
+    pub fn helper_image(&self) -> Result<&str> {
+        self.helper_image.as_deref().ok_or_else(|| {
+            Error::Invalid(
+                "the controller has no helper image: create it with Controller::with_helper_image"
+                    .into(),
+            )
+        })
     }
 
     /// The engine connection.

@@ -60,6 +60,10 @@ pub enum Error {
     Unusable(Unusable),
     #[error("the repository does not fit task storage: {0}")]
     Overflow(String),
+    /// A storage handle without what a task's verbs check against (a recovered handle: the
+    /// caller sets the head and the baseline it recorded at prepare).
+    #[error("the storage handle carries no {missing} (a recovered handle: set the one recorded at prepare)")]
+    HandleIncomplete { missing: &'static str },
     #[error("allocation {0} is already in use")]
     AllocationInUse(String),
     #[error("git {context}: {message}")]
@@ -215,6 +219,7 @@ impl Error {
             Error::Unreleased(_) => "unreleased",
             Error::Unusable(u) => u.id(),
             Error::Overflow(_) => "storage-overflow",
+            Error::HandleIncomplete { .. } => "handle-incomplete",
             Error::AllocationInUse(_) => "allocation-in-use",
             Error::Git { .. } => "git",
             Error::Deadline(_) => "deadline",
@@ -307,6 +312,7 @@ mod tests {
             Error::Unreleased(Vec::new()),
             Error::Overflow(text()),
             Error::AllocationInUse(text()),
+            Error::HandleIncomplete { missing: "head" },
             Error::Git {
                 context: text(),
                 message: text(),

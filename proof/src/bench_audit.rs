@@ -198,7 +198,7 @@ pub async fn audit(
     let dir = std::env::temp_dir().join(format!("cordon-bench-audit-{}", owner.as_str()));
     let bundles = std::env::temp_dir().join(format!("cordon-bench-bundles-{}", owner.as_str()));
     let result = async {
-        let (storage, base, tree_bytes) = prepared_tree(
+        let (storage, tree_bytes) = prepared_tree(
             ctl,
             image_id,
             &owner,
@@ -209,7 +209,7 @@ pub async fn audit(
             "bench-audit",
         )
         .await?;
-        let measured = measure(ctl, image_id, &storage, &base, &dir, &bundles, runs, {
+        let measured = measure(ctl, image_id, &storage, &dir, &bundles, runs, {
             let size = (bytes / entries.max(1) as u64) as usize;
             (
                 changes(entries, 0, changed, size),
@@ -237,14 +237,15 @@ async fn measure(
     ctl: &Controller,
     image_id: &str,
     storage: &StorageHandle,
-    base: &str,
     dir: &Path,
     bundles: &Path,
     runs: usize,
     (first, more): (Changes, Changes),
 ) -> Result<AuditBench> {
     let deadline = audit::DEFAULT_DEADLINE;
-    let snapshot = audit::snapshot_links(ctl, image_id, storage, &[], deadline).await?;
+    let helper = ctl.clone().with_helper_image(image_id);
+    let bound = &helper.task(storage)?;
+    let snapshot = bound.snapshot_links(&[], deadline).await?;
     let mut report = AuditBench {
         entries: 0,
         tree_bytes: 0,
@@ -272,7 +273,7 @@ async fn measure(
     let taken = &snapshot;
     let manifest_of = |expected: usize| async move {
         let t = Instant::now();
-        let manifest = audit::inspect(ctl, image_id, storage, base, taken, deadline).await?;
+        let manifest = bound.inspect(taken, deadline).await?;
         if manifest.changes.len() != expected || manifest.metadata_changed {
             return Err(Error::Internal(format!(
                 "the manifest lists {} changes (metadata changed: {}), {expected} were made",
@@ -300,7 +301,6 @@ async fn measure(
     let mut heads = Vec::new();
     for run in 0..runs {
         let request = CommitRequest {
-            base: base.to_owned(),
             snapshot: snapshot.clone(),
             digest: manifest.digest.clone(),
             message: format!("bench: {} changed files\n", report.commit_files),
@@ -314,7 +314,7 @@ async fn measure(
             reset_peak_rss()?;
             let (before, _) = rss_mib()?;
             let t = Instant::now();
-            let committed = audit::commit(ctl, image_id, storage, &request, deadline).await?;
+            let committed = bound.commit(&request, deadline).await?;
             let ms = t.elapsed().as_secs_f64() * 1000.0;
             let (_, peak) = rss_mib()?;
             Ok::<_, Error>((ms, before, peak, committed))

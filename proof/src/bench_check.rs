@@ -59,7 +59,7 @@ pub(crate) fn git_baseline(dir: &std::path::Path) -> Result<(f64, f64)> {
 
 /// A generated repository of `entries` files and about `bytes` in `dir` (its objects loose, or
 /// in one pack as a clone brings them), prepared as task storage of `owner` with room for it:
-/// the handle, its head, and the tree's bytes.
+/// the handle and the tree's bytes.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn prepared_tree(
     ctl: &Controller,
@@ -70,7 +70,7 @@ pub(crate) async fn prepared_tree(
     bytes: u64,
     packed: bool,
     attempt: &str,
-) -> Result<(StorageHandle, String, u64)> {
+) -> Result<(StorageHandle, u64)> {
     let big = dir.to_path_buf();
     let tree_bytes = tokio::task::spawn_blocking(move || {
         let bytes = generate_repository(&big, entries, bytes)?;
@@ -97,11 +97,7 @@ pub(crate) async fn prepared_tree(
         uids: cordon::uids::UidRange::default(),
     };
     let storage = task::prepare(ctl, image_id, &request).await?;
-    let base = storage
-        .head
-        .clone()
-        .ok_or_else(|| Error::Internal("prepared storage without a head".into()))?;
-    Ok((storage, base, tree_bytes))
+    Ok((storage, tree_bytes))
 }
 
 /// Run the benchmark: `entries` files of `bytes` in all, `runs` interleaved pairs; then `runs`
@@ -121,7 +117,7 @@ pub async fn check(
         tokio::task::spawn_blocking(move || generate_repository(&few, 5_000, 5_000 * 512))
             .await
             .map_err(|e| Error::Internal(format!("generator: {e}")))??;
-        let (storage, base, tree_bytes) = prepared_tree(
+        let (storage, tree_bytes) = prepared_tree(
             ctl,
             image_id,
             &owner,
@@ -150,18 +146,14 @@ pub async fn check(
             start_invoke_median_ms: 0.0,
         };
         let measured = async {
+            let helper = ctl.clone().with_helper_image(image_id);
+            let bound = helper.task(&storage)?;
             for run in 0..runs {
                 let ours = async {
                     let t = Instant::now();
-                    cordon::audit::check_tree(
-                        ctl,
-                        image_id,
-                        &storage,
-                        &base,
-                        &[],
-                        cordon::audit::DEFAULT_DEADLINE,
-                    )
-                    .await?;
+                    bound
+                        .check_tree(&[], cordon::audit::DEFAULT_DEADLINE)
+                        .await?;
                     Ok::<_, Error>(t.elapsed().as_secs_f64() * 1000.0)
                 };
                 let theirs = || {

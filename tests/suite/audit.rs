@@ -109,16 +109,11 @@ fn no_links(storage: &StorageHandle) -> LinkSnapshot {
 }
 
 async fn inspect(s: &Owned, storage: &StorageHandle) -> Result<Manifest, Error> {
-    let base = storage.head.clone().unwrap();
-    audit::inspect(
-        &s.ctl,
-        &s.image,
-        storage,
-        &base,
-        &no_links(storage),
-        DEADLINE,
-    )
-    .await
+    s.ctl
+        .task(storage)
+        .expect("a task")
+        .inspect(&no_links(storage), DEADLINE)
+        .await
 }
 
 /// The git oracle: the same changes on a trusted copy, staged by git (`git add -A`, and `-f` for
@@ -439,15 +434,13 @@ async fn a_declared_link_retargeted_and_gitlink_content_need_a_person() {
     repo.git(&["commit", "--quiet", "-m", "person"]);
     let head = repo.git(&["rev-parse", "HEAD"]);
     let storage = seed(&s, &repo, &head).await;
-    let snapshot = audit::snapshot_links(
-        &s.ctl,
-        &s.image,
-        &storage,
-        &["current".to_owned()],
-        DEADLINE,
-    )
-    .await
-    .expect("a snapshot");
+    let snapshot = s
+        .ctl
+        .task(&storage)
+        .expect("a task")
+        .snapshot_links(&["current".to_owned()], DEADLINE)
+        .await
+        .expect("a snapshot");
     // The run edits what the declared link's target holds.
     agent_script(&s, &storage, r#"[{"write":["docs/guide.md","edited"]}]"#).await;
     plant(
@@ -457,7 +450,11 @@ async fn a_declared_link_retargeted_and_gitlink_content_need_a_person() {
         &[("x.c", 0o644, Some(b"int x;"))],
     )
     .await;
-    let manifest = audit::inspect(&s.ctl, &s.image, &storage, &head, &snapshot, DEADLINE)
+    let manifest = s
+        .ctl
+        .task(&storage)
+        .expect("a task")
+        .inspect(&snapshot, DEADLINE)
         .await
         .expect("a manifest");
     assert_eq!(manifest.link_target_changes, ["current"]);
@@ -481,7 +478,6 @@ const COMMITTER: &str = "cordon <cordon@example.org> 1700000100 +0000";
 
 fn request(storage: &StorageHandle, digest: &str, bundle: &Path) -> audit::CommitRequest {
     audit::CommitRequest {
-        base: storage.head.clone().unwrap(),
         snapshot: no_links(storage),
         digest: digest.to_owned(),
         message: "cordon: the agent's changes\n".to_owned(),
@@ -506,14 +502,11 @@ async fn commit(
     digest: &str,
     bundle: &Path,
 ) -> Result<audit::Committed, Error> {
-    audit::commit(
-        &s.ctl,
-        &s.image,
-        storage,
-        &request(storage, digest, bundle),
-        Duration::from_secs(300),
-    )
-    .await
+    s.ctl
+        .task(storage)
+        .expect("a task")
+        .commit(&request(storage, digest, bundle), Duration::from_secs(300))
+        .await
 }
 
 /// git's own commit of `copy`'s index, with the test's identities and `message`.
@@ -766,7 +759,11 @@ async fn the_commit_refuses_what_a_receiver_would_run_or_could_not_hold() {
         );
     }
     assert!(!bundle.exists());
-    let export = audit::export_diff(&s.ctl, &s.image, &paths, &head, DEADLINE)
+    let export = s
+        .ctl
+        .task(&paths)
+        .expect("a task")
+        .export_diff(DEADLINE)
         .await
         .expect("an export");
     for dir in ["evil", "tools/evil.git"] {
@@ -812,7 +809,11 @@ async fn the_commit_refuses_what_a_receiver_would_run_or_could_not_hold() {
         "{findings:?}"
     );
     assert!(!bundle.exists());
-    let export = audit::export_diff(&s.ctl, &s.image, &contents, &head, DEADLINE)
+    let export = s
+        .ctl
+        .task(&contents)
+        .expect("a task")
+        .export_diff(DEADLINE)
         .await
         .expect("an export shows what the commit refuses");
     assert!(
@@ -840,7 +841,11 @@ async fn the_commit_refuses_what_a_receiver_would_run_or_could_not_hold() {
     );
     let mut allowed = request(&portable, &manifest.digest, &bundle);
     allowed.allow_non_portable = true;
-    let committed = audit::commit(&s.ctl, &s.image, &portable, &allowed, DEADLINE)
+    let committed = s
+        .ctl
+        .task(&portable)
+        .expect("a task")
+        .commit(&allowed, DEADLINE)
         .await
         .expect("a Linux-only commit");
     assert!(!committed.unchanged && bundle.exists(), "{committed:?}");
@@ -895,7 +900,11 @@ async fn the_export_shows_the_diff_and_a_notice_for_what_it_cannot() {
         &[("huge.txt".to_owned(), 0o644, Some(&huge[..]))],
     )
     .await;
-    let export = audit::export_diff(&s.ctl, &s.image, &storage, &head, DEADLINE)
+    let export = s
+        .ctl
+        .task(&storage)
+        .expect("a task")
+        .export_diff(DEADLINE)
         .await
         .expect("an export");
     assert!(!export.truncated, "{}", export.diff);
@@ -928,7 +937,11 @@ async fn the_export_shows_the_diff_and_a_notice_for_what_it_cannot() {
         &[("long.txt".to_owned(), 0o644, Some(&lines[..]))],
     )
     .await;
-    let cut = audit::export_diff(&s.ctl, &s.image, &big, &head, DEADLINE)
+    let cut = s
+        .ctl
+        .task(&big)
+        .expect("a task")
+        .export_diff(DEADLINE)
         .await
         .expect("an export");
     assert!(
@@ -938,7 +951,11 @@ async fn the_export_shows_the_diff_and_a_notice_for_what_it_cannot() {
     );
 
     plant(&s, &meta, "/work/.git", &[("planted", 0o644, Some(b"x"))]).await;
-    let refused = audit::export_diff(&s.ctl, &s.image, &meta, &head, DEADLINE)
+    let refused = s
+        .ctl
+        .task(&meta)
+        .expect("a task")
+        .export_diff(DEADLINE)
         .await
         .unwrap_err();
     assert_eq!(refused.id(), "audit-refused");
@@ -1063,10 +1080,16 @@ async fn attributes_filter_nothing_hard_links_commit_as_files_and_storages_agree
     );
     assert_eq!(m1.digest, m2.digest);
     let (d1, d2) = (
-        audit::export_diff(&s.ctl, &s.image, &one, &head, DEADLINE)
+        s.ctl
+            .task(&one)
+            .expect("a task")
+            .export_diff(DEADLINE)
             .await
             .expect("an export"),
-        audit::export_diff(&s.ctl, &s.image, &two, &head, DEADLINE)
+        s.ctl
+            .task(&two)
+            .expect("a task")
+            .export_diff(DEADLINE)
             .await
             .expect("an export"),
     );
@@ -1110,7 +1133,11 @@ async fn the_export_works_on_a_recovery_handle_with_the_recorded_baseline() {
         r##"[{"write":["README.md","# recovered\n"]}]"##,
     )
     .await;
-    let original = audit::export_diff(&s.ctl, &s.image, &storage, &head, DEADLINE)
+    let original = s
+        .ctl
+        .task(&storage)
+        .expect("a task")
+        .export_diff(DEADLINE)
         .await
         .expect("an export");
     let mut recovered =
@@ -1119,12 +1146,23 @@ async fn the_export_works_on_a_recovery_handle_with_the_recorded_baseline() {
             .expect("recovery")
             .expect("the storage is intact");
     assert_eq!(recovered.metadata_baseline, None, "recovery cannot know it");
-    let without = audit::export_diff(&s.ctl, &s.image, &recovered, &head, DEADLINE)
-        .await
-        .unwrap_err();
-    assert_eq!(without.id(), "invalid-input", "{without:?}");
+    // Without its head and baseline a recovered handle makes no task: a typed refusal, once.
+    let without = s.ctl.task(&recovered).unwrap_err();
+    assert_eq!(without.id(), "handle-incomplete", "{without:?}");
+    assert!(without.to_string().contains("no head"), "{without}");
+    recovered.head = Some(head.clone());
+    let without = s.ctl.task(&recovered).unwrap_err();
+    assert_eq!(without.id(), "handle-incomplete", "{without:?}");
+    assert!(
+        without.to_string().contains("no metadata baseline"),
+        "{without}"
+    );
     recovered.metadata_baseline = storage.metadata_baseline.clone();
-    let again = audit::export_diff(&s.ctl, &s.image, &recovered, &head, DEADLINE)
+    let again = s
+        .ctl
+        .task(&recovered)
+        .expect("a task")
+        .export_diff(DEADLINE)
         .await
         .expect("an export on the recovered handle");
     assert_eq!(again.diff, original.diff);

@@ -496,15 +496,12 @@ async fn execute_and_fix_change_files_in_work() {
     assert_eq!(answered(&execute), "script done");
     let got = results(&execute);
     assert!(got.iter().all(|(error, _)| !error), "{got:?}");
-    let again = cordon::audit::check_tree(
-        &c.s.ctl,
-        &c.s.image,
-        &c.storage,
-        c.storage.head.as_deref().unwrap(),
-        &[],
-        cordon::audit::DEFAULT_DEADLINE,
-    )
-    .await;
+    let again =
+        c.s.ctl
+            .task(&c.storage)
+            .expect("a task")
+            .check_tree(&[], cordon::audit::DEFAULT_DEADLINE)
+            .await;
     match again {
         Err(cordon::Error::TreeRefused { findings, .. }) => {
             let found: Vec<(&str, &str)> = findings

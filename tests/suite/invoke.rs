@@ -15,7 +15,7 @@ use cordon::invoke::{
 use cordon::labels::Owner;
 use cordon::task::{self, StorageHandle};
 use cordon_contract::{Phase, Vendor};
-use cordon_tests::{controller, owned, prepare_request, Owned, Repo};
+use cordon_tests::{at_base, controller, owned, prepare_request, Owned, Repo};
 
 /// A small committed repository and its storage, of the guard's owner.
 async fn storage(s: &Owned) -> StorageHandle {
@@ -1066,7 +1066,11 @@ async fn execute_and_fix_mask_every_gitlink_their_check_listed() {
     recovered.gitlinks = None;
     recovered.head = None;
     let base = storage.head.clone().unwrap();
-    let check = cordon::audit::check_tree(&s.ctl, &s.image, &recovered, &base, &[], DEADLINE)
+    let check = s
+        .ctl
+        .task(&at_base(&recovered, &base))
+        .expect("a task")
+        .check_tree(&[], DEADLINE)
         .await
         .expect("the recovered handle's tree is its base's");
     assert_eq!(check.gitlinks, ["sub", "vendored"]);

@@ -15,7 +15,7 @@ use cordon::{Error, Profile, ProfileSpec};
 use cordon_contract::probe::ProbeReport;
 use cordon_contract::tree::{EntryKind, OpKind, Operation, Reason, Resolution};
 use cordon_contract::{paths, Id, Phase, Vendor};
-use cordon_tests::{owned, prepare_request, Owned, Repo};
+use cordon_tests::{at_base, owned, prepare_request, Owned, Repo};
 use std::time::{Duration, Instant};
 
 const DEADLINE: Duration = audit::DEFAULT_DEADLINE;
@@ -56,11 +56,11 @@ pub(super) async fn seed(s: &Owned, repo: &Repo, head: &str) -> StorageHandle {
 }
 
 async fn check(s: &Owned, storage: &StorageHandle, ops: &[Operation]) -> Result<TreeCheck, Error> {
-    let base = storage
-        .head
-        .clone()
-        .expect("a prepared handle has its head");
-    audit::check_tree(&s.ctl, &s.image, storage, &base, ops, DEADLINE).await
+    s.ctl
+        .task(storage)
+        .expect("a task")
+        .check_tree(ops, DEADLINE)
+        .await
 }
 
 /// The reasons of a refusal, as (reason, path).
@@ -372,7 +372,12 @@ async fn a_metadata_change_and_a_moved_head_are_refused() {
     let s = owned("t-tree-meta").await;
     let (repo, head) = tree_repo(&[]);
     let storage = seed(&s, &repo, &head).await;
-    let base_other = audit::check_tree(&s.ctl, &s.image, &storage, OTHER, &[], DEADLINE).await;
+    let base_other = s
+        .ctl
+        .task(&at_base(&storage, OTHER))
+        .expect("a task")
+        .check_tree(&[], DEADLINE)
+        .await;
     assert_eq!(refused(base_other), set(&[(Reason::HeadMoved, "HEAD")]));
     plant(
         &s,
@@ -388,8 +393,12 @@ async fn a_metadata_change_and_a_moved_head_are_refused() {
             (Reason::MetadataChanged, ".git")
         ])
     );
-    let snapshot =
-        audit::snapshot_links(&s.ctl, &s.image, &storage, &["link".to_owned()], DEADLINE).await;
+    let snapshot = s
+        .ctl
+        .task(&storage)
+        .expect("a task")
+        .snapshot_links(&["link".to_owned()], DEADLINE)
+        .await;
     match snapshot {
         Err(Error::TreeRefused { findings, .. }) => {
             assert_eq!(findings[0].reason, Reason::MetadataChanged)
@@ -492,7 +501,12 @@ async fn a_tree_check_serves_one_start_over_its_own_storage_and_head() {
     assert!(why.contains("differs"), "{why}");
     // Another controller's check.
     let other = cordon_tests::controller().await;
-    let foreign = audit::check_tree(&other, &s.image, &a, &head, &[], DEADLINE)
+    let foreign = other
+        .clone()
+        .with_helper_image(&s.image)
+        .task(&a)
+        .expect("a task")
+        .check_tree(&[], DEADLINE)
         .await
         .unwrap();
     refused_start(
@@ -569,7 +583,11 @@ async fn the_link_snapshot_resolves_every_shape() {
     .iter()
     .map(|p| (*p).to_owned())
     .collect();
-    let snapshot = audit::snapshot_links(&s.ctl, &s.image, &storage, &declared, DEADLINE)
+    let snapshot = s
+        .ctl
+        .task(&storage)
+        .expect("a task")
+        .snapshot_links(&declared, DEADLINE)
         .await
         .expect("snapshot");
     assert_eq!(
@@ -647,7 +665,11 @@ async fn the_link_snapshot_resolves_every_shape() {
     let err = audit::refuse_through_links(&snapshot).unwrap_err();
     assert_eq!(err.id(), "tree-refused");
     // A declared path the snapshot cannot take is invalid input, before anything is made.
-    let bad = audit::snapshot_links(&s.ctl, &s.image, &storage, &["../x".to_owned()], DEADLINE)
+    let bad = s
+        .ctl
+        .task(&storage)
+        .expect("a task")
+        .snapshot_links(&["../x".to_owned()], DEADLINE)
         .await
         .unwrap_err();
     assert_eq!(bad.id(), "invalid-input");
@@ -671,7 +693,11 @@ async fn a_large_link_target_is_recorded_whole() {
     repo.symlink("all", "big");
     let head = repo.commit();
     let storage = seed(&s, &repo, &head).await;
-    let snapshot = audit::snapshot_links(&s.ctl, &s.image, &storage, &["all".to_owned()], DEADLINE)
+    let snapshot = s
+        .ctl
+        .task(&storage)
+        .expect("a task")
+        .snapshot_links(&["all".to_owned()], DEADLINE)
         .await
         .expect("snapshot");
     let link = &snapshot.links[0];

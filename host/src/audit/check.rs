@@ -20,6 +20,8 @@ use crate::controller::Controller;
 use crate::error::{Error, Result};
 use crate::task::StorageHandle;
 
+use super::Task;
+
 /// A passed check: what it was made for and what the profile masks and pins. Only
 /// [`check_tree`] issues one, and its controller redeems it once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,25 +53,26 @@ pub struct Masks {
     pub pins: Vec<String>,
 }
 
-/// Check the tree of `handle`'s storage against `base` and the declared `operations`.
-pub async fn check_tree(
-    ctl: &Controller,
-    image_id: &str,
-    handle: &StorageHandle,
-    base: &str,
+/// Check the tree of `task`'s storage against its base and the declared `operations`.
+pub(super) async fn check_tree(
+    task: &Task<'_>,
     operations: &[Operation],
     deadline: Duration,
 ) -> Result<TreeCheck> {
     let started = Instant::now();
-    check_base(base)?;
+    let (ctl, handle, base, baseline) = (
+        task.controller(),
+        task.handle(),
+        task.base(),
+        task.baseline(),
+    );
     check_operations(operations)?;
-    let baseline = super::reader::baseline(handle)?;
     let mut args = vec![CHECK.to_owned(), base.to_owned()];
     for op in operations {
         args.push(serde_json::to_string(op).map_err(|e| Error::Internal(e.to_string()))?);
     }
     let report: CheckReport =
-        super::reader::read(ctl.engine(), image_id, handle, args, deadline).await?;
+        super::reader::read(ctl.engine(), task.image(), handle, args, deadline).await?;
     let (findings, more) = judge(&report, base, baseline);
     if !findings.is_empty() {
         return Err(Error::TreeRefused { findings, more });

@@ -14,11 +14,9 @@ use std::time::{Duration, Instant};
 use cordon_contract::audit::{CommitFinding, CommitReason};
 use cordon_contract::tree::LinkSnapshot;
 
-use crate::controller::Controller;
 use crate::error::{Error, Result};
-use crate::task::StorageHandle;
 
-use super::inspect;
+use super::{inspect, Task};
 use cordon_repo::{build, paths, scratch};
 
 /// The commit's default deadline.
@@ -31,8 +29,6 @@ pub const MAX_CONTENT_BYTES: u64 = 512 * 1024 * 1024;
 /// What to commit.
 #[derive(Debug, Clone)]
 pub struct CommitRequest {
-    /// The commit the storage was seeded from.
-    pub base: String,
     /// The declared-link snapshot taken before the run.
     pub snapshot: LinkSnapshot,
     /// The approved manifest's digest.
@@ -64,10 +60,8 @@ pub struct Committed {
 }
 
 /// Commit what the approved manifest holds.
-pub async fn commit(
-    ctl: &Controller,
-    image_id: &str,
-    handle: &StorageHandle,
+pub(super) async fn commit(
+    task: &Task<'_>,
     request: &CommitRequest,
     deadline: Duration,
 ) -> Result<Committed> {
@@ -82,17 +76,15 @@ pub async fn commit(
             request.bundle.display()
         )));
     }
-    let base = request.base.clone();
+    let base = task.base().to_owned();
+    let ctl = task.controller();
     let rules = paths::Rules {
         allow_non_portable: request.allow_non_portable,
     };
     let approved = request.digest.clone();
     let out = request.bundle.clone();
     inspect::inspect_then(
-        ctl,
-        image_id,
-        handle,
-        &request.base,
+        task,
         &request.snapshot,
         deadline,
         |container, inspection| async move {

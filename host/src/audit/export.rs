@@ -9,11 +9,9 @@ use std::time::Duration;
 use cordon_contract::audit::{Change, CommitReason, Kind, Manifest};
 use cordon_contract::tree::{Finding, LinkSnapshot, Reason};
 
-use crate::controller::Controller;
 use crate::error::{Error, Result};
-use crate::task::StorageHandle;
 
-use super::inspect;
+use super::{inspect, Task};
 use cordon_repo::git::Input;
 use cordon_repo::{build, paths};
 
@@ -37,25 +35,17 @@ pub struct Export {
     pub digest: String,
 }
 
-/// Export the diff of `handle`'s storage against `base`.
-pub async fn export_diff(
-    ctl: &Controller,
-    image_id: &str,
-    handle: &StorageHandle,
-    base: &str,
-    deadline: Duration,
-) -> Result<Export> {
+/// Export the diff of `task`'s storage against its base.
+pub(super) async fn export_diff(task: &Task<'_>, deadline: Duration) -> Result<Export> {
     let until = std::time::Instant::now() + deadline;
     let snapshot = LinkSnapshot {
-        metadata_digest: super::reader::baseline(handle)?.to_owned(),
+        metadata_digest: task.baseline().to_owned(),
         links: vec![],
     };
-    let base = base.to_owned();
+    let base = task.base().to_owned();
+    let ctl = task.controller();
     inspect::inspect_then(
-        ctl,
-        image_id,
-        handle,
-        &base.clone(),
+        task,
         &snapshot,
         deadline,
         |container, inspection| async move {

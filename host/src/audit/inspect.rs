@@ -22,9 +22,8 @@ use std::time::{Duration, Instant};
 use cordon_contract::audit::{InspectReport, Manifest, INSPECT};
 use cordon_contract::tree::{DeclaredLink, Finding, LinkSnapshot, Reason, MAX_DECLARED_PATHS};
 
-use crate::controller::Controller;
+use super::Task;
 use crate::error::{Error, Result};
-use crate::task::StorageHandle;
 use cordon_repo::git::Git;
 
 use cordon_repo::scratch::{self, Scratch};
@@ -41,34 +40,22 @@ pub struct Inspection {
 
 /// The change manifest of `handle`'s storage against `base`, with the declared links compared
 /// with `snapshot` (the one taken before the run).
-pub async fn inspect(
-    ctl: &Controller,
-    image_id: &str,
-    handle: &StorageHandle,
-    base: &str,
+pub(super) async fn inspect(
+    task: &Task<'_>,
     snapshot: &LinkSnapshot,
     deadline: Duration,
 ) -> Result<Manifest> {
-    let inspection = inspect_then(
-        ctl,
-        image_id,
-        handle,
-        base,
-        snapshot,
-        deadline,
-        |_, inspection| async move { Ok(inspection) },
-    )
+    let inspection = inspect_then(task, snapshot, deadline, |_, inspection| async move {
+        Ok(inspection)
+    })
     .await?;
     Ok(inspection.manifest)
 }
 
 /// The inspection, then `then` with the reader's stopped container (none when the metadata was
 /// not as seeded: no reader ran) and what it read, before that container is removed.
-pub async fn inspect_then<U, F, Fut>(
-    ctl: &Controller,
-    image_id: &str,
-    handle: &StorageHandle,
-    base: &str,
+pub(super) async fn inspect_then<U, F, Fut>(
+    task: &Task<'_>,
     snapshot: &LinkSnapshot,
     deadline: Duration,
     then: F,
@@ -78,10 +65,10 @@ where
     Fut: std::future::Future<Output = Result<U>>,
 {
     let until = Instant::now() + deadline;
-    super::check::check_base(base)?;
-    let baseline = super::reader::baseline(handle)?.to_owned();
+    let (handle, base, image_id) = (task.handle(), task.base(), task.image());
+    let baseline = task.baseline().to_owned();
     let declared = declared_paths(snapshot, &baseline)?;
-    let engine = ctl.engine();
+    let engine = task.controller().engine();
     let scratch = Scratch::new()?;
     let git = scratch.git(until);
     let into = scratch.git_dir();

@@ -9,16 +9,14 @@ use cordon_contract::tree::{
     clean_path, Finding, LinkSnapshot, Reason, MAX_DECLARED_PATHS, SNAPSHOT_LINKS,
 };
 
-use crate::controller::Controller;
 use crate::error::{Error, Result};
-use crate::task::StorageHandle;
 
-/// Snapshot the declared `paths` (relative to /work) of `handle`'s storage. Refused when the
+use super::Task;
+
+/// Snapshot the declared `paths` (relative to /work) of `task`'s storage. Refused when the
 /// metadata is not as seeded.
-pub async fn snapshot_links(
-    ctl: &Controller,
-    image_id: &str,
-    handle: &StorageHandle,
+pub(super) async fn snapshot_links(
+    task: &Task<'_>,
     paths: &[String],
     deadline: Duration,
 ) -> Result<LinkSnapshot> {
@@ -33,11 +31,17 @@ pub async fn snapshot_links(
             "the declared path {bad:?} is not a clean path under /work"
         )));
     }
-    let baseline = super::reader::baseline(handle)?;
+    let (handle, baseline) = (task.handle(), task.baseline());
     let mut args = vec![SNAPSHOT_LINKS.to_owned()];
     args.extend(paths.iter().cloned());
-    let snapshot: LinkSnapshot =
-        super::reader::read(ctl.engine(), image_id, handle, args, deadline).await?;
+    let snapshot: LinkSnapshot = super::reader::read(
+        task.controller().engine(),
+        task.image(),
+        handle,
+        args,
+        deadline,
+    )
+    .await?;
     if snapshot.metadata_digest != baseline {
         return Err(Error::TreeRefused {
             findings: vec![Finding {

@@ -3,12 +3,12 @@
 //! following any link; the host only parses their one JSON document, with limits, and nothing
 //! on the host reads agent-written content through a path.
 //!
-//! Before a writable run: the declared-link snapshot ([`snapshot_links`]) and the pre-launch tree
-//! check ([`check_tree`]), whose one-shot [`TreeCheck`] an execute or fix start redeems. After
-//! it: the change manifest ([`inspect`]), the diff export ([`export_diff`]) and the commit of what
-//! it holds ([`commit`]). After
-//! it: the change manifest ([`inspect`]), the diff export ([`export_diff`]) and the commit of what
-//! it holds ([`commit`]).
+//! Every verb is a method of a [`Task`] (`ctl.task(&handle)?`: one storage handle bound to its
+//! controller, its head and metadata baseline checked once). Before a writable run: the
+//! declared-link snapshot ([`Task::snapshot_links`]) and the pre-launch tree check
+//! ([`Task::check_tree`]), whose one-shot [`TreeCheck`] an execute or fix start redeems. After
+//! it: the change manifest ([`Task::inspect`]), the diff export ([`Task::export_diff`]) and the
+//! commit of what it holds ([`Task::commit`]).
 
 pub mod check;
 pub mod commit;
@@ -16,10 +16,11 @@ pub mod export;
 pub mod inspect;
 pub mod links;
 mod reader;
+pub mod task;
 
-pub use check::{check_tree, redeem, Masks, TreeCheck};
-pub use commit::{commit, CommitRequest, Committed};
-pub use export::{export_diff, Export};
-pub use inspect::inspect;
-pub use links::{refuse_through_links, snapshot_links};
+pub use check::{redeem, Masks, TreeCheck};
+pub use commit::{CommitRequest, Committed};
+pub use export::Export;
+pub use links::refuse_through_links;
 pub use reader::DEFAULT_DEADLINE;
+pub use task::Task;

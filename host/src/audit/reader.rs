@@ -19,18 +19,6 @@ use crate::task::StorageHandle;
 /// The reader's default deadline.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
 
-/// The metadata digest the seeder recorded, which every read compares with (a recovered handle
-/// carries it only when the caller set the one it recorded).
-pub(super) fn baseline(handle: &StorageHandle) -> Result<&str> {
-    handle.metadata_baseline.as_deref().ok_or_else(|| {
-        Error::Invalid(
-            "the storage handle carries no metadata baseline (a recovered handle: set the one \
-             recorded at prepare)"
-                .into(),
-        )
-    })
-}
-
 /// The reader's create body: `cordon-init tree <args>` over both of `handle`'s volumes,
 /// read-only.
 fn body(

@@ -178,6 +178,16 @@ pub async fn oneshot(
         uids: run.uids,
     };
     let storage = task::prepare_with(ctl, image_id, &prepare, |_| {}, progress).await?;
+    // The audit's readers run the same image.
+    let ctl = &ctl.clone().with_helper_image(image_id);
+    let bound = match ctl.task(&storage) {
+        Ok(bound) => bound,
+        Err(e) => {
+            // Prepared storage always has its head and baseline; removed all the same.
+            let _ = task::remove(ctl, &storage).await;
+            return Err(e);
+        }
+    };
     let prepare_ms = ms(started);
     let mut check_ms = 0.0;
     let mut tree_check = None;
@@ -187,7 +197,7 @@ pub async fn oneshot(
         if run.phase.work_writable() {
             progress("checking the tree");
             let checked = Instant::now();
-            let (snapshot, check) = check_before_start(ctl, image_id, &storage, run).await?;
+            let (snapshot, check) = check_before_start(&bound, run).await?;
             link_snapshot = snapshot;
             tree_check = Some(check);
             check_ms = ms(checked);
@@ -251,13 +261,14 @@ pub async fn oneshot(
                 (Some(commit), Some(_)) => Ask::Commit(commit),
                 (Some(_), None) => Ask::Skip(NotCommitted::unanswered(result)),
             };
-            Some(post_run(ctl, image_id, &storage, link_snapshot.as_ref(), commit).await)
+            Some(post_run(&bound, link_snapshot.as_ref(), commit).await)
         }
         _ => None,
     };
     progress("removing the task storage");
     let removed = Instant::now();
-    let storage_left = task::remove(ctl, &storage)
+    let storage_left = bound
+        .remove()
         .await
         .err()
         .map(|e| format!("{}: {e}", storage.allocation));
@@ -281,9 +292,7 @@ pub async fn oneshot(
 /// Before a writable start: the declared links (refused when one passes through another link),
 /// then the tree check at the seeded head (refused unless the tree is exactly base's).
 async fn check_before_start(
-    ctl: &Controller,
-    image_id: &str,
-    storage: &task::StorageHandle,
+    bound: &crate::audit::Task<'_>,
     run: &OneShot,
 ) -> Result<(
     Option<cordon_contract::tree::LinkSnapshot>,
@@ -293,18 +302,11 @@ async fn check_before_start(
     let snapshot = if run.declared_paths.is_empty() {
         None
     } else {
-        let snapshot =
-            crate::audit::snapshot_links(ctl, image_id, storage, &run.declared_paths, deadline)
-                .await?;
+        let snapshot = bound.snapshot_links(&run.declared_paths, deadline).await?;
         crate::audit::refuse_through_links(&snapshot)?;
         Some(snapshot)
     };
-    let base = storage
-        .head
-        .clone()
-        .ok_or_else(|| crate::Error::Internal("prepared storage without a head".into()))?;
-    let check =
-        crate::audit::check_tree(ctl, image_id, storage, &base, &run.operations, deadline).await?;
+    let check = bound.check_tree(&run.operations, deadline).await?;
     Ok((snapshot, check))
 }
 
@@ -322,9 +324,7 @@ enum Ask<'a> {
 /// answered, commit. A refusal is recorded, never raised: the run's result stands, and the task
 /// needs a person. A commit asked for and not made always says why (`not_committed`).
 async fn post_run(
-    ctl: &Controller,
-    image_id: &str,
-    storage: &task::StorageHandle,
+    bound: &crate::audit::Task<'_>,
     snapshot: Option<&cordon_contract::tree::LinkSnapshot>,
     ask: Ask<'_>,
 ) -> PostRun {
@@ -339,20 +339,15 @@ async fn post_run(
     post.not_committed = skipped;
     let mut committing = false;
     let result = async {
-        let base = storage
-            .head
-            .clone()
-            .ok_or_else(|| crate::Error::Internal("prepared storage without a head".into()))?;
         let snapshot = match snapshot {
             Some(s) => s.clone(),
             None => cordon_contract::tree::LinkSnapshot {
-                metadata_digest: storage.metadata_baseline.clone().unwrap_or_default(),
+                metadata_digest: bound.baseline().to_owned(),
                 links: vec![],
             },
         };
         let deadline = crate::audit::DEFAULT_DEADLINE;
-        let manifest =
-            crate::audit::inspect(ctl, image_id, storage, &base, &snapshot, deadline).await?;
+        let manifest = bound.inspect(&snapshot, deadline).await?;
         post.needs_person = manifest.needs_person();
         let digest = manifest.digest.clone();
         if post.needs_person && commit.is_some() {
@@ -365,11 +360,9 @@ async fn post_run(
         if post.needs_person {
             return Ok(());
         }
-        post.export =
-            Some(crate::audit::export_diff(ctl, image_id, storage, &base, deadline).await?);
+        post.export = Some(bound.export_diff(deadline).await?);
         if let Some(commit) = commit {
             let request = crate::audit::CommitRequest {
-                base,
                 snapshot,
                 digest,
                 message: commit.message.clone(),
@@ -381,8 +374,7 @@ async fn post_run(
             };
             let deadline = crate::audit::commit::DEFAULT_DEADLINE;
             committing = true;
-            post.commit =
-                Some(crate::audit::commit(ctl, image_id, storage, &request, deadline).await?);
+            post.commit = Some(bound.commit(&request, deadline).await?);
         }
         Ok::<_, crate::Error>(())
     }

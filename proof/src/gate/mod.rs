@@ -781,19 +781,11 @@ async fn check_seeded<'s>(
     let handle = storage.handle().ok_or_else(|| {
         Error::Internal("a checked case's storage is seeded from a repository".into())
     })?;
-    let base = handle
-        .head
-        .clone()
-        .ok_or_else(|| Error::Internal("seeded storage without a head".into()))?;
-    let check = cordon::audit::check_tree(
-        ctl,
-        image_id,
-        handle,
-        &base,
-        &[],
-        cordon::audit::DEFAULT_DEADLINE,
-    )
-    .await?;
+    let ctl = ctl.clone().with_helper_image(image_id);
+    let check = ctl
+        .task(handle)?
+        .check_tree(&[], cordon::audit::DEFAULT_DEADLINE)
+        .await?;
     Ok((handle, check))
 }
 
