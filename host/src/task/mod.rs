@@ -44,7 +44,7 @@ pub struct StorageHandle {
     pub head: Option<String>,
     /// The gitlinks (submodules) of the seeded tree, as paths under /work (absent in a recovered
     /// handle, and when one has a name that is not UTF-8). For the record only: what execute and
-    /// fix mask and pin is what their tree check found (`audit::check_tree`).
+    /// fix mask and pin is what their tree check found (`Task::check_tree`).
     #[serde(default)]
     pub gitlinks: Option<Vec<String>>,
     /// The metadata digest the seeder recorded (absent in a recovered handle: pass back the one
