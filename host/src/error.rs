@@ -422,6 +422,7 @@ mod tests {
                 "unreleased",
                 "storage-overflow",
                 "allocation-in-use",
+                "handle-incomplete",
                 "git",
                 "deadline",
                 "recovery-incomplete",
