@@ -419,3 +419,38 @@ fn a_linked_file_of_another_owner_is_refused() {
         "it is owned by uid 65534, the git directory by uid 0"
     );
 }
+
+/// The owner token names the staging directory: anything but `[a-z0-9-]`, empty or over 64
+/// characters is refused before the source is opened or anything is made.
+#[tokio::test]
+async fn an_owner_token_that_is_not_a_plain_name_is_refused_before_anything_is_made() {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let allocation = uuid::Uuid::new_v4();
+    let long = "a".repeat(65);
+    for owner in ["", "../evil", "a/b", "Upper", "a b", ".", long.as_str()] {
+        let source = Path::new("/nonexistent-cordon-source");
+        match stage(source, "HEAD", owner, &allocation, deadline).await {
+            Err(Error::Invalid(why)) => assert!(why.contains("owner token"), "{owner:?}: {why}"),
+            other => panic!("{owner:?}: {other:?}"),
+        }
+        for root in staging_roots() {
+            assert!(!root
+                .join(format!("{}{allocation}", staging_prefix(owner)))
+                .exists());
+        }
+    }
+    // A plain token gets past the check (to the missing source).
+    match stage(
+        Path::new("/nonexistent-cordon-source"),
+        "HEAD",
+        "ok-1",
+        &allocation,
+        deadline,
+    )
+    .await
+    {
+        Err(Error::Invalid(why)) => assert!(!why.contains("owner token"), "{why}"),
+        Err(_) => {}
+        Ok(_) => panic!("a missing source staged"),
+    }
+}
