@@ -5,18 +5,25 @@
 //! daemon would answer at whatever its newest API is. A request modifier puts `/vX.Y` back on every
 //! request, so what we send is exactly the version the daemon said it speaks.
 //!
-//! [`objects`] alone creates, inspects, lists and removes what cordon makes; [`pending`] is the
-//! record of what one operation made or may have made, and its removal.
+//! [`objects`] alone creates, inspects, lists and removes what cordon makes, through the
+//! [`calls::Calls`] seam (bollard in production, a recording fake in unit tests); [`pending`] is
+//! the record of what one operation made or may have made, and its removal.
 
+pub mod calls;
+#[cfg(test)]
+pub mod fake;
+#[cfg(test)]
+mod fake_tests;
 pub mod objects;
 pub mod pending;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::{ClientVersion, Docker};
+
+use calls::{Bollard, Calls, Faults, Faulty};
 
 use crate::error::{Error, Result};
 
@@ -73,21 +80,15 @@ pub struct EngineInfo {
     pub default_runtime: String,
 }
 
-/// A connected, version-pinned engine.
+/// A connected, version-pinned engine: the object calls through the [`Calls`] seam, the streams
+/// and images through the pinned bollard client.
 #[derive(Debug, Clone)]
 pub struct Engine {
     docker: Docker,
+    calls: Arc<dyn Calls>,
+    faults: Arc<Faults>,
     api: ApiVersion,
     info: EngineInfo,
-    faults: Arc<Faults>,
-}
-
-/// Injected engine errors, for tests of cleanup failures: while `failing_removals` is non-zero,
-/// each removal request is sent at an API version the daemon refuses (a real engine error, 400),
-/// and the count goes down by one.
-#[derive(Debug, Default)]
-struct Faults {
-    failing_removals: AtomicUsize,
 }
 
 /// The unix socket to use: `DOCKER_HOST=unix://...` or the default. Anything else is refused:
@@ -119,19 +120,12 @@ pub fn pin_path(path_and_query: &str, api: ApiVersion) -> String {
     }
 }
 
-fn pinned(docker: Docker, api: ApiVersion, faults: Arc<Faults>) -> Docker {
+fn pinned(docker: Docker, api: ApiVersion) -> Docker {
     docker.with_request_modifier(move |mut request| {
         let uri = request.uri().clone();
         let mut parts = uri.into_parts();
-        let refused = ApiVersion { major: 0, minor: 1 };
-        let fail = request.method() == http::Method::DELETE
-            && faults
-                .failing_removals
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok();
         if let Some(pq) = &parts.path_and_query {
-            let path = pin_path(pq.as_str(), if fail { refused } else { api });
-            if let Ok(new) = path.parse() {
+            if let Ok(new) = pin_path(pq.as_str(), api).parse() {
                 parts.path_and_query = Some(new);
             }
         }
@@ -142,13 +136,13 @@ fn pinned(docker: Docker, api: ApiVersion, faults: Arc<Faults>) -> Docker {
     })
 }
 
-fn connect_raw(socket: &str, api: ApiVersion, faults: Arc<Faults>) -> Result<Docker> {
+fn connect_raw(socket: &str, api: ApiVersion) -> Result<Docker> {
     let version = ClientVersion {
         major_version: api.major as usize,
         minor_version: api.minor as usize,
     };
     Docker::connect_with_unix(socket, CALL_TIMEOUT.as_secs(), &version)
-        .map(|d| pinned(d, api, faults))
+        .map(|d| pinned(d, api))
         .map_err(|e| Error::Unreachable {
             socket: socket.to_owned(),
             reason: e.to_string(),
@@ -185,7 +179,7 @@ impl Engine {
     /// prove the pin reaches the wire).
     pub async fn connect_at(socket: &str, force_api: Option<ApiVersion>) -> Result<Engine> {
         // The version endpoint answers at any version; ask it at the minimum.
-        let probe = connect_raw(socket, MIN_API, Arc::default())?;
+        let probe = connect_raw(socket, MIN_API)?;
         let version = bounded("version", CALL_TIMEOUT, probe.version())
             .await
             .map_err(|e| Error::Unreachable {
@@ -204,8 +198,7 @@ impl Engine {
             });
         }
         let pin = force_api.unwrap_or(api);
-        let faults = Arc::<Faults>::default();
-        let docker = connect_raw(socket, pin, faults.clone())?;
+        let docker = connect_raw(socket, pin)?;
         let info = bounded("info", CALL_TIMEOUT, docker.info()).await?;
         let info = EngineInfo {
             socket: socket.to_owned(),
@@ -226,32 +219,53 @@ impl Engine {
             security_options: info.security_options.unwrap_or_default(),
             default_runtime: info.default_runtime.unwrap_or_default(),
         };
-        Ok(Engine {
-            docker,
-            api: pin,
+        Ok(Engine::over(
+            docker.clone(),
+            Arc::new(Bollard(docker)),
+            pin,
             info,
-            faults,
-        })
+        ))
     }
 
-    /// Make the next `count` removal requests of this engine (and its clones) fail with a real
-    /// engine error; 0 stops it. Tests use this to prove what cleanup does when removal fails.
-    pub fn inject_removal_failures(&self, count: usize) {
-        self.faults.failing_removals.store(count, Ordering::SeqCst);
-    }
-
-    /// A client that is never used (unit tests of state that needs no engine call; bollard only
-    /// checks that the socket path exists).
-    #[cfg(test)]
-    pub(crate) fn offline_for_tests() -> Engine {
+    /// An engine whose object calls go to `calls`, removal faults layered over them.
+    fn over(docker: Docker, calls: Arc<dyn Calls>, api: ApiVersion, info: EngineInfo) -> Engine {
         let faults = Arc::<Faults>::default();
         Engine {
-            docker: connect_raw("/dev/null", MIN_API, faults.clone())
-                .expect("a unix client is made without connecting"),
-            api: MIN_API,
-            info: EngineInfo::default(),
+            docker,
+            calls: Arc::new(Faulty {
+                inner: calls,
+                faults: faults.clone(),
+            }),
             faults,
+            api,
+            info,
         }
+    }
+
+    /// Make the next `count` removals of this engine (and its clones) fail with an engine
+    /// refusal; 0 stops it. Tests use this to prove what cleanup does when removal fails.
+    pub fn inject_removal_failures(&self, count: usize) {
+        self.faults.fail_removals(count);
+    }
+
+    /// An engine whose object calls go to `calls` (a recording fake); its bollard client is never
+    /// used (bollard only checks that the socket path exists).
+    #[cfg(test)]
+    pub(crate) fn faked(calls: Arc<dyn Calls>) -> Engine {
+        let docker =
+            connect_raw("/dev/null", MIN_API).expect("a unix client is made without connecting");
+        Engine::over(docker, calls, MIN_API, EngineInfo::default())
+    }
+
+    /// An engine over an empty fake (unit tests of state that needs no engine call).
+    #[cfg(test)]
+    pub(crate) fn offline_for_tests() -> Engine {
+        Engine::faked(Arc::new(fake::Recording::default()))
+    }
+
+    /// The object calls (containers, volumes, networks).
+    pub fn calls(&self) -> &dyn Calls {
+        self.calls.as_ref()
     }
 
     /// The bollard client (pinned).

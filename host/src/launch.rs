@@ -449,11 +449,7 @@ impl Launch {
         if let Some(egress) = self.egress.as_mut() {
             egress::start_proxy(engine, egress).await?;
         }
-        let start = bounded(
-            "start container",
-            CALL_TIMEOUT,
-            engine.docker().start_container(&self.container, None),
-        );
+        let start = objects::start_container(engine, "container", &self.container);
         match self.loading.take() {
             None => start.await?,
             Some((loader, uploads)) => {

@@ -280,12 +280,7 @@ impl TaskStorage {
                 ],
             );
             let keeper = objects::create_container(engine, &keeper_name, body, &record).await?;
-            bounded(
-                "start keeper",
-                CALL_TIMEOUT,
-                engine.docker().start_container(&keeper, None),
-            )
-            .await?;
+            objects::start_container(engine, "keeper", &keeper).await?;
             Ok::<_, Error>((work_volume, metadata_volume, keeper))
         }
         .await;

@@ -1,16 +1,13 @@
-//! The one place that creates, inspects, lists by label and removes the engine objects cordon
-//! makes (containers, volumes, networks). Every create is recorded in a [`Shared`] record before
-//! the request is sent, so a create cut midway is still known to cleanup.
+//! The one place that creates, starts, inspects, lists by label and removes the engine objects
+//! cordon makes (containers, volumes, networks), through the engine's [`super::calls::Calls`].
+//! Every create is recorded in a [`Shared`] record before the request is sent, so a create cut
+//! midway is still known to cleanup.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerSummary, Network, NetworkCreateRequest,
     Volume, VolumeCreateRequest,
-};
-use bollard::query_parameters::{
-    CreateContainerOptions, ListContainersOptions, ListNetworksOptions, ListVolumesOptions,
-    RemoveContainerOptions, RemoveVolumeOptions, RenameContainerOptions,
 };
 
 use super::pending::{ObjectKind, Shared};
@@ -91,7 +88,7 @@ pub async fn create_volume(
     let result = bounded(
         "create volume",
         CALL_TIMEOUT,
-        engine.docker().create_volume(request),
+        engine.calls().create_volume(request),
     )
     .await;
     answered(record, ObjectKind::Volume, &name, result.map(|v| v.name))
@@ -104,19 +101,15 @@ pub async fn create_container(
     body: ContainerCreateBody,
     record: &Shared<'_>,
 ) -> Result<String> {
-    let options = CreateContainerOptions {
-        name: Some(name.to_owned()),
-        ..Default::default()
-    };
     let labels = body.labels.clone().unwrap_or_default();
     record.with(|c| c.begin(ObjectKind::Container, name, &labels));
     let result = bounded(
         "create container",
         CALL_TIMEOUT,
-        engine.docker().create_container(Some(options), body),
+        engine.calls().create_container(name.to_owned(), body),
     )
     .await;
-    answered(record, ObjectKind::Container, name, result.map(|r| r.id))
+    answered(record, ObjectKind::Container, name, result)
 }
 
 /// Create a network from `request` (which names it), recorded in `record` as it goes. Returns its
@@ -132,10 +125,10 @@ pub async fn create_network(
     let result = bounded(
         "create network",
         CALL_TIMEOUT,
-        engine.docker().create_network(request),
+        engine.calls().create_network(request),
     )
     .await;
-    answered(record, ObjectKind::Network, &name, result.map(|r| r.id))
+    answered(record, ObjectKind::Network, &name, result)
 }
 
 /// A network as the engine reports it; `None` when there is none by that id or name.
@@ -147,9 +140,7 @@ pub async fn inspect_network(
         bounded(
             "inspect network",
             CALL_TIMEOUT,
-            engine
-                .docker()
-                .inspect_network(id, None::<bollard::query_parameters::InspectNetworkOptions>),
+            engine.calls().inspect_network(id.to_owned()),
         )
         .await,
     )
@@ -164,7 +155,7 @@ pub async fn inspect_container(
         bounded(
             "inspect container",
             CALL_TIMEOUT,
-            engine.docker().inspect_container(id, None),
+            engine.calls().inspect_container(id.to_owned()),
         )
         .await,
     )
@@ -176,7 +167,7 @@ pub async fn inspect_volume(engine: &Engine, name: &str) -> Result<Option<Volume
         bounded(
             "inspect volume",
             CALL_TIMEOUT,
-            engine.docker().inspect_volume(name),
+            engine.calls().inspect_volume(name.to_owned()),
         )
         .await,
     )
@@ -184,28 +175,32 @@ pub async fn inspect_volume(engine: &Engine, name: &str) -> Result<Option<Volume
 
 /// Give a container a new name.
 pub async fn rename_container(engine: &Engine, id: &str, name: &str) -> Result<()> {
-    let options = RenameContainerOptions {
-        name: name.to_owned(),
-    };
     bounded(
         "rename container",
         CALL_TIMEOUT,
-        engine.docker().rename_container(id, options),
+        engine
+            .calls()
+            .rename_container(id.to_owned(), name.to_owned()),
+    )
+    .await
+}
+
+/// Start a created container; `what` names it in an error (`start <what>`).
+pub async fn start_container(engine: &Engine, what: &str, id: &str) -> Result<()> {
+    bounded(
+        &format!("start {what}"),
+        CALL_TIMEOUT,
+        engine.calls().start_container(id.to_owned()),
     )
     .await
 }
 
 /// Remove a container, running or not (gone already counts as removed).
 pub async fn remove_container(engine: &Engine, id: &str) -> Result<()> {
-    let options = RemoveContainerOptions {
-        force: true,
-        v: false,
-        link: false,
-    };
     let removed = bounded(
         "remove container",
         CALL_TIMEOUT,
-        engine.docker().remove_container(id, Some(options)),
+        engine.calls().remove_container(id.to_owned()),
     )
     .await;
     found(removed).map(drop)
@@ -213,11 +208,10 @@ pub async fn remove_container(engine: &Engine, id: &str) -> Result<()> {
 
 /// Remove a volume (gone already counts as removed).
 pub async fn remove_volume(engine: &Engine, name: &str) -> Result<()> {
-    let options = RemoveVolumeOptions { force: true };
     let removed = bounded(
         "remove volume",
         CALL_TIMEOUT,
-        engine.docker().remove_volume(name, Some(options)),
+        engine.calls().remove_volume(name.to_owned()),
     )
     .await;
     found(removed).map(drop)
@@ -228,7 +222,7 @@ pub async fn remove_network(engine: &Engine, id: &str) -> Result<()> {
     let removed = bounded(
         "remove network",
         CALL_TIMEOUT,
-        engine.docker().remove_network(id),
+        engine.calls().remove_network(id.to_owned()),
     )
     .await;
     found(removed).map(drop)
@@ -263,34 +257,26 @@ impl Labelled {
 impl Listed {
     pub async fn with_label(engine: &Engine, label: &str) -> Result<Listed> {
         let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
-        let docker = engine.docker();
+        let calls = engine.calls();
         let containers = bounded(
             "list containers",
             CALL_TIMEOUT,
-            docker.list_containers(Some(ListContainersOptions {
-                all: true,
-                filters: Some(filters.clone()),
-                ..Default::default()
-            })),
+            calls.list_containers(Some(filters.clone())),
         );
         let volumes = bounded(
             "list volumes",
             CALL_TIMEOUT,
-            docker.list_volumes(Some(ListVolumesOptions {
-                filters: Some(filters.clone()),
-            })),
+            calls.list_volumes(Some(filters.clone())),
         );
         let networks = bounded(
             "list networks",
             CALL_TIMEOUT,
-            docker.list_networks(Some(ListNetworksOptions {
-                filters: Some(filters),
-            })),
+            calls.list_networks(Some(filters)),
         );
         let (containers, volumes, networks) = tokio::try_join!(containers, volumes, networks)?;
         Ok(Listed {
             containers,
-            volumes: volumes.volumes.unwrap_or_default(),
+            volumes,
             networks,
         })
     }
@@ -415,13 +401,9 @@ async fn unlabelled_now(engine: &Engine) -> Result<Vec<String>> {
     let volumes = bounded(
         "list volumes",
         CALL_TIMEOUT,
-        engine.docker().list_volumes(Some(ListVolumesOptions {
-            filters: Some(filters),
-        })),
+        engine.calls().list_volumes(Some(filters)),
     )
-    .await?
-    .volumes
-    .unwrap_or_default();
+    .await?;
     Ok(volumes
         .into_iter()
         .filter(|v| engine_made(&v.labels, &v.options))

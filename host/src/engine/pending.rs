@@ -3,7 +3,9 @@
 //! and exactly the labels it was sent with.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::objects::{
     self, engine_made, inspect_container, inspect_network, inspect_volume, list_owned,

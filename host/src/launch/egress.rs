@@ -106,9 +106,7 @@ pub async fn host_addresses(engine: &Engine) -> Result<Vec<IpAddr>> {
     let networks = bounded(
         "list networks",
         CALL_TIMEOUT,
-        engine
-            .docker()
-            .list_networks(None::<bollard::query_parameters::ListNetworksOptions>),
+        engine.calls().list_networks(None),
     )
     .await?;
     for n in networks {
@@ -156,12 +154,7 @@ async fn networked(
 }
 
 async fn start(engine: &Engine, id: &str) -> Result<()> {
-    bounded(
-        "start container",
-        CALL_TIMEOUT,
-        engine.docker().start_container(id, None),
-    )
-    .await
+    objects::start_container(engine, "container", id).await
 }
 
 /// A started container's address on `network`.

@@ -139,12 +139,7 @@ impl Uploads {
 /// container mounts it, and the agent container may start at the same time) and write into it,
 /// the ready marker last. The loader runs no agent code and stays until cleanup.
 pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
-    bounded(
-        "start loader",
-        CALL_TIMEOUT,
-        engine.docker().start_container(loader, None),
-    )
-    .await?;
+    objects::start_container(engine, "loader", loader).await?;
     let upload = |dir: &str, tar: Vec<u8>| {
         let options = UploadToContainerOptions {
             path: dir.to_owned(),
