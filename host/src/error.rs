@@ -258,7 +258,7 @@ impl From<cordon_repo::Error> for Error {
     fn from(e: cordon_repo::Error) -> Self {
         use cordon_repo::Error as Repo;
         match e {
-            Repo::Invalid(m) => Error::Invalid(m),
+            Repo::Invalid(m) | Repo::ForeignMetadata(m) => Error::Invalid(m),
             Repo::Internal(m) => Error::Internal(m),
             Repo::Io { context, source } => Error::Io { context, source },
             Repo::Unusable(u) => Error::Unusable(u),

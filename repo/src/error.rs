@@ -11,6 +11,11 @@ pub enum Error {
     /// The caller's mistake: a revision, a name or a request this side refuses.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// An archive of the metadata holds what the seeder never writes (a link, a special file, an
+    /// unclean name, more than the bounds): the metadata changed. The library takes it as
+    /// invalid input where it is not consumed (the inspection reads it as "metadata changed").
+    #[error("invalid input: {0}")]
+    ForeignMetadata(String),
     /// cordon's own fault: an answer of its own tools it cannot read.
     #[error("internal: {0}")]
     Internal(String),
@@ -54,7 +59,7 @@ impl Error {
     /// The stable id, the library's own for the variant of the same name.
     pub fn id(&self) -> &'static str {
         match self {
-            Error::Invalid(_) => "invalid-input",
+            Error::Invalid(_) | Error::ForeignMetadata(_) => "invalid-input",
             Error::Internal(_) => "internal",
             Error::Io { .. } => "io",
             Error::Unusable(u) => u.id(),

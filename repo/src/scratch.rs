@@ -109,7 +109,7 @@ pub fn extract_metadata(tar: impl Read, into: &Path) -> Result<String> {
 /// Only directories and regular files whose names are clean relative paths under `.git/` are
 /// taken (the prefix stripped); every other entry type, an unclean or non-UTF-8 name, an entry
 /// whose directory came in no earlier entry, a name given twice, or more than `limits` refuses
-/// the whole archive ([`Error::Invalid`]). Files are created new, never through a link, owner
+/// the whole archive ([`Error::ForeignMetadata`]). Files are created new, never through a link, owner
 /// read-write only (directories owner-only); the digest comes from the headers' modes and sizes
 /// and the content as read, so it is the tree's as the container held it.
 pub fn extract_metadata_bounded(tar: impl Read, into: &Path, limits: Limits) -> Result<String> {
@@ -130,7 +130,7 @@ pub fn extract_metadata_bounded(tar: impl Read, into: &Path, limits: Limits) -> 
         )));
     }
 
-    let bad = |what: String| Error::Invalid(format!("the metadata archive: {what}"));
+    let bad = |what: String| Error::ForeignMetadata(format!("the metadata archive: {what}"));
     let read_err = |e: std::io::Error| Error::io("reading the metadata archive", e);
     let mut archive = tar::Archive::new(tar);
     let mut lines = Vec::new();
@@ -826,7 +826,8 @@ pub(crate) mod tests {
         // A changed byte changes the digest.
         std::fs::write(git_dir.join("description"), "changed\n").expect("write");
         assert_ne!(digest, reference_digest(&git_dir));
-        // Unpacking needs a fresh, empty directory.
+        // Unpacking needs a fresh, empty directory: cordon's own mistake, not the metadata's
+        // changing (the inspection reads only ForeignMetadata as that).
         let again = extract_metadata(&tar[..], &into);
         assert!(matches!(again, Err(Error::Invalid(_))), "{again:?}");
     }
@@ -979,7 +980,7 @@ pub(crate) mod tests {
             let tar = one_entry(kind, name, link);
             let result = extract_metadata(&tar[..], &tmp.0);
             match result {
-                Err(Error::Invalid(m)) => assert!(m.contains("metadata archive"), "{m}"),
+                Err(Error::ForeignMetadata(m)) => assert!(m.contains("metadata archive"), "{m}"),
                 other => panic!("{kind:?} {:?}: {other:?}", String::from_utf8_lossy(name)),
             }
             // Nothing was written outside, nor a link made.
@@ -1003,7 +1004,7 @@ pub(crate) mod tests {
         };
         let r = extract_metadata_bounded(&tar[..], &into("a"), few);
         assert!(
-            matches!(&r, Err(Error::Invalid(m)) if m.contains("entries")),
+            matches!(&r, Err(Error::ForeignMetadata(m)) if m.contains("entries")),
             "{r:?}"
         );
         let small = Limits {
@@ -1012,7 +1013,7 @@ pub(crate) mod tests {
         };
         let r = extract_metadata_bounded(&tar[..], &into("b"), small);
         assert!(
-            matches!(&r, Err(Error::Invalid(m)) if m.contains("bytes")),
+            matches!(&r, Err(Error::ForeignMetadata(m)) if m.contains("bytes")),
             "{r:?}"
         );
         // Two entries of one name.
@@ -1029,7 +1030,7 @@ pub(crate) mod tests {
         let twice = builder.into_inner().expect("tar");
         let r = extract_metadata(&twice[..], &into("c"));
         assert!(
-            matches!(&r, Err(Error::Invalid(m)) if m.contains("twice")),
+            matches!(&r, Err(Error::ForeignMetadata(m)) if m.contains("twice")),
             "{r:?}"
         );
     }

@@ -78,15 +78,15 @@ where
         handle,
         cordon_contract::paths::METADATA,
         left(until)?,
-        move |tar| Ok(scratch::extract_metadata(tar, &into)?),
+        move |tar| Ok(scratch::extract_metadata(tar, &into)),
     )
-    .await;
+    .await?;
     // A metadata archive holding what the seeder never writes (a link, a special file) is the
     // metadata changing too.
     let changed = match digest {
         Ok(digest) => digest != baseline,
-        Err(Error::Invalid(_)) => true,
-        Err(e) => return Err(e),
+        Err(cordon_repo::Error::ForeignMetadata(_)) => true,
+        Err(e) => return Err(e.into()),
     };
     if changed {
         let manifest = metadata_changed(base);
