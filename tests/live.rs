@@ -45,8 +45,7 @@ async fn live_questions_and_planning_reach_the_vendor_through_the_proxy() {
     );
     let head = repo.commit();
     let storage = task::prepare(
-        &s.ctl,
-        &agent.built.id,
+        &s.ctl.clone().with_helper_image(&agent.built.id),
         &prepare_request(&s.owner, &repo, &head),
     )
     .await

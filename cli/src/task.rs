@@ -102,7 +102,8 @@ pub async fn run(ctx: &Ctx, action: TaskAction) -> anyhow::Result<ExitCode> {
             let built = image::build(ctx).await?;
             // The steps go to stderr with --json too: stdout carries only the handle.
             let bar = progress::spinner(false);
-            let handle = cordon::task::prepare_with(ctl, &built.id, &request, |_| {}, &|step| {
+            let ctl = &ctl.clone().with_helper_image(&built.id);
+            let handle = cordon::task::prepare_with(ctl, &request, |_| {}, &|step| {
                 bar.set_message(step.to_owned())
             })
             .await;

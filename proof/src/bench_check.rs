@@ -96,7 +96,7 @@ pub(crate) async fn prepared_tree(
         deadline: Duration::from_secs(900),
         uids: cordon::uids::UidRange::default(),
     };
-    let storage = task::prepare(ctl, image_id, &request).await?;
+    let storage = task::prepare(&ctl.clone().with_helper_image(image_id), &request).await?;
     Ok((storage, tree_bytes))
 }
 

@@ -71,7 +71,7 @@ async fn cli_at(prefix: &str, repo: Repo, head: &str, work: Option<Area>) -> Cli
     if let Some(work) = work {
         prepare.work = work;
     }
-    let storage = task::prepare(&s.ctl, &agent.built.id, &prepare)
+    let storage = task::prepare(&s.ctl.clone().with_helper_image(&agent.built.id), &prepare)
         .await
         .expect("task storage");
     Cli { s, agent, storage }
@@ -1047,7 +1047,7 @@ async fn glob_and_grep_through_links_stay_in_the_checkout() {
     let repo = repository();
     repo.symlink("etc", "/etc");
     let head = repo.commit();
-    let refused = task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head))
+    let refused = task::prepare(&s.ctl, &prepare_request(&s.owner, &repo, &head))
         .await
         .expect_err("a link out of the checkout");
     assert_eq!(refused.id(), "repo-absolute-link", "{refused}");

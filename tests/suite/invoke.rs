@@ -23,7 +23,7 @@ async fn storage(s: &Owned) -> StorageHandle {
     repo.write("README.md", b"# invoke\n", 0o644);
     repo.write("src/lib.rs", b"pub fn f() {}\n", 0o644);
     let head = repo.commit();
-    task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head))
+    task::prepare(&s.ctl, &prepare_request(&s.owner, &repo, &head))
         .await
         .expect("task storage")
 }
@@ -793,7 +793,7 @@ async fn the_credential_stays_in_its_own_container() {
         0o644,
     );
     let head = repo.commit();
-    let planted = task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head))
+    let planted = task::prepare(&s.ctl, &prepare_request(&s.owner, &repo, &head))
         .await
         .unwrap();
     let result = run(
@@ -1020,7 +1020,7 @@ async fn storage_with_gitlinks(s: &Owned, paths: &[&str]) -> StorageHandle {
     }
     repo.git(&["commit", "--quiet", "-m", "gitlinks"]);
     let head = repo.git(&["rev-parse", "HEAD"]);
-    task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head))
+    task::prepare(&s.ctl, &prepare_request(&s.owner, &repo, &head))
         .await
         .expect("task storage")
 }

@@ -97,7 +97,7 @@ async fn normal_repository_round_trips_byte_for_byte() {
     let head = repo.git(&["rev-parse", "HEAD"]);
     std::fs::create_dir_all(repo.dir.join("vendor/sub")).unwrap();
 
-    let handle = task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, "main"))
+    let handle = task::prepare(&s.ctl, &prepare_request(&s.owner, &repo, "main"))
         .await
         .expect("prepare");
     assert_eq!(handle.head.as_deref(), Some(head.as_str()));
@@ -151,7 +151,7 @@ async fn refusal(
     request.repo = path.to_path_buf();
     let outcome = tokio::time::timeout(
         std::time::Duration::from_secs(30),
-        task::prepare(&s.ctl, &s.image, &request),
+        task::prepare(&s.ctl, &request),
     )
     .await;
     let result = match outcome {
@@ -652,7 +652,7 @@ async fn a_local_clone_with_hard_linked_objects_seeds() {
         "what the clone hard-linked: {linked:?}"
     );
 
-    let handle = task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &clone, "main"))
+    let handle = task::prepare(&s.ctl, &prepare_request(&s.owner, &clone, "main"))
         .await
         .expect("prepare a local clone");
     assert_eq!(handle.head.as_deref(), Some(head.as_str()));
@@ -689,7 +689,7 @@ async fn links_in_the_callers_path_are_followed_and_a_bare_repository_prepares()
     ] {
         let mut request = prepare_request(&s.owner, &repo, "main");
         request.repo = path.clone();
-        let handle = task::prepare(&s.ctl, &s.image, &request)
+        let handle = task::prepare(&s.ctl, &request)
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(handle.head.as_deref(), Some(head.as_str()));
@@ -821,7 +821,7 @@ async fn a_fifo_swapped_in_during_staging_is_refused_without_blocking() {
         let started = std::time::Instant::now();
         let outcome = tokio::time::timeout(
             std::time::Duration::from_secs(30),
-            task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head)),
+            task::prepare(&s.ctl, &prepare_request(&s.owner, &repo, &head)),
         )
         .await;
         let took = started.elapsed();
@@ -874,7 +874,7 @@ async fn one_byte_or_one_inode_over_fails_closed() {
         let (repo, head) = try_repo(vec![("f".into(), size)]);
         let mut request = prepare_request(&s.owner, &repo, &head);
         request.work = area;
-        let result = task::prepare(&s.ctl, &s.image, &request).await;
+        let result = task::prepare(&s.ctl, &request).await;
         match (result, fits) {
             (Ok(handle), true) => task::remove(&s.ctl, &handle).await.unwrap(),
             (Err(e), false) => assert_eq!(e.id(), "repo-too-large", "{e}"),
@@ -889,7 +889,7 @@ async fn one_byte_or_one_inode_over_fails_closed() {
             bytes: 1024 * 1024,
             inodes: 8,
         };
-        let result = task::prepare(&s.ctl, &s.image, &request).await;
+        let result = task::prepare(&s.ctl, &request).await;
         match (result, fits) {
             (Ok(handle), true) => task::remove(&s.ctl, &handle).await.unwrap(),
             (Err(e), false) => assert_eq!(e.id(), "repo-too-large", "{e}"),
@@ -916,7 +916,6 @@ async fn an_overflowing_upload_removes_everything() {
     };
     let err = task::prepare_with(
         &s.ctl,
-        &s.image,
         &prepare_request(&s.owner, &repo, &head),
         shrink,
         &|_| {},
@@ -938,12 +937,8 @@ async fn a_duplicate_allocation_is_refused() {
     let head = repo.commit();
     let mut request = prepare_request(&s.owner, &repo, &head);
     request.allocation = Some(uuid::Uuid::new_v4());
-    let handle = task::prepare(&s.ctl, &s.image, &request)
-        .await
-        .expect("first");
-    let err = task::prepare(&s.ctl, &s.image, &request)
-        .await
-        .expect_err("second");
+    let handle = task::prepare(&s.ctl, &request).await.expect("first");
+    let err = task::prepare(&s.ctl, &request).await.expect_err("second");
     assert_eq!(err.id(), "allocation-in-use", "{err}");
     // Another controller sees the id on the objects (the holding controller's registry is not
     // there).
@@ -955,15 +950,15 @@ async fn a_duplicate_allocation_is_refused() {
         3,
         "keeper and both volumes carry the id: {taken:?}"
     );
-    let elsewhere = controller().await;
+    let elsewhere = controller().await.with_helper_image(&s.image);
     assert!(!elsewhere.holds_allocation(&handle.allocation));
-    let err = task::prepare(&elsewhere, &s.image, &request)
+    let err = task::prepare(&elsewhere, &request)
         .await
         .expect_err("another controller's prepare");
     assert_eq!(err.id(), "allocation-in-use", "{err}");
     task::remove(&s.ctl, &handle).await.unwrap();
     // Free again once removed.
-    let handle = task::prepare(&s.ctl, &s.image, &request)
+    let handle = task::prepare(&s.ctl, &request)
         .await
         .expect("after removal");
     task::remove(&s.ctl, &handle).await.unwrap();
@@ -981,7 +976,7 @@ async fn two_owners_do_not_touch_each_other() {
     let repo = Repo::new("owners");
     repo.write("README", b"r\n", 0o644);
     let head = repo.commit();
-    let handle = task::prepare(ctl, image, &prepare_request(&a.owner, &repo, &head))
+    let handle = task::prepare(ctl, &prepare_request(&a.owner, &repo, &head))
         .await
         .unwrap();
     let report = recover::recover(ctl, &b.owner, false)
@@ -1216,7 +1211,7 @@ async fn a_prepare_past_its_deadline_or_cancelled_leaves_nothing_after_recovery(
     let head = repo.commit();
     let mut request = prepare_request(&s.owner, &repo, &head);
     request.deadline = std::time::Duration::from_millis(1);
-    let err = task::prepare(&s.ctl, &s.image, &request)
+    let err = task::prepare(&s.ctl, &request)
         .await
         .expect_err("past the deadline");
     assert_eq!(err.id(), "deadline", "{err}");
@@ -1227,7 +1222,7 @@ async fn a_prepare_past_its_deadline_or_cancelled_leaves_nothing_after_recovery(
     for after_ms in [20u64, 300, 700, 1200, 2000, 3500] {
         let cancelled = tokio::time::timeout(
             std::time::Duration::from_millis(after_ms),
-            task::prepare(&s.ctl, &s.image, &request),
+            task::prepare(&s.ctl, &request),
         )
         .await;
         if let Ok(done) = cancelled {
@@ -1267,7 +1262,7 @@ async fn a_test_that_panics_midway_leaves_nothing_of_its_owner() {
     let panicked = tokio::spawn(async move {
         let mut s = Owned::new(ctl, image, owner);
         let (repo, head) = small_repo("guard");
-        let handle = task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, &repo, &head))
+        let handle = task::prepare(&s.ctl, &prepare_request(&s.owner, &repo, &head))
             .await
             .expect("prepare");
         s.making_unlabelled_volumes().await;

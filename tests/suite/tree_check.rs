@@ -50,7 +50,7 @@ fn tree_repo(gitlinks: &[&str]) -> (Repo, String) {
 }
 
 pub(super) async fn seed(s: &Owned, repo: &Repo, head: &str) -> StorageHandle {
-    task::prepare(&s.ctl, &s.image, &prepare_request(&s.owner, repo, head))
+    task::prepare(&s.ctl, &prepare_request(&s.owner, repo, head))
         .await
         .expect("task storage")
 }

@@ -177,9 +177,9 @@ pub async fn oneshot(
         deadline: Duration::from_secs(600),
         uids: run.uids,
     };
-    let storage = task::prepare_with(ctl, image_id, &prepare, |_| {}, progress).await?;
-    // The audit's readers run the same image.
+    // The keeper and the audit's readers run the invocation's image.
     let ctl = &ctl.clone().with_helper_image(image_id);
+    let storage = task::prepare_with(ctl, &prepare, |_| {}, progress).await?;
     let bound = match ctl.task(&storage) {
         Ok(bound) => bound,
         Err(e) => {

@@ -138,16 +138,17 @@ fn metadata_area(needs: tree::Needs) -> Area {
     }
 }
 
-/// Stage, check, allocate, seed, record the baseline. `edit_work` changes the work volume's
-/// request before it is made (only the gate uses it, to make a breach case).
+/// Stage, check, allocate, seed, record the baseline; the keeper and the digest's tool run the
+/// controller's helper image. `edit_work` changes the work volume's request before it is made
+/// (only the gate uses it, to make a breach case).
 pub async fn prepare_with(
     ctl: &Controller,
-    image_id: &str,
     request: &PrepareRequest,
     edit_work: impl FnOnce(&mut VolumeCreateRequest),
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<StorageHandle> {
     let deadline = Instant::now() + request.deadline;
+    let image_id = ctl.helper_image()?;
     request.uids.check()?;
     // A placeholder uid until the engine was asked which are free (the claim comes first).
     let mut allocation = Allocation::new(
@@ -242,12 +243,8 @@ pub async fn prepare_with(
 }
 
 /// [`prepare_with`] as runners call it.
-pub async fn prepare(
-    ctl: &Controller,
-    image_id: &str,
-    request: &PrepareRequest,
-) -> Result<StorageHandle> {
-    prepare_with(ctl, image_id, request, |_| {}, &|_| {}).await
+pub async fn prepare(ctl: &Controller, request: &PrepareRequest) -> Result<StorageHandle> {
+    prepare_with(ctl, request, |_| {}, &|_| {}).await
 }
 
 /// The handle of an allocation's storage, found by its labels (all three parts must carry the

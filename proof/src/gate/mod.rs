@@ -281,8 +281,7 @@ async fn probe_storage(
         };
         let variant = case.storage;
         let handle = cordon::task::prepare_with(
-            ctl,
-            image_id,
+            &ctl.clone().with_helper_image(image_id),
             &request,
             |w| drop_volume_option(w, variant),
             &|_| {},
