@@ -355,3 +355,60 @@ fn the_repository_crate_depends_on_no_engine_crate() {
         }
     }
 }
+
+/// architecture.md's table of crates and what each uses is every workspace member's normal
+/// dependencies on the workspace's own crates, no more and no fewer; the drawing above it says
+/// the same.
+#[test]
+fn the_crate_drawing_matches_the_manifests() {
+    let doc =
+        std::fs::read_to_string(root().join("docs/architecture.md")).expect("docs/architecture.md");
+    let table = doc
+        .split("| crate | uses |\n|---|---|\n")
+        .nth(1)
+        .expect("architecture.md has the table of crates");
+    let unquote = |cell: &str| -> Vec<String> {
+        cell.split(',')
+            .map(|c| c.trim().trim_matches('`').to_owned())
+            .filter(|c| !c.is_empty() && c != "nothing")
+            .collect()
+    };
+    let drawn: BTreeMap<String, BTreeSet<String>> = table
+        .lines()
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let cells: Vec<&str> = row.trim_matches('|').split('|').collect();
+            let dir = unquote(cells[0]).concat();
+            (dir, unquote(cells[1]).into_iter().collect())
+        })
+        .collect();
+    let root_manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let members: BTreeSet<String> = root_manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("members = ["))
+        .expect("the workspace's members")
+        .trim_end_matches(']')
+        .split(',')
+        .map(|m| m.trim().trim_matches('"').to_owned())
+        .collect();
+    assert_eq!(
+        drawn.keys().cloned().collect::<BTreeSet<_>>(),
+        members,
+        "the table names every workspace member, and only those"
+    );
+    let package = |dir: &str| {
+        let text = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).expect(dir);
+        text.lines()
+            .find_map(|l| l.strip_prefix("name = \""))
+            .map(|n| n.trim_end_matches('"').to_owned())
+            .expect("a package name")
+    };
+    let dir_of: BTreeMap<String, String> = members.iter().map(|d| (package(d), d.clone())).collect();
+    for (dir, uses) in &drawn {
+        let actual: BTreeSet<String> = normal_dependencies(&format!("{dir}/Cargo.toml"))
+            .iter()
+            .filter_map(|n| dir_of.get(n).cloned())
+            .collect();
+        assert_eq!(&actual, uses, "{dir} uses, by its Cargo.toml");
+    }
+}
