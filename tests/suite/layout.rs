@@ -105,15 +105,20 @@ fn crate_references(code: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The `crate::` import graph of host/src between top-level modules.
-fn host_graph() -> BTreeMap<String, BTreeSet<String>> {
+/// The import graph of one crate's `src` between its top-level modules: `crate::` paths, and
+/// `super::` in a top-level file (which names a sibling).
+fn crate_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (relative, text) in sources(&root().join("host/src")) {
+    for (relative, text) in sources(src) {
         let module = top_module(&relative);
         if module == "lib" || module == "main" || unit_tests_only(&relative) {
             continue;
         }
-        let refs = crate_references(&production(&text));
+        let code = production(&text);
+        let mut refs = crate_references(&code);
+        if relative.components().count() == 1 {
+            refs.extend(crate_references(&code.replace("super::", "crate::")));
+        }
         let edges = graph.entry(module.clone()).or_default();
         edges.extend(refs.into_iter().filter(|r| *r != module));
     }
@@ -157,7 +162,7 @@ fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 
 #[test]
 fn the_host_modules_import_each_other_without_a_circle() {
-    let graph = host_graph();
+    let graph = crate_graph(&root().join("host/src"));
     assert!(graph.len() > 10, "too few modules found: {graph:?}");
     assert_eq!(cycle(&graph), None, "the import graph: {graph:#?}");
     // The bottom of the house imports nothing above it.
@@ -175,6 +180,38 @@ fn the_host_modules_import_each_other_without_a_circle() {
     assert_eq!(
         crate_references("use crate::{a, b::{c, d}, e};\ncrate::f::g(); crate::H"),
         BTreeSet::from(["a".into(), "b".into(), "e".into(), "f".into()])
+    );
+}
+
+/// No crate of the workspace has modules that import each other in a circle.
+#[test]
+fn no_crate_has_an_import_circle() {
+    let root_manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let members = root_manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("members = ["))
+        .expect("the workspace's members");
+    let mut looked = 0;
+    for member in members.trim_end_matches(']').split(',') {
+        let src = root().join(member.trim().trim_matches('"')).join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let graph = crate_graph(&src);
+        assert_eq!(cycle(&graph), None, "{}: {graph:#?}", src.display());
+        looked += 1;
+    }
+    assert!(looked >= 9, "only {looked} crates looked at");
+    // A sibling named by `super::` in a top-level file is an edge.
+    let dir = std::env::temp_dir().join(format!("cordon-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(dir.join("a.rs"), "use super::b::X;\n").expect("a.rs");
+    std::fs::write(dir.join("b.rs"), "use crate::a::Y;\n").expect("b.rs");
+    let planted = cycle(&crate_graph(&dir));
+    std::fs::remove_dir_all(&dir).expect("removed");
+    assert!(
+        planted.is_some(),
+        "the planted circle a -> b -> a was not found"
     );
 }
 
@@ -403,7 +440,8 @@ fn the_crate_drawing_matches_the_manifests() {
             .map(|n| n.trim_end_matches('"').to_owned())
             .expect("a package name")
     };
-    let dir_of: BTreeMap<String, String> = members.iter().map(|d| (package(d), d.clone())).collect();
+    let dir_of: BTreeMap<String, String> =
+        members.iter().map(|d| (package(d), d.clone())).collect();
     for (dir, uses) in &drawn {
         let actual: BTreeSet<String> = normal_dependencies(&format!("{dir}/Cargo.toml"))
             .iter()
