@@ -3,5 +3,7 @@
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
+// A test scenario reads top to bottom, however long.
+#![allow(clippy::too_many_lines)]
 
 mod suite;

@@ -6,6 +6,8 @@
 //! ([`assert_clean`]) or a staging directory of the owner does; a test that panics midway leaves
 //! nothing either, since the guard's `Drop` removes it all.
 
+// A test scenario reads top to bottom, however long.
+#![allow(clippy::too_many_lines)]
 #![allow(clippy::unwrap_used)] // test set-up: a panic names the failing call, which is the report
 
 use std::collections::BTreeSet;

@@ -8,6 +8,8 @@
 //! says why: it never passes without having run.
 
 #![allow(clippy::unwrap_used)]
+// A test scenario reads top to bottom, however long.
+#![allow(clippy::too_many_lines)]
 
 use std::time::{Duration, Instant};
 

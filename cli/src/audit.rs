@@ -167,132 +167,173 @@ pub async fn run(ctx: &Ctx, action: AuditAction) -> anyhow::Result<ExitCode> {
             paths,
             image,
             deadline_secs,
-        } => {
-            let (ctl, handle) = helper_and_handle(ctx, image, &handle, None).await?;
-            let snapshot = ctl
-                .task(&handle)?
-                .snapshot_links(&paths, std::time::Duration::from_secs(deadline_secs))
-                .await?;
-            print(ctx.json, &snapshot, || {
-                snapshot
-                    .links
-                    .iter()
-                    .map(|l| {
-                        format!(
-                            "{:?}: {:?}{}{}\n",
-                            l.path,
-                            l.kind,
-                            l.resolution
-                                .map(|r| format!(", resolves {r:?}"))
-                                .unwrap_or_default(),
-                            if l.through_link {
-                                ", through a link"
-                            } else {
-                                ""
-                            }
-                        )
-                    })
-                    .collect()
-            })?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => snapshot_links(ctx, &handle, &paths, image, deadline_secs).await,
         AuditAction::CheckTree {
             handle,
             base,
             ops,
             image,
             deadline_secs,
-        } => {
-            let operations = match ops {
-                Some(path) => read_operations(&path)?,
-                None => Vec::new(),
-            };
-            let (ctl, handle) = helper_and_handle(ctx, image, &handle, Some(base)).await?;
-            let check = ctl
-                .task(&handle)?
-                .check_tree(&operations, std::time::Duration::from_secs(deadline_secs))
-                .await?;
-            print(ctx.json, &check, || {
-                format!(
-                    "the tree is base's ({} entries); {} gitlinks masked, {} directories pinned\n",
-                    check.entries,
-                    check.gitlinks.len(),
-                    check.pins.len()
-                )
-            })?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => check_tree(ctx, &handle, base, ops, image, deadline_secs).await,
         AuditAction::Inspect {
             handle,
             base,
             links,
             image,
             deadline_secs,
-        } => {
-            let (ctl, handle) = helper_and_handle(ctx, image, &handle, Some(base)).await?;
-            let snapshot = read_links(links.as_deref(), &handle)?;
-            let manifest = ctl
-                .task(&handle)?
-                .inspect(&snapshot, std::time::Duration::from_secs(deadline_secs))
-                .await?;
-            print(ctx.json, &manifest, || manifest_text(&manifest))?;
-            Ok(if manifest.needs_person() {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
+        } => inspect(ctx, &handle, base, links, image, deadline_secs).await,
         AuditAction::ExportDiff {
             handle,
             base,
             image,
             deadline_secs,
-        } => {
-            let (ctl, handle) = helper_and_handle(ctx, image, &handle, Some(base)).await?;
-            let export = ctl
-                .task(&handle)?
-                .export_diff(std::time::Duration::from_secs(deadline_secs))
-                .await?;
-            // The diff quotes the agent's bytes: JSON escapes them; text shows them framed.
-            print(ctx.json, &export, || {
-                crate::human::framed("diff", &export.diff)
-            })?;
-            Ok(ExitCode::SUCCESS)
-        }
-        AuditAction::Commit(args) => {
-            let (ctl, handle) =
-                helper_and_handle(ctx, args.image, &args.handle, Some(args.base)).await?;
-            let request = cordon::audit::CommitRequest {
-                snapshot: read_links(args.links.as_deref(), &handle)?,
-                digest: args.digest,
-                message: cordon::caller_file::read_utf8(
-                    "message file",
-                    &args.message_file,
-                    MAX_MESSAGE_BYTES,
-                )?,
-                trailers: parse_trailers(&args.trailers)?,
-                author: args.author,
-                committer: args.committer,
-                bundle: args.bundle,
-                allow_non_portable: args.allow_non_portable_names,
-            };
-            let committed = ctl
-                .task(&handle)?
-                .commit(&request, std::time::Duration::from_secs(args.deadline_secs))
-                .await?;
-            print(ctx.json, &committed, || {
-                if committed.unchanged {
-                    "nothing changed: no commit, no bundle\n".to_owned()
-                } else {
-                    format!(
-                        "{} on refs/heads/cordon, {} bytes of bundle\n",
-                        committed.head, committed.bundle_bytes
-                    )
-                }
-            })?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => export_diff(ctx, &handle, base, image, deadline_secs).await,
+        AuditAction::Commit(args) => commit(ctx, args).await,
     }
+}
+
+/// `cordon audit snapshot-links`.
+async fn snapshot_links(
+    ctx: &Ctx,
+    handle: &str,
+    paths: &[String],
+    image: Option<String>,
+    deadline_secs: u64,
+) -> anyhow::Result<ExitCode> {
+    let (ctl, handle) = helper_and_handle(ctx, image, handle, None).await?;
+    let snapshot = ctl
+        .task(&handle)?
+        .snapshot_links(paths, std::time::Duration::from_secs(deadline_secs))
+        .await?;
+    print(ctx.json, &snapshot, || {
+        snapshot
+            .links
+            .iter()
+            .map(|l| {
+                format!(
+                    "{:?}: {:?}{}{}\n",
+                    l.path,
+                    l.kind,
+                    l.resolution
+                        .map(|r| format!(", resolves {r:?}"))
+                        .unwrap_or_default(),
+                    if l.through_link {
+                        ", through a link"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect()
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cordon audit check-tree`: the operations file is read before anything else is done.
+async fn check_tree(
+    ctx: &Ctx,
+    handle: &str,
+    base: String,
+    ops: Option<PathBuf>,
+    image: Option<String>,
+    deadline_secs: u64,
+) -> anyhow::Result<ExitCode> {
+    let operations = match ops {
+        Some(path) => read_operations(&path)?,
+        None => Vec::new(),
+    };
+    let (ctl, handle) = helper_and_handle(ctx, image, handle, Some(base)).await?;
+    let check = ctl
+        .task(&handle)?
+        .check_tree(&operations, std::time::Duration::from_secs(deadline_secs))
+        .await?;
+    print(ctx.json, &check, || {
+        format!(
+            "the tree is base's ({} entries); {} gitlinks masked, {} directories pinned\n",
+            check.entries,
+            check.gitlinks.len(),
+            check.pins.len()
+        )
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cordon audit inspect`: exit 1 when the manifest needs a person.
+async fn inspect(
+    ctx: &Ctx,
+    handle: &str,
+    base: String,
+    links: Option<PathBuf>,
+    image: Option<String>,
+    deadline_secs: u64,
+) -> anyhow::Result<ExitCode> {
+    let (ctl, handle) = helper_and_handle(ctx, image, handle, Some(base)).await?;
+    let snapshot = read_links(links.as_deref(), &handle)?;
+    let manifest = ctl
+        .task(&handle)?
+        .inspect(&snapshot, std::time::Duration::from_secs(deadline_secs))
+        .await?;
+    print(ctx.json, &manifest, || manifest_text(&manifest))?;
+    Ok(if manifest.needs_person() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `cordon audit export-diff`.
+async fn export_diff(
+    ctx: &Ctx,
+    handle: &str,
+    base: String,
+    image: Option<String>,
+    deadline_secs: u64,
+) -> anyhow::Result<ExitCode> {
+    let (ctl, handle) = helper_and_handle(ctx, image, handle, Some(base)).await?;
+    let export = ctl
+        .task(&handle)?
+        .export_diff(std::time::Duration::from_secs(deadline_secs))
+        .await?;
+    // The diff quotes the agent's bytes: JSON escapes them; text shows them framed.
+    print(ctx.json, &export, || {
+        crate::human::framed("diff", &export.diff)
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `cordon audit commit`: the link snapshot, then the message file, then the trailers are read
+/// before the commit starts.
+async fn commit(ctx: &Ctx, args: CommitArgs) -> anyhow::Result<ExitCode> {
+    let (ctl, handle) = helper_and_handle(ctx, args.image, &args.handle, Some(args.base)).await?;
+    let request = cordon::audit::CommitRequest {
+        snapshot: read_links(args.links.as_deref(), &handle)?,
+        digest: args.digest,
+        message: cordon::caller_file::read_utf8(
+            "message file",
+            &args.message_file,
+            MAX_MESSAGE_BYTES,
+        )?,
+        trailers: parse_trailers(&args.trailers)?,
+        author: args.author,
+        committer: args.committer,
+        bundle: args.bundle,
+        allow_non_portable: args.allow_non_portable_names,
+    };
+    let committed = ctl
+        .task(&handle)?
+        .commit(&request, std::time::Duration::from_secs(args.deadline_secs))
+        .await?;
+    print(ctx.json, &committed, || {
+        if committed.unchanged {
+            "nothing changed: no commit, no bundle\n".to_owned()
+        } else {
+            format!(
+                "{} on refs/heads/cordon, {} bytes of bundle\n",
+                committed.head, committed.bundle_bytes
+            )
+        }
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The manifest for a person: one line per change, then what needs a person.

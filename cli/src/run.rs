@@ -1,6 +1,6 @@
 //! `cordon run`: one agent invocation on a repository, from storage to settled result.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -181,149 +181,34 @@ fn credential_from_env() -> anyhow::Result<cordon::invoke::Credential> {
     )
 }
 
-pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let prompt = match (args.prompt, &args.prompt_file) {
-        (Some(p), _) => p,
-        (None, Some(f)) => cordon::caller_file::read_utf8(
-            "prompt file",
-            f,
-            cordon::invoke::claude::MAX_PROMPT_BYTES,
-        )?,
-        (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
-    };
+pub async fn run(ctx: &Ctx, mut args: RunArgs) -> anyhow::Result<ExitCode> {
+    let prompt = prompt(args.prompt.take(), args.prompt_file.as_deref())?;
     // A schema cordon will not read is refused before anything is prepared (the capture reads
     // it again, and that read is the one used).
     if let Some(schema) = &args.schema {
         cordon::invoke::claude::read_schema(schema)?;
     }
-    let mut fake = None;
-    let mut exec = None;
-    let (vendor, image_id, credential) = match args.vendor {
-        VendorArg::Test => {
-            if args.fake_vendor {
-                anyhow::bail!("--fake-vendor is for --vendor claude (the test CLI needs no API)");
-            }
-            (
-                cordon_contract::Vendor::Claude,
-                image::build(ctx).await?.id,
-                None,
-            )
-        }
-        VendorArg::Claude => {
-            let vendor = cordon_contract::Vendor::Claude;
-            let image = match args.image {
-                Some(id) => {
-                    exec = Some(if args.exec.is_empty() {
-                        vec![cordon_contract::paths::CLAUDE_CLI.to_owned()]
-                    } else {
-                        args.exec.clone()
-                    });
-                    id
-                }
-                None => {
-                    let built = image::agent(ctx, args.claude_cli.clone()).await?;
-                    exec = Some(built.exec);
-                    built.built.id
-                }
-            };
-            let credential = if args.fake_vendor {
-                let api = cordon_proof::fake_api::fake_api(vendor, &image::build(ctx).await?.id)?;
-                let credential = api.credential.clone();
-                fake = Some(api);
-                credential
-            } else {
-                credential_from_env()?
-            };
-            (vendor, image, Some(credential))
-        }
-        VendorArg::Codex => (cordon_contract::Vendor::Codex, String::new(), None),
-    };
-    let token = || uuid::Uuid::new_v4().simple().to_string();
+    let (image_id, agent) = agent(ctx, &args).await?;
     let owner = match &args.owner {
         Some(o) => cordon::labels::Owner::new(o)?,
         None => cordon::labels::Owner::random("run"),
     };
     let allow = if args.allow.is_empty() && args.vendor != VendorArg::Test {
-        cordon::invoke::default_allowlist(vendor)
+        cordon::invoke::default_allowlist(agent.vendor)
     } else {
-        args.allow
+        std::mem::take(&mut args.allow)
     };
     // Said before anything is made, whatever the output form.
     let warnings = warnings(&allow);
     for warning in &warnings {
         eprintln!("cordon: warning[{}]: {}", warning.id, warning.message);
     }
-    let (egress, vendor_options) = match fake {
-        Some(api) => {
-            if !args.map.is_empty() || args.resolver.is_some() {
-                anyhow::bail!(
-                    "--fake-vendor sets the proxy's mapping itself: drop --map and --resolver"
-                );
-            }
-            (api.egress, api.vendor)
-        }
-        None => (
-            cordon::invoke::EgressOptions {
-                map: args.map,
-                resolver: args.resolver,
-                ..Default::default()
-            },
-            Default::default(),
-        ),
-    };
-    let run = cordon::invoke::oneshot::OneShot {
-        allow,
-        egress,
-        vendor_options,
-        exec,
-        phase: args.phase,
-        vendor,
-        repo: args.repo,
-        head: args.head,
-        prompt,
-        schema: args.schema,
-        owner,
-        attempt: args
-            .attempt
-            .unwrap_or_else(|| format!("run-{}", &token()[..12])),
-        referenced_code_hash: args.code_hash,
-        deadline: std::time::Duration::from_secs(args.deadline_secs),
-        credential,
-        work: cordon::storage::DEFAULT_WORK,
-        uids: args.uid_range,
-        operations: match &args.ops {
-            Some(path) => read_operations(path)?,
-            None => Vec::new(),
-        },
-        declared_paths: args.paths,
-        commit: match (
-            args.commit,
-            args.author,
-            args.committer,
-            args.message_file,
-            args.bundle,
-        ) {
-            (true, Some(author), Some(committer), Some(message), Some(bundle)) => {
-                Some(cordon::invoke::oneshot::OneShotCommit {
-                    author,
-                    committer,
-                    message: cordon::caller_file::read_utf8(
-                        "message file",
-                        &message,
-                        MAX_MESSAGE_BYTES,
-                    )?,
-                    trailers: parse_trailers(&args.trailers)?,
-                    bundle,
-                    allow_non_portable: args.allow_non_portable_names,
-                })
-            }
-            _ => None,
-        },
-    };
+    let run = one_shot(args, prompt, owner, allow, agent)?;
     // A refused vendor is refused before anything is prepared.
-    if cordon::invoke::allowed_phases(vendor).is_empty() {
+    if cordon::invoke::allowed_phases(run.vendor).is_empty() {
         return Err(cordon::Error::VendorRefused(format!(
-            "{vendor} is refused in every phase: use claude (or --vendor test)"
+            "{} is refused in every phase: use claude (or --vendor test)",
+            run.vendor
         ))
         .into());
     }
@@ -352,6 +237,172 @@ pub async fn run(ctx: &Ctx, args: RunArgs) -> anyhow::Result<ExitCode> {
             && report.storage_left.is_none()
             && report.audit.as_ref().is_none_or(|a| a.failed.is_none()),
     ))
+}
+
+/// The prompt: `--prompt`, or the UTF-8 of `--prompt-file` (bounded as the vendor CLI's prompt).
+fn prompt(text: Option<String>, file: Option<&Path>) -> anyhow::Result<String> {
+    Ok(match (text, file) {
+        (Some(p), _) => p,
+        (None, Some(f)) => cordon::caller_file::read_utf8(
+            "prompt file",
+            f,
+            cordon::invoke::claude::MAX_PROMPT_BYTES,
+        )?,
+        (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
+    })
+}
+
+/// Who runs in the image: the vendor, its credential, what may run (`None`: the image's own
+/// list), and the fake Messages API when the run talks to it instead of the vendor.
+struct Agent {
+    vendor: cordon_contract::Vendor,
+    credential: Option<cordon::invoke::Credential>,
+    exec: Option<Vec<String>>,
+    fake: Option<cordon_proof::fake_api::FakeApi>,
+}
+
+/// The image `--vendor` runs in (its id) and who runs there: the test image and its fake CLI (no
+/// credential); the agent image (`--image`, or built) with a credential from the environment or
+/// the fake Messages API; or, for a vendor refused in every phase, no image.
+async fn agent(ctx: &Ctx, args: &RunArgs) -> anyhow::Result<(String, Agent)> {
+    match args.vendor {
+        VendorArg::Test => {
+            if args.fake_vendor {
+                anyhow::bail!("--fake-vendor is for --vendor claude (the test CLI needs no API)");
+            }
+            let agent = Agent {
+                vendor: cordon_contract::Vendor::Claude,
+                credential: None,
+                exec: None,
+                fake: None,
+            };
+            Ok((image::build(ctx).await?.id, agent))
+        }
+        VendorArg::Claude => {
+            let vendor = cordon_contract::Vendor::Claude;
+            let (image, exec) = match &args.image {
+                Some(id) => {
+                    let exec = if args.exec.is_empty() {
+                        vec![cordon_contract::paths::CLAUDE_CLI.to_owned()]
+                    } else {
+                        args.exec.clone()
+                    };
+                    (id.clone(), exec)
+                }
+                None => {
+                    let built = image::agent(ctx, args.claude_cli.clone()).await?;
+                    (built.built.id, built.exec)
+                }
+            };
+            let mut fake = None;
+            let credential = if args.fake_vendor {
+                let api = cordon_proof::fake_api::fake_api(vendor, &image::build(ctx).await?.id)?;
+                let credential = api.credential.clone();
+                fake = Some(api);
+                credential
+            } else {
+                credential_from_env()?
+            };
+            let agent = Agent {
+                vendor,
+                credential: Some(credential),
+                exec: Some(exec),
+                fake,
+            };
+            Ok((image, agent))
+        }
+        VendorArg::Codex => {
+            let agent = Agent {
+                vendor: cordon_contract::Vendor::Codex,
+                credential: None,
+                exec: None,
+                fake: None,
+            };
+            Ok((String::new(), agent))
+        }
+    }
+}
+
+/// The invocation the arguments ask for, its caller files read (`--ops`, then the commit
+/// message, then the trailers parsed).
+fn one_shot(
+    args: RunArgs,
+    prompt: String,
+    owner: cordon::labels::Owner,
+    allow: Vec<String>,
+    agent: Agent,
+) -> anyhow::Result<cordon::invoke::oneshot::OneShot> {
+    let (egress, vendor_options) = match agent.fake {
+        Some(api) => {
+            if !args.map.is_empty() || args.resolver.is_some() {
+                anyhow::bail!(
+                    "--fake-vendor sets the proxy's mapping itself: drop --map and --resolver"
+                );
+            }
+            (api.egress, api.vendor)
+        }
+        None => (
+            cordon::invoke::EgressOptions {
+                map: args.map.clone(),
+                resolver: args.resolver,
+                ..Default::default()
+            },
+            Default::default(),
+        ),
+    };
+    let attempt = args
+        .attempt
+        .clone()
+        .unwrap_or_else(|| format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]));
+    let operations = match &args.ops {
+        Some(path) => read_operations(path)?,
+        None => Vec::new(),
+    };
+    let commit = commit(&args)?;
+    Ok(cordon::invoke::oneshot::OneShot {
+        allow,
+        egress,
+        vendor_options,
+        exec: agent.exec,
+        phase: args.phase,
+        vendor: agent.vendor,
+        repo: args.repo,
+        head: args.head,
+        prompt,
+        schema: args.schema,
+        owner,
+        attempt,
+        referenced_code_hash: args.code_hash,
+        deadline: std::time::Duration::from_secs(args.deadline_secs),
+        credential: agent.credential,
+        work: cordon::storage::DEFAULT_WORK,
+        uids: args.uid_range,
+        operations,
+        declared_paths: args.paths,
+        commit,
+    })
+}
+
+/// `--commit`'s request (clap makes the identities, message file and bundle come with it): the
+/// message read as UTF-8, then the trailers parsed.
+fn commit(args: &RunArgs) -> anyhow::Result<Option<cordon::invoke::oneshot::OneShotCommit>> {
+    let (true, Some(author), Some(committer), Some(message), Some(bundle)) = (
+        args.commit,
+        &args.author,
+        &args.committer,
+        &args.message_file,
+        &args.bundle,
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some(cordon::invoke::oneshot::OneShotCommit {
+        author: author.clone(),
+        committer: committer.clone(),
+        message: cordon::caller_file::read_utf8("message file", message, MAX_MESSAGE_BYTES)?,
+        trailers: parse_trailers(&args.trailers)?,
+        bundle: bundle.clone(),
+        allow_non_portable: args.allow_non_portable_names,
+    }))
 }
 
 #[cfg(test)]

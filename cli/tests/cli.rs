@@ -1,6 +1,9 @@
 //! The `cordon` binary as runners in other languages use it: JSON on stdout, exit codes that mean
 //! something, a loud failure when the engine is unreachable.
 
+// A test scenario reads top to bottom, however long.
+#![allow(clippy::too_many_lines)]
+
 use std::process::Command;
 
 fn cordon() -> Command {

@@ -2,6 +2,8 @@
 //! prepare or a run killed with SIGKILL at any point leaves nothing that `cordon recover` (and
 //! removing the storage it hands back) does not clear.
 
+// A test scenario reads top to bottom, however long.
+#![allow(clippy::too_many_lines)]
 #![allow(clippy::unwrap_used)] // a test panics with the failing call in its message
 
 use std::process::{Command, Stdio};

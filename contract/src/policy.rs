@@ -332,21 +332,50 @@ impl Policy {
     }
 
     /// Internal consistency: every path clean, every grant backed by a mount, argv[0] allowlisted.
+    /// The checks run in this order; the first that fails is the error.
     pub fn check(&self) -> Result<(), PolicyError> {
+        self.check_version()?;
+        self.check_start_capabilities()?;
+        self.check_masked()?;
+        self.check_hostname()?;
+        self.check_env()?;
+        self.check_cwd()?;
+        self.check_mounts()?;
+        self.check_landlock()?;
+        self.check_command()?;
+        self.check_timing()?;
+        self.check_skip()?;
+        self.check_egress()?;
+        self.check_cgroup()
+    }
+
+    fn check_version(&self) -> Result<(), PolicyError> {
         if self.version != POLICY_VERSION {
             return Err(bad(format!(
                 "policy version {} is not {POLICY_VERSION}",
                 self.version
             )));
         }
+        Ok(())
+    }
+
+    fn check_start_capabilities(&self) -> Result<(), PolicyError> {
         if self.start_capabilities.iter().any(|c| *c >= 64) {
             return Err(bad("a start capability is not a capability number"));
         }
+        Ok(())
+    }
+
+    fn check_masked(&self) -> Result<(), PolicyError> {
         for path in &self.masked {
             if !is_clean_absolute(path) {
                 return Err(bad(format!("masked path {path:?} is not clean")));
             }
         }
+        Ok(())
+    }
+
+    fn check_hostname(&self) -> Result<(), PolicyError> {
         if self.hostname.is_empty()
             || !self
                 .hostname
@@ -358,6 +387,11 @@ impl Policy {
                 self.hostname
             )));
         }
+        Ok(())
+    }
+
+    /// Every entry `KEY=VALUE`, no NUL, no key twice.
+    fn check_env(&self) -> Result<(), PolicyError> {
         let mut keys = std::collections::BTreeSet::new();
         for entry in &self.env {
             let Some((key, _)) = entry.split_once('=') else {
@@ -369,12 +403,22 @@ impl Policy {
                 )));
             }
         }
+        Ok(())
+    }
+
+    fn check_cwd(&self) -> Result<(), PolicyError> {
         if !is_clean_absolute(&self.cwd) {
             return Err(bad(format!(
                 "cwd {:?} is not a clean absolute path",
                 self.cwd
             )));
         }
+        Ok(())
+    }
+
+    /// Every mount rule's path clean and given once (per `beneath`); a bounded area non-empty
+    /// and one the agent writes (a writable mount, or the work tree).
+    fn check_mounts(&self) -> Result<(), PolicyError> {
         let mut paths = std::collections::BTreeSet::new();
         for rule in &self.mounts {
             if !is_clean_absolute(&rule.path) || !paths.insert((rule.path.as_str(), rule.beneath)) {
@@ -395,6 +439,11 @@ impl Policy {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// A known ABI, every path clean, and every write grant backed by a writable mount.
+    fn check_landlock(&self) -> Result<(), PolicyError> {
         let ll = &self.landlock;
         if !LANDLOCK_ABI_RANGE.contains(&ll.abi) {
             return Err(bad(format!(
@@ -426,10 +475,15 @@ impl Policy {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// A command, its argv[0] on the exec allowlist, no NUL anywhere.
+    fn check_command(&self) -> Result<(), PolicyError> {
         let Some(argv0) = self.command.first() else {
             return Err(bad("command is empty"));
         };
-        if !ll.exec.contains(argv0) {
+        if !self.landlock.exec.contains(argv0) {
             return Err(bad(format!(
                 "command {argv0:?} is not on the exec allowlist"
             )));
@@ -437,14 +491,28 @@ impl Policy {
         if self.command.iter().any(|a| a.contains('\0')) {
             return Err(bad("command has a NUL byte"));
         }
+        Ok(())
+    }
+
+    fn check_timing(&self) -> Result<(), PolicyError> {
         if self.deadline_ms == 0 || self.grace_ms == 0 {
             return Err(bad("deadline and grace must be positive"));
         }
+        Ok(())
+    }
+
+    /// Only what the init checks can be left out of its checks.
+    fn check_skip(&self) -> Result<(), PolicyError> {
         if let Some(id) = self.skip.iter().find(|id| !id.layers().init) {
             return Err(bad(format!(
                 "{id} cannot be skipped: the init does not check it"
             )));
         }
+        Ok(())
+    }
+
+    /// The egress forwarder: a port, and a socket directly in the egress directory.
+    fn check_egress(&self) -> Result<(), PolicyError> {
         if let Some(egress) = &self.egress {
             let in_dir = egress
                 .socket
@@ -458,6 +526,10 @@ impl Policy {
                 )));
             }
         }
+        Ok(())
+    }
+
+    fn check_cgroup(&self) -> Result<(), PolicyError> {
         let c = self.cgroup;
         if c.pids_max == 0 || c.memory_bytes == 0 || c.cpu_quota_us == 0 || c.cpu_period_us == 0 {
             return Err(bad("cgroup limits must be positive"));
@@ -492,7 +564,15 @@ pub fn digest(bytes: &[u8]) -> String {
 /// The mounts the engine itself makes in every hardened container (measured on Docker 20.10 with
 /// runc; cgroup v1 and v2). They may appear; anything not here or in the profile is refused.
 pub fn engine_mount_rules() -> Vec<MountRule> {
-    let rule = |path: &str, access: Access, flags: MountFlags, protection: Id| MountRule {
+    let mut rules = engine_filesystems();
+    rules.extend(engine_read_only_paths());
+    rules.extend(engine_masks());
+    rules
+}
+
+/// A rule the engine's mounts meet: exactly at `path`, any filesystem, not required, unbounded.
+fn engine_rule(path: &str, access: Access, flags: MountFlags, protection: Id) -> MountRule {
+    MountRule {
         path: path.to_owned(),
         beneath: false,
         access,
@@ -501,23 +581,28 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         protection,
         required: false,
         bounded: None,
-    };
+    }
+}
+
+/// The filesystems the engine mounts: the image's root, /proc, /dev and its pts and mqueue,
+/// /sys and its cgroups.
+fn engine_filesystems() -> Vec<MountRule> {
     // The engine's device mounts must keep device nodes working; everything else is ALL.
     let no_exec_suid = MountFlags {
         nosuid: true,
         noexec: true,
         nodev: false,
     };
-    let mut rules = vec![
+    vec![
         MountRule {
             required: true,
             // The image's root is the one mount that holds executables.
-            ..rule("/", Access::ReadOnly, MountFlags::NONE, Id::RootfsReadonly)
+            ..engine_rule("/", Access::ReadOnly, MountFlags::NONE, Id::RootfsReadonly)
         },
         MountRule {
             required: true,
             fstype: Some("proc".into()),
-            ..rule(
+            ..engine_rule(
                 "/proc",
                 Access::RootOwned,
                 MountFlags::ALL,
@@ -526,11 +611,11 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         },
         MountRule {
             fstype: Some("tmpfs".into()),
-            ..rule("/dev", Access::RootOwned, no_exec_suid, Id::NoHostMounts)
+            ..engine_rule("/dev", Access::RootOwned, no_exec_suid, Id::NoHostMounts)
         },
         MountRule {
             fstype: Some("devpts".into()),
-            ..rule(
+            ..engine_rule(
                 "/dev/pts",
                 Access::RootOwned,
                 no_exec_suid,
@@ -541,7 +626,7 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         // private IPC namespace, bounded by RLIMIT_MSGQUEUE.
         MountRule {
             fstype: Some("mqueue".into()),
-            ..rule(
+            ..engine_rule(
                 "/dev/mqueue",
                 Access::Writable,
                 MountFlags::ALL,
@@ -550,11 +635,11 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         },
         MountRule {
             fstype: Some("sysfs".into()),
-            ..rule("/sys", Access::ReadOnly, MountFlags::ALL, Id::NotPrivileged)
+            ..engine_rule("/sys", Access::ReadOnly, MountFlags::ALL, Id::NotPrivileged)
         },
         // cgroup v1: a root-owned tmpfs with one read-only hierarchy per controller beneath;
         // cgroup v2: one read-only cgroup2 mount.
-        rule(
+        engine_rule(
             "/sys/fs/cgroup",
             Access::RootOwned,
             MountFlags::ALL,
@@ -563,16 +648,22 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         MountRule {
             beneath: true,
             fstype: Some("cgroup".into()),
-            ..rule(
+            ..engine_rule(
                 "/sys/fs/cgroup",
                 Access::ReadOnly,
                 MountFlags::ALL,
                 Id::NotPrivileged,
             )
         },
-    ];
+    ]
+}
+
+/// The files the engine binds in read-only (resolver, hostname, hosts), and the parts of /proc
+/// it makes read-only.
+fn engine_read_only_paths() -> Vec<MountRule> {
+    let mut rules = Vec::new();
     for path in ["/etc/resolv.conf", "/etc/hostname", "/etc/hosts"] {
-        rules.push(rule(
+        rules.push(engine_rule(
             path,
             Access::ReadOnly,
             MountFlags::ALL,
@@ -586,17 +677,23 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         "/proc/sys",
         "/proc/sysrq-trigger",
     ] {
-        rules.push(rule(
+        rules.push(engine_rule(
             path,
             Access::ReadOnly,
             MountFlags::ALL,
             Id::NotPrivileged,
         ));
     }
+    rules
+}
+
+/// The engine's masks and cordon's own.
+fn engine_masks() -> Vec<MountRule> {
+    let mut rules = Vec::new();
     // A masked file is a bind of the engine's /dev/null and a masked directory an empty
     // read-only tmpfs: neither can hold anything to map, so no flag is asked of them.
     for path in ENGINE_MASKED_PATHS {
-        rules.push(rule(
+        rules.push(engine_rule(
             path,
             Access::Masked,
             MountFlags::NONE,
@@ -604,7 +701,7 @@ pub fn engine_mount_rules() -> Vec<MountRule> {
         ));
     }
     for path in CORDON_MASKED_PATHS {
-        rules.push(rule(
+        rules.push(engine_rule(
             path,
             Access::Masked,
             MountFlags::NONE,

@@ -360,79 +360,36 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     mut stop: Stop,
 ) -> Report {
     let mut report = Report::new(Outcome::ClosedBeforeHead);
-    report.outcome = steps(&mut client, config, resolver, &mut stop, &mut report).await;
+    report.outcome = match steps(&mut client, config, resolver, &mut stop, &mut report).await {
+        Ok(outcome) | Err(outcome) => outcome,
+    };
     report
 }
 
-/// The steps of [`handle`]: the outcome, and on the way what `report` shows.
+/// The steps of [`handle`]: the outcome, and on the way what `report` shows. A step that ends
+/// the connection before the relay gives its outcome as the error.
 async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut S,
     config: &Config,
     resolver: &dyn Resolve,
     stop: &mut Stop,
     report: &mut Report,
-) -> Outcome {
+) -> Result<Outcome, Outcome> {
     // 1. The head.
-    let read = tokio::select! {
-        read = timeout(config.head_deadline, read_head(client)) => read,
-        () = stop.fired() => return Outcome::Shutdown,
-    };
-    let head = match read {
-        Err(_) => {
-            tracing::info!("egress head timed out");
-            return Outcome::HeadTimedOut;
-        }
-        Ok(HeadRead::Closed) => return Outcome::ClosedBeforeHead,
-        Ok(HeadRead::Refused(rejection)) => return refuse(client, rejection).await,
-        Ok(HeadRead::Head(head)) => head,
-    };
+    let head = head_step(client, config, stop).await?;
 
     // 2. The allowlist, before any lookup.
-    let parsed = match decide::parse(&config.rules, &head) {
-        Ok(parsed) => parsed,
-        Err(rejection) => return refuse(client, rejection).await,
-    };
-    report.target = Some(parsed.clone());
-    let admitted = match decide::admit_parsed(&config.rules, parsed) {
-        Ok(admitted) => admitted,
-        Err(rejection) => return refuse(client, rejection).await,
-    };
+    let admitted = admit(client, config, &head, report).await?;
 
-    // 3. The addresses, and the dial. The client is watched meanwhile: one that closes (or
-    // sends before the 200) gives its slot back at once, not after the resolver's bound.
-    let dialed = tokio::select! {
-        // The client first: one already gone, or already sending, dials nothing.
-        biased;
-        early = input(client) => return match early {
-            Early::Bytes => refuse(client, Rejection::Malformed).await,
-            Early::Closed | Early::Nothing => Outcome::ClosedBeforeHead,
-        },
-        () = stop.fired() => return Outcome::Shutdown,
-        dialed = connect(&admitted, config, resolver) => dialed,
-    };
-    let upstream = match dialed {
-        Ok((upstream, addr)) => {
-            report.dialed = Some(addr);
-            upstream
-        }
-        Err(Dial::Refused(rejection, detail)) => {
-            report.detail = detail;
-            return refuse(client, rejection).await;
-        }
-        Err(Dial::Failed) => {
-            tracing::info!(name = %admitted.name(), "egress upstream failed");
-            let _ = client.write_all(&answer(502, "Bad Gateway")).await;
-            let _ = client.shutdown().await;
-            return Outcome::UpstreamFailed;
-        }
-    };
+    // 3. The addresses, and the dial.
+    let upstream = dial(client, config, resolver, stop, &admitted, report).await?;
 
     // Nothing may come before the 200 (a client that does not wait for it is not a CONNECT
     // client); a client that closed meanwhile has nothing to tunnel.
     match early_input(client).await {
         Early::Nothing => {}
-        Early::Bytes => return refuse(client, Rejection::Malformed).await,
-        Early::Closed => return Outcome::ClosedBeforeHead,
+        Early::Bytes => return Err(refuse(client, Rejection::Malformed).await),
+        Early::Closed => return Err(Outcome::ClosedBeforeHead),
     }
 
     // 4. The 200.
@@ -441,54 +398,141 @@ async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
         .await
         .is_err()
     {
-        return Outcome::Relayed {
+        return Err(Outcome::Relayed {
             up: 0,
             down: 0,
             end: End::Error,
-        };
+        });
     }
 
-    // 5. The ClientHello, naming the CONNECT host (unless that rule is left out: then the relay
-    // starts at the first byte).
-    let first = if config.rules.skips(Rule::Sni) {
-        Vec::new()
-    } else {
-        let read = tokio::select! {
-            read = timeout(config.hello_deadline, read_hello(client)) => read,
-            () = stop.fired() => return Outcome::Shutdown,
-        };
-        let first = match read {
-            Err(_) => Err("no ClientHello in time"),
-            Ok(read) => read,
-        };
-        match first.and_then(|(hello, bytes)| {
-            decide::check_hello(&config.rules, &admitted, &hello).map(|()| bytes)
-        }) {
-            Ok(bytes) => bytes,
-            Err(why) => {
-                tracing::info!(name = %admitted.name(), reason = why, "egress tunnel refused");
-                // Both sides closed: `upstream` is dropped unwritten.
-                let _ = client.shutdown().await;
-                return Outcome::HelloRefused(why);
-            }
-        }
-    };
+    // 5. The ClientHello.
+    let first = client_hello(client, config, stop, &admitted).await?;
     tracing::info!(name = %admitted.name(), port = admitted.port(), "egress tunnel");
 
     // 6. The relay.
     let mut upstream = upstream;
     if upstream.write_all(&first).await.is_err() {
-        return Outcome::Relayed {
+        return Ok(Outcome::Relayed {
             up: 0,
             down: 0,
             end: End::Error,
-        };
+        });
     }
     let (up, down, end) = relay(client, &mut upstream, config.idle, config.half_close, stop).await;
-    Outcome::Relayed {
+    Ok(Outcome::Relayed {
         up: up + first.len() as u64,
         down,
         end,
+    })
+}
+
+/// Step 1: the head, read within its deadline.
+async fn head_step<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut S,
+    config: &Config,
+    stop: &mut Stop,
+) -> Result<Vec<u8>, Outcome> {
+    let read = tokio::select! {
+        read = timeout(config.head_deadline, read_head(client)) => read,
+        () = stop.fired() => return Err(Outcome::Shutdown),
+    };
+    match read {
+        Err(_) => {
+            tracing::info!("egress head timed out");
+            Err(Outcome::HeadTimedOut)
+        }
+        Ok(HeadRead::Closed) => Err(Outcome::ClosedBeforeHead),
+        Ok(HeadRead::Refused(rejection)) => Err(refuse(client, rejection).await),
+        Ok(HeadRead::Head(head)) => Ok(head),
+    }
+}
+
+/// Step 2: the request parsed (the report shows its target from here), then held against the
+/// allowlist; no name is looked up before it is admitted.
+async fn admit<S: AsyncWrite + Unpin>(
+    client: &mut S,
+    config: &Config,
+    head: &[u8],
+    report: &mut Report,
+) -> Result<Admitted, Outcome> {
+    let parsed = match decide::parse(&config.rules, head) {
+        Ok(parsed) => parsed,
+        Err(rejection) => return Err(refuse(client, rejection).await),
+    };
+    report.target = Some(parsed.clone());
+    match decide::admit_parsed(&config.rules, parsed) {
+        Ok(admitted) => Ok(admitted),
+        Err(rejection) => Err(refuse(client, rejection).await),
+    }
+}
+
+/// Step 3: the addresses, and the dial. The client is watched meanwhile: one that closes (or
+/// sends before the 200) gives its slot back at once, not after the resolver's bound.
+async fn dial<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut S,
+    config: &Config,
+    resolver: &dyn Resolve,
+    stop: &mut Stop,
+    admitted: &Admitted,
+    report: &mut Report,
+) -> Result<TcpStream, Outcome> {
+    let dialed = tokio::select! {
+        // The client first: one already gone, or already sending, dials nothing.
+        biased;
+        early = input(client) => return Err(match early {
+            Early::Bytes => refuse(client, Rejection::Malformed).await,
+            Early::Closed | Early::Nothing => Outcome::ClosedBeforeHead,
+        }),
+        () = stop.fired() => return Err(Outcome::Shutdown),
+        dialed = connect(admitted, config, resolver) => dialed,
+    };
+    match dialed {
+        Ok((upstream, addr)) => {
+            report.dialed = Some(addr);
+            Ok(upstream)
+        }
+        Err(Dial::Refused(rejection, detail)) => {
+            report.detail = detail;
+            Err(refuse(client, rejection).await)
+        }
+        Err(Dial::Failed) => {
+            tracing::info!(name = %admitted.name(), "egress upstream failed");
+            let _ = client.write_all(&answer(502, "Bad Gateway")).await;
+            let _ = client.shutdown().await;
+            Err(Outcome::UpstreamFailed)
+        }
+    }
+}
+
+/// Step 5: the ClientHello, naming the CONNECT host (unless that rule is left out: then the relay
+/// starts at the first byte). The bytes read, which the relay sends first.
+async fn client_hello<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut S,
+    config: &Config,
+    stop: &mut Stop,
+    admitted: &Admitted,
+) -> Result<Vec<u8>, Outcome> {
+    if config.rules.skips(Rule::Sni) {
+        return Ok(Vec::new());
+    }
+    let read = tokio::select! {
+        read = timeout(config.hello_deadline, read_hello(client)) => read,
+        () = stop.fired() => return Err(Outcome::Shutdown),
+    };
+    let first = match read {
+        Err(_) => Err("no ClientHello in time"),
+        Ok(read) => read,
+    };
+    match first.and_then(|(hello, bytes)| {
+        decide::check_hello(&config.rules, admitted, &hello).map(|()| bytes)
+    }) {
+        Ok(bytes) => Ok(bytes),
+        Err(why) => {
+            tracing::info!(name = %admitted.name(), reason = why, "egress tunnel refused");
+            // Both sides closed: the caller drops the upstream unwritten.
+            let _ = client.shutdown().await;
+            Err(Outcome::HelloRefused(why))
+        }
     }
 }
 

@@ -2,6 +2,9 @@
 //! socket is there, a refused CONNECT and its line, then SIGTERM (or the lifetime's end): exit 0,
 //! the socket gone. Sockets live in a fresh directory under the system temp dir, removed at the end.
 
+// A test scenario reads top to bottom, however long.
+#![allow(clippy::too_many_lines)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

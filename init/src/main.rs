@@ -14,6 +14,8 @@
 
 // Every narrowing cast either checks (try_from, a named error) or says in a comment why it fits.
 #![warn(clippy::cast_possible_truncation)]
+// Tests may run long (a scenario reads top to bottom); production functions stay under the limit.
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 mod digest;
 mod forward;
@@ -28,6 +30,7 @@ mod tree;
 use std::io::{Read, Write};
 use std::time::Instant;
 
+use cordon_contract::procfs::{MountEntry, Status};
 use cordon_contract::report::{EXIT_DEADLINE, EXIT_INIT_FAILURE, EXIT_REFUSED};
 use cordon_contract::{paths, policy, Id, InitLine, Policy, Refusal};
 
@@ -100,50 +103,10 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     let start = observe::status(&kernel);
     let mounts = observe::mountinfo(&kernel);
     let last_cap = observe::cap_last_cap(&kernel);
-    if !paths::wait_for_policy() {
-        refuse(
-            Id::Policy,
-            format!(
-                "{} within {} ms",
-                paths::POLICY_READY,
-                paths::POLICY_WAIT_MS
-            ),
-            "the control dir was never marked ready",
-        );
-    }
-    // The preflight's time, from the moment the policy is there.
-    let started = Instant::now();
-    let (policy, digest) = read_policy();
-    // The gate's probe layer may tell the init to leave one protection out, to show the probes
-    // see exactly that; the attestation names it, a profile never asks for it, and the host
-    // trusts no attestation that skipped anything.
-    let enforced = |id: Id| !policy.skip.contains(&id);
+    let (policy, digest, started) = wait_and_read_policy();
 
-    // As uid 0 with the start capabilities: only steps that take privilege away, each reporting
-    // instead of stopping, so the judge refuses in its own order.
-    let remount = if enforced(Id::ContentNoexec) {
-        match mounts {
-            Ok(mounts) => privileges::remount(&policy, &mounts),
-            Err(e) => vec![e],
-        }
-    } else {
-        Vec::new()
-    };
-    let dropped =
-        last_cap.and_then(|last| privileges::drop_all(&policy, last, enforced(Id::NonRootUser)));
-    let sealed = privileges::seal(&policy);
-
-    let observations = observe::gather(
-        &kernel,
-        &policy,
-        observe::Acted {
-            inherited,
-            start,
-            remount,
-            dropped,
-            sealed,
-        },
-    );
+    let acted = act_as_root(&policy, inherited, start, mounts, last_cap);
+    let observations = observe::gather(&kernel, &policy, acted);
     let mut checks = match judge::preflight(&policy, &observations) {
         Ok(passed) => passed,
         Err(refusal) => refuse_with(refusal),
@@ -152,38 +115,12 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     close_inherited_fds();
     no_core_dumps();
 
-    let cover = landlock::Cover {
-        filesystem: enforced(Id::Landlock),
-        execute: enforced(Id::ExecAllowlist),
-    };
-    let abi = landlock::enforce(&policy.landlock, cover).unwrap_or_else(|e| {
-        refuse(
-            Id::Landlock,
-            format!("Landlock ABI {} FullyEnforced", policy.landlock.abi),
-            e,
-        )
-    });
-    if enforced(Id::Landlock) {
-        checks.push(Id::Landlock);
-    }
-    // The pins hold from here: the ruleset just enforced grants no REMOVE_DIR on their parents.
-    let pinned = if enforced(Id::PinnedDirs) && cover.filesystem {
-        policy.landlock.pins.clone()
-    } else {
-        Vec::new()
-    };
-    if !pinned.is_empty() && !checks.contains(&Id::PinnedDirs) {
-        checks.push(Id::PinnedDirs);
-    }
     let before = observations
         .status
         .as_ref()
         .map(|s| s.seccomp_filters)
         .unwrap_or(0);
-    install_seccomp(&policy, before);
-    if enforced(Id::SeccompStacked) && !checks.contains(&Id::SeccompStacked) {
-        checks.push(Id::SeccompStacked);
-    }
+    let (abi, pinned) = restrict(&policy, before, &mut checks);
 
     // The forwarder listens before the workload exists (it can use HTTPS_PROXY at once and can
     // never squat the port), and only now: every thread it starts inherits, at clone(2), the
@@ -206,13 +143,112 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
         egress_forward: forwarder.as_ref().map(|f| f.local.port()),
         pins: pinned,
     });
+    supervise_workload(&policy, mask, panic_after_start)
+}
 
+/// Wait for the host to mark the control dir ready, then read the policy: the policy, its
+/// digest, and when the preflight's time starts (the moment the policy is there).
+fn wait_and_read_policy() -> (Policy, String, Instant) {
+    if !paths::wait_for_policy() {
+        refuse(
+            Id::Policy,
+            format!(
+                "{} within {} ms",
+                paths::POLICY_READY,
+                paths::POLICY_WAIT_MS
+            ),
+            "the control dir was never marked ready",
+        );
+    }
+    let started = Instant::now();
+    let (policy, digest) = read_policy();
+    (policy, digest, started)
+}
+
+/// Whether the init enforces `id`. The gate's probe layer may tell the init to leave one
+/// protection out, to show the probes see exactly that; the attestation names it, a profile
+/// never asks for it, and the host trusts no attestation that skipped anything.
+fn enforced(policy: &Policy, id: Id) -> bool {
+    !policy.skip.contains(&id)
+}
+
+/// As uid 0 with the start capabilities: only steps that take privilege away (remount, drop
+/// every capability and switch ids, seal), each reporting instead of stopping, so the judge
+/// refuses in its own order.
+fn act_as_root(
+    policy: &Policy,
+    inherited: Vec<String>,
+    start: Result<Status, String>,
+    mounts: Result<Vec<MountEntry>, String>,
+    last_cap: Result<u32, String>,
+) -> observe::Acted {
+    let remount = if enforced(policy, Id::ContentNoexec) {
+        match mounts {
+            Ok(mounts) => privileges::remount(policy, &mounts),
+            Err(e) => vec![e],
+        }
+    } else {
+        Vec::new()
+    };
+    let dropped = last_cap
+        .and_then(|last| privileges::drop_all(policy, last, enforced(policy, Id::NonRootUser)));
+    let sealed = privileges::seal(policy);
+    observe::Acted {
+        inherited,
+        start,
+        remount,
+        dropped,
+        sealed,
+    }
+}
+
+/// Restrict the init, and so the workload it will start: Landlock (and the pins its ruleset
+/// holds), then cordon's seccomp filters stacked on the `filters_before` already there. Adds to
+/// `checks` what now holds; the Landlock ABI enforced and the pins.
+fn restrict(policy: &Policy, filters_before: u32, checks: &mut Vec<Id>) -> (u8, Vec<String>) {
+    let cover = landlock::Cover {
+        filesystem: enforced(policy, Id::Landlock),
+        execute: enforced(policy, Id::ExecAllowlist),
+    };
+    let abi = landlock::enforce(&policy.landlock, cover).unwrap_or_else(|e| {
+        refuse(
+            Id::Landlock,
+            format!("Landlock ABI {} FullyEnforced", policy.landlock.abi),
+            e,
+        )
+    });
+    if enforced(policy, Id::Landlock) {
+        checks.push(Id::Landlock);
+    }
+    // The pins hold from here: the ruleset just enforced grants no REMOVE_DIR on their parents.
+    let pinned = if enforced(policy, Id::PinnedDirs) && cover.filesystem {
+        policy.landlock.pins.clone()
+    } else {
+        Vec::new()
+    };
+    if !pinned.is_empty() && !checks.contains(&Id::PinnedDirs) {
+        checks.push(Id::PinnedDirs);
+    }
+    install_seccomp(policy, filters_before);
+    if enforced(policy, Id::SeccompStacked) && !checks.contains(&Id::SeccompStacked) {
+        checks.push(Id::SeccompStacked);
+    }
+    (abi, pinned)
+}
+
+/// Start and supervise the workload, report how it ended, and exit with its code (the
+/// deadline's when it had none).
+fn supervise_workload(
+    policy: &Policy,
+    mask: &nix::sys::signal::SigSet,
+    panic_after_start: bool,
+) -> ! {
     let fault = || {
         if panic_after_start {
             panic!("self-test: init panic while supervising");
         }
     };
-    let outcome = supervise::run(&policy, mask, fault).unwrap_or_else(|e| fail(e));
+    let outcome = supervise::run(policy, mask, fault).unwrap_or_else(|e| fail(e));
     let code = outcome.code.unwrap_or(EXIT_DEADLINE);
     emit(&InitLine::Exit {
         code,

@@ -143,7 +143,6 @@ fn fork_flood(p: &mut Probe<'_>) {
 }
 
 pub fn run(p: &mut Probe<'_>) {
-    let policy = &p.ctx.policy;
     let status = match std::fs::read_to_string("/proc/self/status")
         .map_err(|e| e.to_string())
         .and_then(|t| procfs::parse_status(&t))
@@ -154,6 +153,20 @@ pub fn run(p: &mut Probe<'_>) {
             return;
         }
     };
+    identity_and_privileges(p, &status);
+    engine_canaries(p);
+    init_canaries(p);
+    pid1_sealed(p);
+    ipc_and_terminal(p);
+    namespaces(p);
+    environment(p);
+    fork_flood(p);
+}
+
+/// The policy's ids (every real, effective, saved and filesystem id, and the groups), no
+/// capability in any set, no_new_privs, and seccomp filtering.
+fn identity_and_privileges(p: &mut Probe<'_>, status: &procfs::Status) {
+    let policy = &p.ctx.policy;
     let (uid, gid) = (policy.uid, policy.gid);
     let ids_ok = status.uid.iter().all(|u| *u == uid)
         && status.gid.iter().all(|g| *g == gid)
@@ -182,10 +195,10 @@ pub fn run(p: &mut Probe<'_>) {
     p.require(&ops::SECCOMP_MODE, status.seccomp == 2, || {
         format!("Seccomp {}", status.seccomp)
     });
-    engine_canaries(p);
-    init_canaries(p);
-    pid1_sealed(p);
+}
 
+/// No shared memory mount, no terminal on fds 0-2, and stdin is /dev/null.
+fn ipc_and_terminal(p: &mut Probe<'_>) {
     p.deny(&ops::DEV_SHM, "/dev/shm exists", || {
         std::fs::symlink_metadata("/dev/shm")
     });
@@ -211,7 +224,11 @@ pub fn run(p: &mut Probe<'_>) {
             format!("fd 0 is not /dev/null: {:?}", stdin.map(|m| m.file_type()))
         });
     }
+}
 
+/// The container's own pid, cgroup and UTS namespaces: PID 1 is the init (or the probe), every
+/// cgroup path is the namespace's root, the hostname is the policy's.
+fn namespaces(p: &mut Probe<'_>) {
     let pid1 = std::fs::read_to_string("/proc/1/cmdline").unwrap_or_default();
     let pid1 = pid1.split('\0').next().unwrap_or("").to_owned();
     let ours = pid1 == cordon_contract::paths::INIT || pid1 == cordon_contract::paths::PROBE;
@@ -226,16 +243,23 @@ pub fn run(p: &mut Probe<'_>) {
     let hostname = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
-    p.require(&ops::UTS_NAMESPACE, hostname == policy.hostname, || {
-        format!("hostname {hostname:?}")
-    });
+    p.require(
+        &ops::UTS_NAMESPACE,
+        hostname == p.ctx.policy.hostname,
+        || format!("hostname {hostname:?}"),
+    );
+}
 
+/// The environment is exactly the policy's (reported by name only).
+fn environment(p: &mut Probe<'_>) {
     // HOSTNAME is the engine's copy of the hostname, which uts-namespace checks; TERM is what the
     // engine sets for a terminal, which the tty check reports.
     let tty = p.ctx.tty;
     let engine_set = |e: &String| e.starts_with("HOSTNAME=") || (tty && e.starts_with("TERM="));
     let not_hostname = |e: &String| !engine_set(e);
-    let mut want: Vec<String> = policy
+    let mut want: Vec<String> = p
+        .ctx
+        .policy
         .env
         .iter()
         .filter(|e| not_hostname(e))
@@ -261,5 +285,4 @@ pub fn run(p: &mut Probe<'_>) {
             names(&want, &have)
         )
     });
-    fork_flood(p);
 }

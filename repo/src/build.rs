@@ -147,63 +147,109 @@ pub fn stream_changes(
     content_tar: impl Read,
     changes: &[Change],
     base_blob: impl Fn(&str) -> Option<String>,
-    mut out: impl Write,
+    out: impl Write,
     max_bytes: u64,
 ) -> Result<Contents> {
     let findings = refusals(changes);
     if !findings.is_empty() {
         return Err(Error::CommitRefused { findings });
     }
-    let wanted: HashMap<&str, &Change> = changes
-        .iter()
-        .filter(|c| needs_content(c))
-        .map(|c| (c.path.as_str(), c))
-        .collect();
-    // The blobs a `.gitmodules` or `.gitattributes` will hold: read as they stream, whichever
-    // path brings them.
-    let mut special_blobs: HashMap<String, special::Special> = HashMap::new();
-    for (_, kind, blob) in special::paths_of(changes) {
-        let known = special_blobs.entry(blob).or_insert(kind);
-        // A blob both hold is kept as a `.gitmodules` (and measured as attributes too).
-        *known = (*known).min(kind);
-    }
-    let mut contents = Contents::default();
-    let mut findings = Vec::new();
-    let mut found: HashSet<String> = HashSet::new();
-    // Archive names of written entries (for hard links) and blobs already written.
-    let mut seen: HashMap<String, Seen> = HashMap::new();
-    let mut marks: HashMap<String, u64> = HashMap::new();
-    let read_err = |e: std::io::Error| Error::io("reading the archive of /work", e);
+    let mut stream = Stream::new(changes, base_blob, out, max_bytes);
     let mut archive = tar::Archive::new(content_tar);
-    let mut buf = vec![0u8; 64 * 1024];
     for entry in archive.entries().map_err(read_err)? {
-        let mut entry = entry.map_err(read_err)?;
-        let raw = entry.path_bytes().into_owned();
-        let Ok(name) = String::from_utf8(raw) else {
-            // No manifest path is not UTF-8: not one the commit needs.
-            continue;
-        };
-        let name = name.strip_suffix('/').unwrap_or(&name).to_owned();
-        if name == METADATA || name.starts_with(&format!("{METADATA}/")) {
-            continue;
+        stream.entry(entry.map_err(read_err)?)?;
+    }
+    stream.finish()
+}
+
+fn read_err(e: std::io::Error) -> Error {
+    Error::io("reading the archive of /work", e)
+}
+
+/// The manifest path an archive entry's name stands for (`work/<path>`, a trailing `/` dropped),
+/// or `None`: the metadata, a name outside `work/`, or one that is not UTF-8 (no manifest path
+/// is, so the commit needs none of them).
+fn work_path(raw: &[u8]) -> Option<String> {
+    let name = std::str::from_utf8(raw).ok()?;
+    let name = name.strip_suffix('/').unwrap_or(name);
+    if name == METADATA || name.starts_with(&format!("{METADATA}/")) {
+        return None;
+    }
+    name.strip_prefix(WORK).map(str::to_owned)
+}
+
+/// [`stream_changes`] under way: what it wants from the archive, what it has found and written,
+/// and every finding so far (all are reported at the end, not only the first).
+struct Stream<'a, B, W> {
+    /// The changes that need content, by path.
+    wanted: HashMap<&'a str, &'a Change>,
+    /// The blobs a `.gitmodules` or `.gitattributes` will hold: read as they stream, whichever
+    /// path brings them.
+    special_blobs: HashMap<String, special::Special>,
+    base_blob: B,
+    out: W,
+    max_bytes: u64,
+    contents: Contents,
+    findings: Vec<CommitFinding>,
+    found: HashSet<String>,
+    /// Archive names of written entries (for hard links).
+    seen: HashMap<String, Seen>,
+    /// Blobs already written, by blob id.
+    marks: HashMap<String, u64>,
+    buf: Vec<u8>,
+}
+
+impl<'a, B, W> Stream<'a, B, W>
+where
+    B: Fn(&str) -> Option<String>,
+    W: Write,
+{
+    fn new(changes: &'a [Change], base_blob: B, out: W, max_bytes: u64) -> Self {
+        let wanted = changes
+            .iter()
+            .filter(|c| needs_content(c))
+            .map(|c| (c.path.as_str(), c))
+            .collect();
+        let mut special_blobs: HashMap<String, special::Special> = HashMap::new();
+        for (_, kind, blob) in special::paths_of(changes) {
+            let known = special_blobs.entry(blob).or_insert(kind);
+            // A blob both hold is kept as a `.gitmodules` (and measured as attributes too).
+            *known = (*known).min(kind);
         }
-        let Some(path) = name.strip_prefix(WORK) else {
-            continue;
+        Self {
+            wanted,
+            special_blobs,
+            base_blob,
+            out,
+            max_bytes,
+            contents: Contents::default(),
+            findings: Vec::new(),
+            found: HashSet::new(),
+            seen: HashMap::new(),
+            marks: HashMap::new(),
+            buf: vec![0u8; 64 * 1024],
+        }
+    }
+
+    /// One entry of the archive: passed over unless a wanted change's, then found once, its type
+    /// and mode the change's kind, and its content checked by type.
+    fn entry<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<()> {
+        let Some(path) = work_path(&entry.path_bytes()) else {
+            return Ok(());
         };
-        let Some(change) = wanted.get(path) else {
-            continue;
+        let Some(&change) = self.wanted.get(path.as_str()) else {
+            return Ok(());
         };
-        let path = path.to_owned();
-        if !found.insert(path.clone()) {
-            findings.push(mismatch(&path, "in the archive twice"));
-            continue;
+        if !self.found.insert(path.clone()) {
+            self.findings.push(mismatch(&path, "in the archive twice"));
+            return Ok(());
         }
         // `needs_content` and `refusals` made sure of both.
         let Some(new) = change.new.as_ref() else {
-            continue;
+            return Ok(());
         };
         let Some(expected) = new.blob.as_deref() else {
-            continue;
+            return Ok(());
         };
         let kind = entry.header().entry_type();
         let mode = entry.header().mode().unwrap_or(0);
@@ -211,159 +257,222 @@ pub fn stream_changes(
         if !want_link && matches!(kind, tar::EntryType::Regular | tar::EntryType::Link) {
             let exec = mode & 0o100 != 0;
             if exec != (new.kind == Kind::Executable) {
-                findings.push(mismatch(
+                self.findings.push(mismatch(
                     &path,
                     format!("mode {:o} is not {:?}", mode & 0o7777, new.kind),
                 ));
-                continue;
+                return Ok(());
             }
         }
         match kind {
             tar::EntryType::Link => {
-                let target = entry
-                    .link_name_bytes()
-                    .map(|t| String::from_utf8_lossy(&t).into_owned())
-                    .unwrap_or_default();
-                let target = target.strip_prefix(WORK).unwrap_or("").to_owned();
-                let resolved = match seen.get(&target) {
-                    Some(s) if s.link != want_link => None,
-                    Some(s) => Some((s.blob.clone(), s.data.clone())),
-                    None if target.is_empty() => None,
-                    None => base_blob(&target).map(|id| (id.clone(), DataRef::Object(id))),
-                };
-                match resolved {
-                    Some((blob, data)) if blob == expected => {
-                        contents.data.insert(path, data);
-                    }
-                    Some((blob, _)) => findings.push(mismatch(
-                        &path,
-                        format!("hard link to {target:?}: blob {blob}, not {expected}"),
-                    )),
-                    None => findings.push(mismatch(
-                        &path,
-                        format!("hard link to {target:?}, whose content is not known"),
-                    )),
-                }
+                self.hard_link(&entry, path, expected, want_link);
+                Ok(())
             }
-            tar::EntryType::Symlink if want_link => {
-                let target = entry
-                    .link_name_bytes()
-                    .map(|t| t.into_owned())
-                    .unwrap_or_default();
-                let blob = blob_id(&target);
-                if blob != expected {
-                    findings.push(mismatch(&path, format!("target's blob {blob}")));
-                    continue;
-                }
-                let data = match marks.get(&blob) {
-                    Some(&mark) => DataRef::Mark(mark),
-                    None => {
-                        let size = target.len() as u64;
-                        reserve(&mut contents, size, max_bytes)?;
-                        let mark = contents.blobs + 1;
-                        write!(out, "blob\nmark :{mark}\ndata {size}\n").map_err(write_err)?;
-                        out.write_all(&target).map_err(write_err)?;
-                        out.write_all(b"\n").map_err(write_err)?;
-                        contents.blobs = mark;
-                        marks.insert(blob.clone(), mark);
-                        DataRef::Mark(mark)
-                    }
-                };
-                seen.insert(
-                    path.clone(),
-                    Seen {
-                        blob,
-                        link: true,
-                        data: data.clone(),
-                    },
-                );
-                contents.data.insert(path, data);
-            }
+            tar::EntryType::Symlink if want_link => self.symlink(&entry, path, expected),
             tar::EntryType::Regular if !want_link => {
-                let size = entry.size();
-                if new.size.is_some_and(|s| s != size) {
-                    findings.push(mismatch(
-                        &path,
-                        format!("{size} bytes, not {}", new.size.unwrap_or(0)),
-                    ));
-                    continue;
-                }
-                let mut hasher = Sha1::new();
-                hasher.update(format!("blob {size}\0").as_bytes());
-                let known = marks.get(expected).copied();
-                let mark = match known {
-                    Some(mark) => mark,
-                    None => {
-                        reserve(&mut contents, size, max_bytes)?;
-                        let mark = contents.blobs + 1;
-                        write!(out, "blob\nmark :{mark}\ndata {size}\n").map_err(write_err)?;
-                        mark
-                    }
-                };
-                let mut measured = special_blobs
-                    .get(expected)
-                    .filter(|_| !contents.special.contains_key(expected))
-                    .map(|&kind| special::Seen::new(kind));
-                let mut read = 0u64;
-                loop {
-                    let n = entry.read(&mut buf).map_err(read_err)?;
-                    if n == 0 {
-                        break;
-                    }
-                    read += n as u64;
-                    hasher.update(&buf[..n]);
-                    if let Some(measured) = measured.as_mut() {
-                        measured.feed(&buf[..n]);
-                    }
-                    if known.is_none() {
-                        out.write_all(&buf[..n]).map_err(write_err)?;
-                    }
-                }
-                if read != size {
-                    return Err(Error::Internal(format!(
-                        "the archive of /work: {path:?} ends after {read} of {size} bytes"
-                    )));
-                }
-                if known.is_none() {
-                    out.write_all(b"\n").map_err(write_err)?;
-                    contents.blobs = mark;
-                }
-                let blob = hex::encode(hasher.finalize());
-                if blob != expected {
-                    findings.push(mismatch(&path, format!("content's blob {blob}")));
-                    continue;
-                }
-                if let Some(measured) = measured {
-                    contents.special.insert(blob.clone(), measured);
-                }
-                marks.insert(blob.clone(), mark);
-                seen.insert(
-                    path.clone(),
-                    Seen {
-                        blob,
-                        link: false,
-                        data: DataRef::Mark(mark),
-                    },
-                );
-                contents.data.insert(path, DataRef::Mark(mark));
+                self.regular(&mut entry, path, new.size, expected)
             }
-            other => findings.push(mismatch(
+            other => {
+                self.findings.push(mismatch(
+                    &path,
+                    format!("a {other:?} entry where the manifest has {:?}", new.kind),
+                ));
+                Ok(())
+            }
+        }
+    }
+
+    /// A hard link takes the content of what it names: an earlier entry written here (a link
+    /// only if the change wants one), else that path's blob in base; anything else is not known.
+    fn hard_link<R: Read>(
+        &mut self,
+        entry: &tar::Entry<'_, R>,
+        path: String,
+        expected: &str,
+        want_link: bool,
+    ) {
+        let target = entry
+            .link_name_bytes()
+            .map(|t| String::from_utf8_lossy(&t).into_owned())
+            .unwrap_or_default();
+        let target = target.strip_prefix(WORK).unwrap_or("").to_owned();
+        let resolved = match self.seen.get(&target) {
+            Some(s) if s.link != want_link => None,
+            Some(s) => Some((s.blob.clone(), s.data.clone())),
+            None if target.is_empty() => None,
+            None => (self.base_blob)(&target).map(|id| (id.clone(), DataRef::Object(id))),
+        };
+        match resolved {
+            Some((blob, data)) if blob == expected => {
+                self.contents.data.insert(path, data);
+            }
+            Some((blob, _)) => self.findings.push(mismatch(
                 &path,
-                format!("a {other:?} entry where the manifest has {:?}", new.kind),
+                format!("hard link to {target:?}: blob {blob}, not {expected}"),
+            )),
+            None => self.findings.push(mismatch(
+                &path,
+                format!("hard link to {target:?}, whose content is not known"),
             )),
         }
     }
-    for path in wanted.keys() {
-        if !found.contains(*path) {
-            findings.push(mismatch(path, "not in the archive"));
+
+    /// A symlink: its data is its target, written once per blob.
+    fn symlink<R: Read>(
+        &mut self,
+        entry: &tar::Entry<'_, R>,
+        path: String,
+        expected: &str,
+    ) -> Result<()> {
+        let target = entry
+            .link_name_bytes()
+            .map(|t| t.into_owned())
+            .unwrap_or_default();
+        let blob = blob_id(&target);
+        if blob != expected {
+            self.findings
+                .push(mismatch(&path, format!("target's blob {blob}")));
+            return Ok(());
         }
+        let data = match self.marks.get(&blob) {
+            Some(&mark) => DataRef::Mark(mark),
+            None => {
+                let mark = self.open_blob(target.len() as u64)?;
+                self.out.write_all(&target).map_err(write_err)?;
+                self.out.write_all(b"\n").map_err(write_err)?;
+                self.contents.blobs = mark;
+                self.marks.insert(blob.clone(), mark);
+                DataRef::Mark(mark)
+            }
+        };
+        self.seen.insert(
+            path.clone(),
+            Seen {
+                blob,
+                link: true,
+                data: data.clone(),
+            },
+        );
+        self.contents.data.insert(path, data);
+        Ok(())
     }
-    if !findings.is_empty() {
-        findings.sort();
-        return Err(Error::CommitRefused { findings });
+
+    /// A regular file: the size the manifest has (if it has one), its bytes hashed as they
+    /// stream and written once per blob, and measured if a special file holds that blob.
+    fn regular<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        path: String,
+        manifest_size: Option<u64>,
+        expected: &str,
+    ) -> Result<()> {
+        let size = entry.size();
+        if manifest_size.is_some_and(|s| s != size) {
+            self.findings.push(mismatch(
+                &path,
+                format!("{size} bytes, not {}", manifest_size.unwrap_or(0)),
+            ));
+            return Ok(());
+        }
+        let known = self.marks.get(expected).copied();
+        let mark = match known {
+            Some(mark) => mark,
+            None => self.open_blob(size)?,
+        };
+        let mut measured = self
+            .special_blobs
+            .get(expected)
+            .filter(|_| !self.contents.special.contains_key(expected))
+            .map(|&kind| special::Seen::new(kind));
+        let blob = self.copy(entry, &path, size, known.is_none(), measured.as_mut())?;
+        if known.is_none() {
+            self.out.write_all(b"\n").map_err(write_err)?;
+            self.contents.blobs = mark;
+        }
+        if blob != expected {
+            self.findings
+                .push(mismatch(&path, format!("content's blob {blob}")));
+            return Ok(());
+        }
+        if let Some(measured) = measured {
+            self.contents.special.insert(blob.clone(), measured);
+        }
+        self.marks.insert(blob.clone(), mark);
+        self.seen.insert(
+            path.clone(),
+            Seen {
+                blob,
+                link: false,
+                data: DataRef::Mark(mark),
+            },
+        );
+        self.contents.data.insert(path, DataRef::Mark(mark));
+        Ok(())
     }
-    out.flush().map_err(write_err)?;
-    Ok(contents)
+
+    /// Count `size` content bytes against the bound and start the next blob of the stream; its
+    /// mark.
+    fn open_blob(&mut self, size: u64) -> Result<u64> {
+        reserve(&mut self.contents, size, self.max_bytes)?;
+        let mark = self.contents.blobs + 1;
+        write!(self.out, "blob\nmark :{mark}\ndata {size}\n").map_err(write_err)?;
+        Ok(mark)
+    }
+
+    /// Read all `size` bytes of a regular file's entry: each hashed as git hashes a blob, fed to
+    /// `measured`, and written to the stream if `write`. Its blob id; an entry that ends early
+    /// is an internal error (the archive is the engine's, not the agent's).
+    fn copy(
+        &mut self,
+        entry: &mut impl Read,
+        path: &str,
+        size: u64,
+        write: bool,
+        mut measured: Option<&mut special::Seen>,
+    ) -> Result<String> {
+        let mut hasher = Sha1::new();
+        hasher.update(format!("blob {size}\0").as_bytes());
+        let mut read = 0u64;
+        loop {
+            let n = entry.read(&mut self.buf).map_err(read_err)?;
+            if n == 0 {
+                break;
+            }
+            read += n as u64;
+            hasher.update(&self.buf[..n]);
+            if let Some(measured) = measured.as_mut() {
+                measured.feed(&self.buf[..n]);
+            }
+            if write {
+                self.out.write_all(&self.buf[..n]).map_err(write_err)?;
+            }
+        }
+        if read != size {
+            return Err(Error::Internal(format!(
+                "the archive of /work: {path:?} ends after {read} of {size} bytes"
+            )));
+        }
+        Ok(hex::encode(hasher.finalize()))
+    }
+
+    /// The end of the archive: every wanted change must have been found; any finding refuses
+    /// the commit with all of them, sorted.
+    fn finish(mut self) -> Result<Contents> {
+        for path in self.wanted.keys() {
+            if !self.found.contains(*path) {
+                self.findings.push(mismatch(path, "not in the archive"));
+            }
+        }
+        if !self.findings.is_empty() {
+            self.findings.sort();
+            return Err(Error::CommitRefused {
+                findings: self.findings,
+            });
+        }
+        self.out.flush().map_err(write_err)?;
+        Ok(self.contents)
+    }
 }
 
 /// Count `size` more content bytes against the bound.

@@ -526,106 +526,153 @@ fn tree_refusals<'a>(
     base: &'a [(String, String)],
     push: &mut impl FnMut(&str, CommitReason, String),
 ) {
-    // The exact parents of every new entry, root ("") included.
-    let mut parents: HashSet<&str> = HashSet::new();
-    // (exact parent, folded part) -> the exact spellings of that name.
-    let mut groups: HashMap<(&str, String), BTreeMap<&str, Spelling>> = HashMap::new();
-    // Every directory on a new entry's way -> which parts of a repository the resulting tree
-    // holds there, whoever put them there ([`repository_bit`]).
-    let mut repository_parts: HashMap<&str, u8> = HashMap::new();
-    let mut buf = String::new();
-    for &path in new_entries.keys() {
-        for (parent, part, prefix) in levels(path) {
-            parents.insert(parent);
-            fold_into(part, &mut buf);
-            if let Some(bit) = repository_bit(&buf) {
-                *repository_parts.entry(parent).or_default() |= bit;
+    let mut tree = Tree::of_new(new_entries);
+    tree.read_base(new_entries, changed, base);
+    tree.new_beneath_new(new_entries);
+    tree.nested_repositories(push);
+    for (&path, &kind) in new_entries {
+        tree.beneath_file(path, kind, new_entries, push);
+        tree.case_collision(path, push);
+    }
+}
+
+/// What the resulting tree holds on and around the new entries' paths, from the new entries and
+/// from base (for [`tree_refusals`]).
+#[derive(Debug, Default)]
+struct Tree<'a> {
+    /// The exact parents of every new entry, root ("") included.
+    parents: HashSet<&'a str>,
+    /// (exact parent, folded part) -> the exact spellings of that name.
+    groups: HashMap<(&'a str, String), BTreeMap<&'a str, Spelling>>,
+    /// Every directory on a new entry's way -> which parts of a repository the resulting tree
+    /// holds there, whoever put them there ([`repository_bit`]).
+    repository_parts: HashMap<&'a str, u8>,
+    /// A new entry a surviving entry lies beneath (it is a directory of the tree): an example.
+    holds: BTreeMap<&'a str, &'a str>,
+    /// A proper prefix of a new entry that a surviving base entry (not a directory) holds.
+    leaf_parents: HashMap<&'a str, &'a str>,
+}
+
+impl<'a> Tree<'a> {
+    /// The new entries' side: every level of every new path, its spelling and any repository
+    /// part it adds.
+    fn of_new(new_entries: &BTreeMap<&'a str, Kind>) -> Self {
+        let mut tree = Self::default();
+        let mut buf = String::new();
+        for &path in new_entries.keys() {
+            for (parent, part, prefix) in levels(path) {
+                tree.parents.insert(parent);
+                fold_into(part, &mut buf);
+                if let Some(bit) = repository_bit(&buf) {
+                    *tree.repository_parts.entry(parent).or_default() |= bit;
+                }
+                tree.groups
+                    .entry((parent, buf.clone()))
+                    .or_default()
+                    .entry(prefix)
+                    .or_default()
+                    .in_result = true;
             }
-            groups
-                .entry((parent, buf.clone()))
-                .or_default()
-                .entry(prefix)
-                .or_default()
-                .in_result = true;
+        }
+        tree
+    }
+
+    /// Base's side, read once: the new entries a surviving entry lies beneath, the new entries'
+    /// parents a surviving non-directory holds, and base's spellings and repository parts
+    /// beside the new entries' own.
+    fn read_base(
+        &mut self,
+        new_entries: &BTreeMap<&'a str, Kind>,
+        changed: &HashSet<&'a str>,
+        base: &'a [(String, String)],
+    ) {
+        let mut buf = String::new();
+        for (path, mode) in base {
+            let path = path.as_str();
+            let survives = !changed.contains(path);
+            if survives && mode != TREE_MODE && self.parents.contains(path) {
+                self.leaf_parents.insert(path, mode.as_str());
+            }
+            for (parent, part, prefix) in levels(path) {
+                if survives && !parent.is_empty() && new_entries.contains_key(parent) {
+                    self.holds.entry(parent).or_insert(path);
+                }
+                if !self.parents.contains(parent) {
+                    break;
+                }
+                fold_into(part, &mut buf);
+                if survives {
+                    if let Some(bit) = repository_bit(&buf) {
+                        *self.repository_parts.entry(parent).or_default() |= bit;
+                    }
+                }
+                let key = (parent, std::mem::take(&mut buf));
+                if let Some(group) = self.groups.get_mut(&key) {
+                    let spelling = group.entry(prefix).or_default();
+                    spelling.in_base = true;
+                    spelling.in_result |= survives;
+                }
+                buf = key.1;
+            }
         }
     }
 
-    // A new entry a surviving entry lies beneath (it is a directory of the tree): an example.
-    let mut holds: BTreeMap<&str, &str> = BTreeMap::new();
-    // A proper prefix of a new entry that a surviving base entry (not a directory) holds.
-    let mut leaf_parents: HashMap<&str, &str> = HashMap::new();
-    for (path, mode) in base {
-        let path = path.as_str();
-        let survives = !changed.contains(path);
-        if survives && mode != TREE_MODE && parents.contains(path) {
-            leaf_parents.insert(path, mode.as_str());
-        }
-        for (parent, part, prefix) in levels(path) {
-            if survives && !parent.is_empty() && new_entries.contains_key(parent) {
-                holds.entry(parent).or_insert(path);
-            }
-            if !parents.contains(parent) {
-                break;
-            }
-            fold_into(part, &mut buf);
-            if survives {
-                if let Some(bit) = repository_bit(&buf) {
-                    *repository_parts.entry(parent).or_default() |= bit;
+    /// A new entry (not a directory) that another new entry lies beneath.
+    fn new_beneath_new(&mut self, new_entries: &BTreeMap<&'a str, Kind>) {
+        for &path in new_entries.keys() {
+            for (_, _, prefix) in levels(path) {
+                if prefix.len() < path.len()
+                    && new_entries.get(prefix).is_some_and(|&k| k != Kind::Dir)
+                {
+                    self.holds.entry(prefix).or_insert(path);
                 }
             }
-            let key = (parent, std::mem::take(&mut buf));
-            if let Some(group) = groups.get_mut(&key) {
-                let spelling = group.entry(prefix).or_default();
-                spelling.in_base = true;
-                spelling.in_result |= survives;
+        }
+    }
+
+    /// A directory on a new entry's way that git would discover as a repository: a HEAD (bit 0)
+    /// beside any other part.
+    fn nested_repositories(&self, push: &mut impl FnMut(&str, CommitReason, String)) {
+        for (&parent, &bits) in &self.repository_parts {
+            if bits & 1 == 0 {
+                continue;
             }
-            buf = key.1;
-        }
-    }
-
-    // A new entry (not a directory) that another new entry lies beneath.
-    for &path in new_entries.keys() {
-        for (_, _, prefix) in levels(path) {
-            if prefix.len() < path.len() && new_entries.get(prefix).is_some_and(|&k| k != Kind::Dir)
-            {
-                holds.entry(prefix).or_insert(path);
+            let beside: Vec<&str> = REPOSITORY_NAMES
+                .iter()
+                .enumerate()
+                .skip(1)
+                .filter(|(i, _)| bits & (1 << i) != 0)
+                .map(|(_, name)| *name)
+                .collect();
+            if !beside.is_empty() {
+                push(
+                    if parent.is_empty() { "." } else { parent },
+                    CommitReason::NestedRepository,
+                    format!(
+                        "HEAD beside {}: git would take the directory for a repository and read its config",
+                        beside.join(", ")
+                    ),
+                );
             }
         }
     }
 
-    // A directory on a new entry's way that git would discover as a repository: a HEAD (bit 0)
-    // beside any other part.
-    for (&parent, &bits) in &repository_parts {
-        if bits & 1 == 0 {
-            continue;
-        }
-        let beside: Vec<&str> = REPOSITORY_NAMES
-            .iter()
-            .enumerate()
-            .skip(1)
-            .filter(|(i, _)| bits & (1 << i) != 0)
-            .map(|(_, name)| *name)
-            .collect();
-        if !beside.is_empty() {
-            push(
-                if parent.is_empty() { "." } else { parent },
-                CommitReason::NestedRepository,
-                format!(
-                    "HEAD beside {}: git would take the directory for a repository and read its config",
-                    beside.join(", ")
-                ),
-            );
-        }
-    }
-
-    for (&path, &kind) in new_entries {
+    /// A new entry beneath a file, or a new non-directory where the tree has a directory: both
+    /// refused as Directory.
+    fn beneath_file(
+        &self,
+        path: &str,
+        kind: Kind,
+        new_entries: &BTreeMap<&'a str, Kind>,
+        push: &mut impl FnMut(&str, CommitReason, String),
+    ) {
         // Beneath a file: a proper prefix that is a surviving base entry or a new entry that
         // is not a directory. Refused as Directory: the tree would need a directory there.
         for (_, _, prefix) in levels(path) {
             if prefix.len() == path.len() {
                 break;
             }
-            let what = match (leaf_parents.get(prefix), new_entries.get(prefix)) {
+            let what = match (self.leaf_parents.get(prefix), new_entries.get(prefix)) {
                 (_, Some(Kind::Dir)) => None,
                 (_, Some(Kind::Link)) => Some("a link"),
                 (_, Some(Kind::Gitlink)) => Some("a gitlink"),
@@ -644,7 +691,7 @@ fn tree_refusals<'a>(
             }
         }
         if kind != Kind::Dir {
-            if let Some(example) = holds.get(path) {
+            if let Some(example) = self.holds.get(path) {
                 push(
                     path,
                     CommitReason::Directory,
@@ -652,13 +699,16 @@ fn tree_refusals<'a>(
                 );
             }
         }
+    }
 
-        // The first level where another spelling of the same name is in the tree, unless base
-        // already held both (base's own collision, not the agent's).
+    /// The first level of a new entry's path where another spelling of the same name is in the
+    /// tree, unless base already held both (base's own collision, not the agent's).
+    fn case_collision(&self, path: &str, push: &mut impl FnMut(&str, CommitReason, String)) {
+        let mut buf = String::new();
         for (parent, part, prefix) in levels(path) {
             fold_into(part, &mut buf);
             let key = (parent, std::mem::take(&mut buf));
-            let group = groups.get(&key);
+            let group = self.groups.get(&key);
             buf = key.1;
             let Some(group) = group else {
                 continue;

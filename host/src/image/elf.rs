@@ -13,7 +13,7 @@ use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use object::elf::{FileHeader64, ET_DYN, ET_EXEC};
+use object::elf::{Dyn64, FileHeader64, ProgramHeader64, ET_DYN, ET_EXEC};
 use object::read::elf::{Dyn, FileHeader, ProgramHeader};
 use object::read::{ReadCache, StringTable};
 use object::Endianness;
@@ -89,6 +89,31 @@ fn refused(what: &Path, why: impl std::fmt::Display) -> Error {
 pub fn read_dynamic(file: &File, what: &Path) -> Result<Dynamic> {
     let cache = ReadCache::new(file);
     let data = &cache;
+    let (header, endian, kind) = checked_header(data, what)?;
+    let segments = header
+        .program_headers(endian, data)
+        .map_err(|e| refused(what, format!("unreadable program headers: {e}")))?;
+    let (interpreter, dynamic) = interpreter_and_dynamic(segments, endian, data, what)?;
+    let (needed, soname) =
+        needed_and_soname(dynamic.unwrap_or_default(), segments, endian, data, what)?;
+    Ok(Dynamic {
+        kind,
+        interpreter,
+        needed,
+        soname,
+    })
+}
+
+/// The ELF header, if it is an ELF64 little-endian x86-64 executable or shared object; its
+/// byte order and its type.
+fn checked_header<'d>(
+    data: &'d ReadCache<&File>,
+    what: &Path,
+) -> Result<(
+    &'d FileHeader64<Endianness>,
+    Endianness,
+    object::elf::FileType,
+)> {
     let header = FileHeader64::<Endianness>::parse(data)
         .map_err(|e| refused(what, format!("not an ELF64 file: {e}")))?;
     let endian = header
@@ -111,10 +136,20 @@ pub fn read_dynamic(file: &File, what: &Path) -> Result<Dynamic> {
             format!("ELF type {kind}: neither an executable nor a shared object"),
         ));
     }
-    let segments = header
-        .program_headers(endian, data)
-        .map_err(|e| refused(what, format!("unreadable program headers: {e}")))?;
+    Ok((header, endian, kind))
+}
 
+/// The entries of a dynamic segment, as read in place.
+type DynamicEntries<'d> = &'d [Dyn64<Endianness>];
+
+/// The program headers' `PT_INTERP` path (checked) and dynamic segment: at most one of each,
+/// each bounded before it is read.
+fn interpreter_and_dynamic<'d>(
+    segments: &'d [ProgramHeader64<Endianness>],
+    endian: Endianness,
+    data: &'d ReadCache<&File>,
+    what: &Path,
+) -> Result<(Option<String>, Option<DynamicEntries<'d>>)> {
     let mut interpreter = None;
     let mut dynamic = None;
     for segment in segments {
@@ -152,11 +187,23 @@ pub fn read_dynamic(file: &File, what: &Path) -> Result<Dynamic> {
             _ => {}
         }
     }
+    Ok((interpreter, dynamic))
+}
 
+/// The `DT_NEEDED` names (in file order) and the `DT_SONAME` of a dynamic segment (up to its
+/// `DT_NULL`), read from its string table, which must be bounded and inside one `PT_LOAD`'s file
+/// image; each a plain library name.
+fn needed_and_soname(
+    dynamic: &[Dyn64<Endianness>],
+    segments: &[ProgramHeader64<Endianness>],
+    endian: Endianness,
+    data: &ReadCache<&File>,
+    what: &Path,
+) -> Result<(Vec<String>, Option<String>)> {
     let mut needed_offsets = Vec::new();
     let mut soname_offset = None;
     let (mut strtab, mut strsz) = (None, None);
-    for entry in dynamic.unwrap_or_default() {
+    for entry in dynamic {
         match entry.tag(endian) {
             object::elf::DT_NULL => break,
             object::elf::DT_NEEDED => needed_offsets.push(entry.val(endian)),
@@ -168,52 +215,48 @@ pub fn read_dynamic(file: &File, what: &Path) -> Result<Dynamic> {
     }
     let mut needed = Vec::new();
     let mut soname = None;
-    if !needed_offsets.is_empty() || soname_offset.is_some() {
-        let (Some(address), Some(size)) = (strtab, strsz) else {
-            return Err(refused(
-                what,
-                "DT_NEEDED or DT_SONAME without DT_STRTAB and DT_STRSZ",
-            ));
-        };
-        if size > MAX_STRTAB_BYTES {
-            return Err(refused(
-                what,
-                format!("a dynamic string table larger than {MAX_STRTAB_BYTES} bytes"),
-            ));
-        }
-        let start = file_offset(segments, endian, address, size).ok_or_else(|| {
-            refused(
-                what,
-                format!("DT_STRTAB {address:#x} (+{size}) is not in the file image of a PT_LOAD"),
-            )
-        })?;
-        let strings = StringTable::new(data, start, start + size);
-        let string = |offset: u64, tag: &str| -> Result<String> {
-            let bytes = u32::try_from(offset)
-                .ok()
-                .and_then(|o| strings.get(o).ok())
-                .ok_or_else(|| refused(what, format!("{tag} string at {offset:#x} unreadable")))?;
-            library_name(what, bytes)
-        };
-        for offset in needed_offsets {
-            needed.push(string(offset, "DT_NEEDED")?);
-        }
-        if let Some(offset) = soname_offset {
-            soname = Some(string(offset, "DT_SONAME")?);
-        }
+    if needed_offsets.is_empty() && soname_offset.is_none() {
+        return Ok((needed, soname));
     }
-    Ok(Dynamic {
-        kind,
-        interpreter,
-        needed,
-        soname,
-    })
+    let (Some(address), Some(size)) = (strtab, strsz) else {
+        return Err(refused(
+            what,
+            "DT_NEEDED or DT_SONAME without DT_STRTAB and DT_STRSZ",
+        ));
+    };
+    if size > MAX_STRTAB_BYTES {
+        return Err(refused(
+            what,
+            format!("a dynamic string table larger than {MAX_STRTAB_BYTES} bytes"),
+        ));
+    }
+    let start = file_offset(segments, endian, address, size).ok_or_else(|| {
+        refused(
+            what,
+            format!("DT_STRTAB {address:#x} (+{size}) is not in the file image of a PT_LOAD"),
+        )
+    })?;
+    let strings = StringTable::new(data, start, start + size);
+    let string = |offset: u64, tag: &str| -> Result<String> {
+        let bytes = u32::try_from(offset)
+            .ok()
+            .and_then(|o| strings.get(o).ok())
+            .ok_or_else(|| refused(what, format!("{tag} string at {offset:#x} unreadable")))?;
+        library_name(what, bytes)
+    };
+    for offset in needed_offsets {
+        needed.push(string(offset, "DT_NEEDED")?);
+    }
+    if let Some(offset) = soname_offset {
+        soname = Some(string(offset, "DT_SONAME")?);
+    }
+    Ok((needed, soname))
 }
 
 /// The file offset of `size` bytes at virtual `address`, when one `PT_LOAD`'s file image holds
 /// them all.
 fn file_offset(
-    segments: &[object::elf::ProgramHeader64<Endianness>],
+    segments: &[ProgramHeader64<Endianness>],
     endian: Endianness,
     address: u64,
     size: u64,

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_contract::{Phase, Vendor};
@@ -203,65 +204,15 @@ pub async fn oneshot(
             check_ms = ms(checked);
             invoked = Instant::now();
         }
-        let request = Request {
-            phase: run.phase,
-            vendor: run.vendor,
-            prompt: run.prompt.clone(),
-            schema: run.schema.clone(),
-            referenced_code_hash: run
-                .referenced_code_hash
-                .clone()
-                .or_else(|| storage.head.clone())
-                .unwrap_or_default(),
-            deadline: Instant::now() + run.deadline,
-            network_allowlist: run.allow.clone(),
-            attempt: run.attempt.clone(),
-            storage: storage.clone(),
-            tree_check: tree_check.clone(),
-        };
-        let captured = capture(ctl, request)?;
-        progress("running the agent");
-        let handle = start(
-            ctl,
-            captured,
-            run.credential.clone(),
-            Options {
-                egress: run.egress.clone(),
-                vendor: run.vendor_options.clone(),
-                ..Options::new(match &run.exec {
-                    Some(exec) => ImageSource::Agent {
-                        id: image_id.to_owned(),
-                        exec: exec.clone(),
-                    },
-                    None => ImageSource::Id(image_id.to_owned()),
-                })
-            },
-        )
-        .await?;
-        tokio::pin!(shutdown);
-        let settled = handle.settled();
-        tokio::pin!(settled);
-        let result = tokio::select! {
-            result = &mut settled => result,
-            () = &mut shutdown => {
-                handle.stop(super::StopReason::Shutdown);
-                settled.await
-            }
-        };
-        Ok::<_, crate::Error>(result)
+        let request = request(run, &storage, tree_check.clone());
+        invoke(ctl, image_id, run, request, shutdown, progress).await
     }
     .await;
     let invoke_ms = ms(invoked);
     let audit = match &outcome {
         Ok(result) if run.phase.work_writable() => {
             progress("auditing the changes");
-            // A run without an answer (stopped, failed, refused) is inspected, never committed.
-            let commit = match (&run.commit, &result.answer) {
-                (None, _) => Ask::None,
-                (Some(commit), Some(_)) => Ask::Commit(commit),
-                (Some(_), None) => Ask::Skip(NotCommitted::unanswered(result)),
-            };
-            Some(post_run(&bound, link_snapshot.as_ref(), commit).await)
+            Some(post_run(&bound, link_snapshot.as_ref(), ask(run, result)).await)
         }
         _ => None,
     };
@@ -287,6 +238,83 @@ pub async fn oneshot(
             total_ms: ms(started),
         },
     })
+}
+
+/// The invocation's request: the run's, over `storage`, presenting the tree check a writable
+/// start redeems; the referenced code is the seeded head unless the run names one.
+fn request(
+    run: &OneShot,
+    storage: &task::StorageHandle,
+    tree_check: Option<crate::audit::TreeCheck>,
+) -> Request {
+    Request {
+        phase: run.phase,
+        vendor: run.vendor,
+        prompt: run.prompt.clone(),
+        schema: run.schema.clone(),
+        referenced_code_hash: run
+            .referenced_code_hash
+            .clone()
+            .or_else(|| storage.head.clone())
+            .unwrap_or_default(),
+        deadline: Instant::now() + run.deadline,
+        network_allowlist: run.allow.clone(),
+        attempt: run.attempt.clone(),
+        storage: storage.clone(),
+        tree_check,
+    }
+}
+
+/// Capture `request`, start it in the image (the agent image with the run's exec allowlist, or
+/// the test image), and wait for it to settle; `shutdown` resolving first stops it.
+async fn invoke(
+    ctl: &Controller,
+    image_id: &str,
+    run: &OneShot,
+    request: Request,
+    shutdown: impl Future<Output = ()>,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<Arc<InvocationResult>> {
+    let captured = capture(ctl, request)?;
+    progress("running the agent");
+    let handle = start(
+        ctl,
+        captured,
+        run.credential.clone(),
+        Options {
+            egress: run.egress.clone(),
+            vendor: run.vendor_options.clone(),
+            ..Options::new(match &run.exec {
+                Some(exec) => ImageSource::Agent {
+                    id: image_id.to_owned(),
+                    exec: exec.clone(),
+                },
+                None => ImageSource::Id(image_id.to_owned()),
+            })
+        },
+    )
+    .await?;
+    tokio::pin!(shutdown);
+    let settled = handle.settled();
+    tokio::pin!(settled);
+    let result = tokio::select! {
+        result = &mut settled => result,
+        () = &mut shutdown => {
+            handle.stop(super::StopReason::Shutdown);
+            settled.await
+        }
+    };
+    Ok(result)
+}
+
+/// What the post-run audit is asked for: a run without an answer (stopped, failed, refused) is
+/// inspected, never committed.
+fn ask<'a>(run: &'a OneShot, result: &InvocationResult) -> Ask<'a> {
+    match (&run.commit, &result.answer) {
+        (None, _) => Ask::None,
+        (Some(commit), Some(_)) => Ask::Commit(commit),
+        (Some(_), None) => Ask::Skip(NotCommitted::unanswered(result)),
+    }
 }
 
 /// Before a writable start: the declared links (refused when one passes through another link),

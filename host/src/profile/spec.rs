@@ -130,21 +130,51 @@ pub fn mountable(path: &str) -> bool {
 }
 
 impl Profile {
-    /// Check a spec and freeze it.
+    /// Check a spec and freeze it. The checks run in this order; the first that fails is the
+    /// error.
     pub fn new(spec: ProfileSpec) -> Result<Profile> {
-        let l = &spec.limits;
+        spec.check_areas()?;
+        spec.check_uid()?;
+        spec.check_limits()?;
+        spec.check_image()?;
+        spec.check_command()?;
+        if let Some(egress) = &spec.egress {
+            egress.check()?;
+        }
+        spec.check_env()?;
+        spec.check_gitlinks_and_pins()?;
+        spec.check_input_files()?;
+        check_schema_argument(&spec.command, &spec.input_files)?;
+        spec.check_landlock_abi()?;
+        Ok(Profile { spec })
+    }
+}
+
+impl ProfileSpec {
+    /// Every bounded area: the tmpfs areas, then the storage's.
+    fn check_areas(&self) -> Result<()> {
+        let l = &self.limits;
         l.tmp.check("tmp")?;
         l.home.check("home")?;
         l.output.check("output")?;
         l.codex_home.check("codex home")?;
-        spec.storage.work.check("work")?;
-        spec.storage.metadata.check("metadata")?;
-        if spec.allocation.uid != spec.storage.storage.uid {
+        self.storage.work.check("work")?;
+        self.storage.metadata.check("metadata")
+    }
+
+    /// The invocation runs as its storage's uid.
+    fn check_uid(&self) -> Result<()> {
+        if self.allocation.uid != self.storage.storage.uid {
             return Err(Error::Invalid(format!(
                 "the invocation's uid {} is not its storage's {}",
-                spec.allocation.uid, spec.storage.storage.uid
+                self.allocation.uid, self.storage.storage.uid
             )));
         }
+        Ok(())
+    }
+
+    fn check_limits(&self) -> Result<()> {
+        let l = &self.limits;
         if l.pids == 0 || l.memory_bytes < 16 * 1024 * 1024 || l.nano_cpus < 10_000_000 {
             return Err(Error::Invalid(
                 "pids, memory (>= 16 MiB) and CPU (>= 0.01) must be set".into(),
@@ -153,65 +183,83 @@ impl Profile {
         if l.deadline.is_zero() || l.grace.is_zero() {
             return Err(Error::Invalid("deadline and grace must be positive".into()));
         }
-        if !spec.image_id.starts_with("sha256:") {
+        Ok(())
+    }
+
+    fn check_image(&self) -> Result<()> {
+        if !self.image_id.starts_with("sha256:") {
             return Err(Error::Invalid(format!(
                 "image {:?} is not an image id",
-                spec.image_id
+                self.image_id
             )));
         }
-        let Some(argv0) = spec.command.first() else {
+        Ok(())
+    }
+
+    /// A command, its argv[0] on the exec allowlist, no NUL; every allowlisted path a clean
+    /// absolute file path.
+    fn check_command(&self) -> Result<()> {
+        let Some(argv0) = self.command.first() else {
             return Err(Error::Invalid("empty command".into()));
         };
-        if !spec.exec.contains(argv0) {
+        if !self.exec.contains(argv0) {
             return Err(Error::Invalid(format!(
                 "command {argv0:?} is not on the exec allowlist"
             )));
         }
-        if spec.command.iter().any(|a| a.contains('\0')) {
+        if self.command.iter().any(|a| a.contains('\0')) {
             return Err(Error::Invalid("command has a NUL byte".into()));
         }
-        for path in &spec.exec {
+        for path in &self.exec {
             if !policy::is_clean_absolute(path) || path == "/" {
                 return Err(Error::Invalid(format!(
                     "exec path {path:?} is not a clean absolute file path"
                 )));
             }
         }
-        if let Some(egress) = &spec.egress {
-            egress.check()?;
-        }
-        for (key, value) in &spec.env {
+        Ok(())
+    }
+
+    /// Only allowed names, no NUL or newline in a value.
+    fn check_env(&self) -> Result<()> {
+        for (key, value) in &self.env {
             // The proxy variables are the egress forwarder's: never the caller's.
             let proxy = key.to_ascii_lowercase().ends_with("_proxy");
             if !ENV_ALLOWED_EXTRA.contains(&key.as_str())
                 || value.contains(['\0', '\n'])
-                || proxy && spec.egress.is_some()
+                || proxy && self.egress.is_some()
             {
                 return Err(Error::Invalid(format!(
                     "environment variable {key:?} is not allowed"
                 )));
             }
         }
-        if (!spec.gitlinks.is_empty() || !spec.pins.is_empty()) && !spec.phase.work_writable() {
+        Ok(())
+    }
+
+    /// Gitlink masks and pins: only in a writable phase, bounded in number and bytes, each a
+    /// mountable path, and the pins exactly the gitlinks'.
+    fn check_gitlinks_and_pins(&self) -> Result<()> {
+        if (!self.gitlinks.is_empty() || !self.pins.is_empty()) && !self.phase.work_writable() {
             return Err(Error::Invalid(
                 "gitlink masks and pins exist only in execute and fix".into(),
             ));
         }
-        if spec.gitlinks.len() > tree::MAX_GITLINKS || spec.pins.len() > tree::MAX_PINS {
+        if self.gitlinks.len() > tree::MAX_GITLINKS || self.pins.len() > tree::MAX_PINS {
             return Err(Error::Invalid(format!(
                 "more than {} gitlinks or {} pins",
                 tree::MAX_GITLINKS,
                 tree::MAX_PINS
             )));
         }
-        for path in spec.gitlinks.iter().chain(&spec.pins) {
+        for path in self.gitlinks.iter().chain(&self.pins) {
             if !mountable(path) {
                 return Err(Error::Invalid(format!(
                     "gitlink or pin {path:?} is not a mountable path under /work"
                 )));
             }
         }
-        if tree::mount_path_bytes(&spec.gitlinks, &spec.pins) > tree::MAX_MOUNT_PATH_BYTES {
+        if tree::mount_path_bytes(&self.gitlinks, &self.pins) > tree::MAX_MOUNT_PATH_BYTES {
             return Err(Error::Invalid(format!(
                 "more than {} bytes of gitlink and pin paths",
                 tree::MAX_MOUNT_PATH_BYTES
@@ -219,24 +267,29 @@ impl Profile {
         }
         // The pins are derived, never chosen: a profile whose pins are not its gitlinks' would
         // leave a mask movable (or forbid what nothing needs).
-        let derived = tree::pins_of(&spec.gitlinks);
-        if spec.pins != derived {
+        let derived = tree::pins_of(&self.gitlinks);
+        if self.pins != derived {
             return Err(Error::Profile {
                 id: Id::PinnedDirs,
                 reason: format!(
                     "the pins {:?} are not those of the gitlinks {:?} ({derived:?})",
-                    spec.pins, spec.gitlinks
+                    self.pins, self.gitlinks
                 ),
             });
         }
-        if spec.input_files.len() > MAX_INPUT_FILES
-            || spec.input_files.iter().map(|(_, c)| c.len()).sum::<usize>() > MAX_INPUT_BYTES
+        Ok(())
+    }
+
+    /// Bounded in number and bytes, each name a plain file name.
+    fn check_input_files(&self) -> Result<()> {
+        if self.input_files.len() > MAX_INPUT_FILES
+            || self.input_files.iter().map(|(_, c)| c.len()).sum::<usize>() > MAX_INPUT_BYTES
         {
             return Err(Error::Invalid(format!(
                 "more than {MAX_INPUT_FILES} input files or {MAX_INPUT_BYTES} bytes of input"
             )));
         }
-        for (name, _) in &spec.input_files {
+        for (name, _) in &self.input_files {
             let plain = !name.is_empty()
                 && name.len() <= 255
                 && name != "."
@@ -248,13 +301,16 @@ impl Profile {
                 )));
             }
         }
-        check_schema_argument(&spec.command, &spec.input_files)?;
-        if !policy::LANDLOCK_ABI_RANGE.contains(&spec.landlock_abi) {
+        Ok(())
+    }
+
+    fn check_landlock_abi(&self) -> Result<()> {
+        if !policy::LANDLOCK_ABI_RANGE.contains(&self.landlock_abi) {
             return Err(Error::Invalid(format!(
                 "Landlock ABI {} unsupported",
-                spec.landlock_abi
+                self.landlock_abi
             )));
         }
-        Ok(Profile { spec })
+        Ok(())
     }
 }

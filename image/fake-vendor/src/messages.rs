@@ -720,42 +720,57 @@ fn message(id: &str, model: &str, block: Value, stop_reason: &str) -> Value {
     })
 }
 
-fn render(reply: Reply, model: &str, stream: bool, step: u64) -> Answer {
-    let id = format!("msg_cordon_{}", next_id());
-    let sse = "text/event-stream";
-    let json_type = "application/json";
-    let whole = |body: Value| Answer::Whole {
+/// The content types of a reply: a whole message, or its server-sent events.
+const JSON: &str = "application/json";
+const EVENT_STREAM: &str = "text/event-stream";
+
+/// A whole message (`stream: false`).
+fn whole(body: Value) -> Answer {
+    Answer::Whole {
         status: 200,
-        content_type: json_type,
+        content_type: JSON,
         body: body.to_string().into_bytes(),
-    };
-    let streamed = |pieces: Vec<Vec<u8>>| Answer::Streamed {
-        content_type: sse,
+    }
+}
+
+/// Events, each piece a chunk.
+fn streamed(pieces: Vec<Vec<u8>>) -> Answer {
+    Answer::Streamed {
+        content_type: EVENT_STREAM,
         pieces: Box::new(pieces.into_iter()),
         hang: false,
-    };
+    }
+}
+
+/// `content_block_start` of the one text block.
+fn text_block_start() -> Vec<u8> {
+    event(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}),
+    )
+}
+
+fn render(reply: Reply, model: &str, stream: bool, step: u64) -> Answer {
+    let id = format!("msg_cordon_{}", next_id());
     match reply {
         Reply::Error(status) => error_answer(
             status,
             &format!("cordon fake vendor: scripted error {status}"),
         ),
         Reply::Hang if stream => Answer::Streamed {
-            content_type: sse,
+            content_type: EVENT_STREAM,
             pieces: Box::new(std::iter::once(message_start(&id, model))),
             hang: true,
         },
         Reply::Hang => Answer::Streamed {
-            content_type: json_type,
+            content_type: JSON,
             pieces: Box::new(std::iter::empty()),
             hang: true,
         },
         Reply::Step(Step::Text(text)) if stream => {
             let mut out = message_start(&id, model);
-            out.extend(event(
-                "content_block_start",
-                &json!({"type": "content_block_start", "index": 0,
-                    "content_block": {"type": "text", "text": ""}}),
-            ));
+            out.extend(text_block_start());
             out.extend(text_delta(&text));
             out.extend(message_end("end_turn"));
             streamed(vec![out])
@@ -767,79 +782,85 @@ fn render(reply: Reply, model: &str, stream: bool, step: u64) -> Answer {
             "end_turn",
         )),
         Reply::Step(Step::Tool { name, input }) => {
-            let tool_id = format!("toolu_cordon_{step}_{}", next_id());
-            if !stream {
-                return whole(message(
-                    &id,
-                    model,
-                    json!({"type": "tool_use", "id": tool_id, "name": name, "input": input}),
-                    "tool_use",
-                ));
-            }
-            let mut out = message_start(&id, model);
-            out.extend(event(
-                "content_block_start",
-                &json!({"type": "content_block_start", "index": 0,
-                    "content_block": {"type": "tool_use", "id": tool_id, "name": name, "input": {}}}),
-            ));
-            out.extend(event(
-                "content_block_delta",
-                &json!({"type": "content_block_delta", "index": 0,
-                    "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
-            ));
-            out.extend(message_end("tool_use"));
-            streamed(vec![out])
+            tool_use(&id, model, stream, step, &name, &input)
         }
-        Reply::Huge(bytes) if stream => {
-            let mut start = message_start(&id, model);
-            start.extend(event(
-                "content_block_start",
-                &json!({"type": "content_block_start", "index": 0,
-                    "content_block": {"type": "text", "text": ""}}),
-            ));
-            let full = bytes / DELTA as u64;
-            let rest = usize::try_from(bytes % DELTA as u64).unwrap_or(0);
-            let deltas = std::iter::repeat_n(
-                text_delta(&"x".repeat(DELTA)),
-                usize::try_from(full).unwrap_or(0),
-            )
-            .chain((rest > 0).then(|| text_delta(&"x".repeat(rest))));
-            Answer::Streamed {
-                content_type: sse,
-                pieces: Box::new(
-                    std::iter::once(start)
-                        .chain(deltas)
-                        .chain(std::iter::once(message_end("end_turn"))),
-                ),
-                hang: false,
-            }
-        }
-        Reply::Huge(bytes) => {
-            // The message with an empty text, split where the text goes: the x's stream between.
-            let empty =
-                message(&id, model, json!({"type": "text", "text": ""}), "end_turn").to_string();
-            // The key and the value's opening quote: the x's go right after it.
-            let key = r#""text":""#;
-            let at = empty.find(key).map_or(empty.len(), |at| at + key.len());
-            let (prefix, suffix) = (
-                empty.as_bytes()[..at].to_vec(),
-                empty.as_bytes()[at..].to_vec(),
-            );
-            let chunk = 64 * 1024;
-            let full = usize::try_from(bytes / chunk as u64).unwrap_or(0);
-            let rest = usize::try_from(bytes % chunk as u64).unwrap_or(0);
-            let fill = std::iter::repeat_n(vec![b'x'; chunk], full)
-                .chain((rest > 0).then(|| vec![b'x'; rest]));
-            Answer::Streamed {
-                content_type: json_type,
-                pieces: Box::new(
-                    std::iter::once(prefix)
-                        .chain(fill)
-                        .chain(std::iter::once(suffix)),
-                ),
-                hang: false,
-            }
-        }
+        Reply::Huge(bytes) if stream => huge_streamed(&id, model, bytes),
+        Reply::Huge(bytes) => huge_whole(&id, model, bytes),
+    }
+}
+
+/// A `tool_use` block, its id unique to the step and the process.
+fn tool_use(id: &str, model: &str, stream: bool, step: u64, name: &str, input: &Value) -> Answer {
+    let tool_id = format!("toolu_cordon_{step}_{}", next_id());
+    if !stream {
+        return whole(message(
+            id,
+            model,
+            json!({"type": "tool_use", "id": tool_id, "name": name, "input": input}),
+            "tool_use",
+        ));
+    }
+    let mut out = message_start(id, model);
+    out.extend(event(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "tool_use", "id": tool_id, "name": name, "input": {}}}),
+    ));
+    out.extend(event(
+        "content_block_delta",
+        &json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+    ));
+    out.extend(message_end("tool_use"));
+    streamed(vec![out])
+}
+
+/// A text of `bytes` x's as events: [`DELTA`]-byte deltas, made as they are sent.
+fn huge_streamed(id: &str, model: &str, bytes: u64) -> Answer {
+    let mut start = message_start(id, model);
+    start.extend(text_block_start());
+    let full = bytes / DELTA as u64;
+    let rest = usize::try_from(bytes % DELTA as u64).unwrap_or(0);
+    let deltas = std::iter::repeat_n(
+        text_delta(&"x".repeat(DELTA)),
+        usize::try_from(full).unwrap_or(0),
+    )
+    .chain((rest > 0).then(|| text_delta(&"x".repeat(rest))));
+    Answer::Streamed {
+        content_type: EVENT_STREAM,
+        pieces: Box::new(
+            std::iter::once(start)
+                .chain(deltas)
+                .chain(std::iter::once(message_end("end_turn"))),
+        ),
+        hang: false,
+    }
+}
+
+/// A text of `bytes` x's as one message, sent in chunks as they are made.
+fn huge_whole(id: &str, model: &str, bytes: u64) -> Answer {
+    // The message with an empty text, split where the text goes: the x's stream between.
+    let empty = message(id, model, json!({"type": "text", "text": ""}), "end_turn").to_string();
+    // The key and the value's opening quote: the x's go right after it.
+    let key = r#""text":""#;
+    let at = empty.find(key).map_or(empty.len(), |at| at + key.len());
+    let (prefix, suffix) = (
+        empty.as_bytes()[..at].to_vec(),
+        empty.as_bytes()[at..].to_vec(),
+    );
+    let chunk = 64 * 1024;
+    let full = usize::try_from(bytes / chunk as u64).unwrap_or(0);
+    let rest = usize::try_from(bytes % chunk as u64).unwrap_or(0);
+    let fill =
+        std::iter::repeat_n(vec![b'x'; chunk], full).chain((rest > 0).then(|| vec![b'x'; rest]));
+    Answer::Streamed {
+        content_type: JSON,
+        pieces: Box::new(
+            std::iter::once(prefix)
+                .chain(fill)
+                .chain(std::iter::once(suffix)),
+        ),
+        hang: false,
     }
 }
 

@@ -2,6 +2,8 @@
 //! line per query or request, SIGTERM, and exit 2 for bad arguments.
 
 #![allow(clippy::unwrap_used)]
+// A test scenario reads top to bottom, however long.
+#![allow(clippy::too_many_lines)]
 
 use cordon_fake_vendor::ca;
 use hickory_proto::op::{Message, Query};

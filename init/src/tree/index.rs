@@ -91,6 +91,30 @@ fn valid_path(path: &[u8]) -> bool {
 
 /// Parse an index file.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, String> {
+    let (version, count, body_end) = header(bytes)?;
+    // Never trust the count for an allocation: each entry takes at least 64 bytes.
+    let mut entries: Vec<Entry> = Vec::with_capacity(count.min(body_end / 64));
+    let mut at = HEADER;
+    for number in 0..count {
+        let bad = |what: &str| unlike(format!("entry {number}: {what}"));
+        let (entry, end) = read_entry(bytes, at, body_end, version).map_err(|what| bad(&what))?;
+        if let Some(previous) = entries.last() {
+            if previous.path >= entry.path {
+                return Err(bad(
+                    "not sorted after the entry before it, or the same path",
+                ));
+            }
+        }
+        entries.push(entry);
+        at = end;
+    }
+    skip_extensions(bytes, at, body_end)?;
+    Ok(entries)
+}
+
+/// The header, once the checksum over everything before it matched: the version (2 or 3), the
+/// entry count (bounded), and where the entries and extensions end (the checksum's start).
+fn header(bytes: &[u8]) -> Result<(u32, usize, usize), String> {
     if bytes.len() < HEADER + CHECKSUM {
         return Err(unlike(format!("{} bytes, too short", bytes.len())));
     }
@@ -112,92 +136,105 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, String> {
             "{count} entries, more than {MAX_INDEX_ENTRIES}"
         )));
     }
-    // Never trust the count for an allocation: each entry takes at least 64 bytes.
-    let mut entries: Vec<Entry> = Vec::with_capacity(count.min(body_end / 64));
-    let mut at = HEADER;
-    for number in 0..count {
-        let bad = |what: &str| unlike(format!("entry {number}: {what}"));
-        if at + ENTRY_FIXED > body_end {
-            return Err(bad("truncated"));
-        }
-        let raw_mode = be32(bytes, at + 24);
-        let mut oid = [0u8; 20];
-        oid.copy_from_slice(&bytes[at + 40..at + 60]);
-        let flags = be16(bytes, at + 60);
-        let mut name_at = at + ENTRY_FIXED;
-        if flags & FLAG_EXTENDED != 0 {
-            if version < 3 {
-                return Err(bad("extended flags in a version 2 index"));
-            }
-            if name_at + 2 > body_end {
-                return Err(bad("truncated"));
-            }
-            let extended = be16(bytes, name_at);
-            if extended & XFLAG_SKIP_WORKTREE != 0 {
-                return Err(bad("skip-worktree"));
-            }
-            if extended & XFLAG_INTENT_TO_ADD != 0 {
-                return Err(bad("intent-to-add"));
-            }
-            if extended != 0 {
-                return Err(bad(&format!("extended flags {extended:#06x}")));
-            }
-            name_at += 2;
-        }
-        if flags & FLAG_VALID != 0 {
-            return Err(bad("assume-unchanged"));
-        }
-        if flags & FLAG_STAGE != 0 {
-            return Err(bad(&format!("stage {}", (flags & FLAG_STAGE) >> 12)));
-        }
-        let nul = bytes[name_at..body_end]
-            .iter()
-            .position(|b| *b == 0)
-            .map(|n| name_at + n)
-            .ok_or_else(|| bad("a path without its NUL"))?;
-        let path = &bytes[name_at..nul];
-        let name_length = (flags & FLAG_NAME) as usize;
-        if (name_length < FLAG_NAME as usize && name_length != path.len())
-            || (name_length == FLAG_NAME as usize && path.len() < name_length)
-        {
-            return Err(bad(&format!(
-                "name length {name_length} for a {}-byte path",
-                path.len()
-            )));
-        }
-        // 1 to 8 NULs pad the entry to a multiple of 8 bytes.
-        let fixed = name_at - at;
-        let end = at + ((fixed + path.len() + 8) & !7);
-        if end > body_end || bytes[nul..end].iter().any(|b| *b != 0) {
-            return Err(bad("bad padding"));
-        }
-        let mode = match raw_mode {
-            0o100644 => Mode::File,
-            0o100755 => Mode::Executable,
-            0o120000 => Mode::Link,
-            0o160000 => Mode::Gitlink,
-            other => return Err(bad(&format!("mode {other:o}"))),
-        };
-        if !valid_path(path) {
-            return Err(bad(&format!(
-                "path {:?}",
-                cordon_contract::tree::quote(path)
-            )));
-        }
-        if let Some(previous) = entries.last() {
-            if previous.path.as_slice() >= path {
-                return Err(bad(
-                    "not sorted after the entry before it, or the same path",
-                ));
-            }
-        }
-        entries.push(Entry {
-            path: path.to_vec(),
-            oid,
-            mode,
-        });
-        at = end;
+    Ok((version, count, body_end))
+}
+
+/// The entry at `at` of a version `version` index whose body ends at `body_end`, and where the
+/// next one begins; or what is wrong with it (its order among the entries is the caller's).
+fn read_entry(
+    bytes: &[u8],
+    at: usize,
+    body_end: usize,
+    version: u32,
+) -> Result<(Entry, usize), String> {
+    if at + ENTRY_FIXED > body_end {
+        return Err("truncated".to_owned());
     }
+    let raw_mode = be32(bytes, at + 24);
+    let mut oid = [0u8; 20];
+    oid.copy_from_slice(&bytes[at + 40..at + 60]);
+    let flags = be16(bytes, at + 60);
+    let name_at = check_flags(bytes, at + ENTRY_FIXED, body_end, version, flags)?;
+    let nul = bytes[name_at..body_end]
+        .iter()
+        .position(|b| *b == 0)
+        .map(|n| name_at + n)
+        .ok_or_else(|| "a path without its NUL".to_owned())?;
+    let path = &bytes[name_at..nul];
+    let name_length = (flags & FLAG_NAME) as usize;
+    if (name_length < FLAG_NAME as usize && name_length != path.len())
+        || (name_length == FLAG_NAME as usize && path.len() < name_length)
+    {
+        return Err(format!(
+            "name length {name_length} for a {}-byte path",
+            path.len()
+        ));
+    }
+    // 1 to 8 NULs pad the entry to a multiple of 8 bytes.
+    let fixed = name_at - at;
+    let end = at + ((fixed + path.len() + 8) & !7);
+    if end > body_end || bytes[nul..end].iter().any(|b| *b != 0) {
+        return Err("bad padding".to_owned());
+    }
+    let mode = match raw_mode {
+        0o100644 => Mode::File,
+        0o100755 => Mode::Executable,
+        0o120000 => Mode::Link,
+        0o160000 => Mode::Gitlink,
+        other => return Err(format!("mode {other:o}")),
+    };
+    if !valid_path(path) {
+        return Err(format!("path {:?}", cordon_contract::tree::quote(path)));
+    }
+    let entry = Entry {
+        path: path.to_vec(),
+        oid,
+        mode,
+    };
+    Ok((entry, end))
+}
+
+/// An entry's flags (and, in version 3, its extended flags at `name_at`) set nothing cordon
+/// did not seed: no skip-worktree, intent-to-add, assume-unchanged or stage. Where its path
+/// starts.
+fn check_flags(
+    bytes: &[u8],
+    mut name_at: usize,
+    body_end: usize,
+    version: u32,
+    flags: u16,
+) -> Result<usize, String> {
+    if flags & FLAG_EXTENDED != 0 {
+        if version < 3 {
+            return Err("extended flags in a version 2 index".to_owned());
+        }
+        if name_at + 2 > body_end {
+            return Err("truncated".to_owned());
+        }
+        let extended = be16(bytes, name_at);
+        if extended & XFLAG_SKIP_WORKTREE != 0 {
+            return Err("skip-worktree".to_owned());
+        }
+        if extended & XFLAG_INTENT_TO_ADD != 0 {
+            return Err("intent-to-add".to_owned());
+        }
+        if extended != 0 {
+            return Err(format!("extended flags {extended:#06x}"));
+        }
+        name_at += 2;
+    }
+    if flags & FLAG_VALID != 0 {
+        return Err("assume-unchanged".to_owned());
+    }
+    if flags & FLAG_STAGE != 0 {
+        return Err(format!("stage {}", (flags & FLAG_STAGE) >> 12));
+    }
+    Ok(name_at)
+}
+
+/// The extensions after the entries, skipped whole: optional ones only (a required one's
+/// signature starts in lower case, and git itself refuses an index it does not understand).
+fn skip_extensions(bytes: &[u8], mut at: usize, body_end: usize) -> Result<(), String> {
     while at < body_end {
         if at + 8 > body_end {
             return Err(unlike("a truncated extension"));
@@ -215,7 +252,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, String> {
             .filter(|end| *end <= body_end)
             .ok_or_else(|| unlike("an extension longer than the index"))?;
     }
-    Ok(entries)
+    Ok(())
 }
 
 /// A node of base's tree.

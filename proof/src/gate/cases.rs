@@ -568,7 +568,6 @@ fn storage(mut c: Case, s: StorageVariant) -> Case {
     c
 }
 
-/// Every case of the gate.
 /// C0 in the production agent image: the real CLI's `--version` under the init (its interpreter
 /// on the exec allowlist), and the probe layer in that image.
 fn full_agent(phase: Phase) -> Case {
@@ -579,7 +578,41 @@ fn full_agent(phase: Phase) -> Case {
     }
 }
 
+/// Every case of the gate, in the truth table's order.
 pub fn all() -> Vec<Case> {
+    let mut cases = full_cases();
+    for group in [
+        privilege_cases(),
+        isolation_cases(),
+        storage_cases(),
+        process_cases(),
+        other_phase_cases(),
+        probe_layer_cases(),
+        as_root_cases(),
+        egress_cases(),
+    ] {
+        cases.extend(group);
+    }
+    cases.push(hostile_repository_case());
+
+    // Without root, a writable control or input mount changes nothing the agent can do: the
+    // probe rows above carry those protections.
+    for c in cases.iter_mut() {
+        if c.also.is_empty()
+            && matches!(
+                c.removed,
+                Some(Id::ControlReadonly) | Some(Id::InputReadonly)
+            )
+        {
+            c.probe = false;
+        }
+    }
+    cases
+}
+
+/// C0, nothing removed: every phase with the test CLI and with the agent image, Codex in
+/// execute, and execute over storage with a gitlink.
+fn full_cases() -> Vec<Case> {
     let mut cases: Vec<Case> = Phase::ALL
         .iter()
         .map(|p| full(*p, Vendor::Claude, false))
@@ -587,40 +620,40 @@ pub fn all() -> Vec<Case> {
     cases.extend(Phase::ALL.iter().map(|p| full_agent(*p)));
     cases.push(full(Phase::Execute, Vendor::Codex, false));
     cases.push(full(Phase::Execute, Vendor::Claude, true));
+    cases
+}
 
-    for group in [
-        privilege_cases(),
-        isolation_cases(),
-        storage_cases(),
-        process_cases(),
-    ] {
-        cases.extend(group);
-    }
-
-    // The same removals in the other read-only phases (seeds: every read-only phase, and the
-    // metadata in planning, review and execute).
+/// The same removals in the other read-only phases (seeds: every read-only phase, and the
+/// metadata in planning, review and execute).
+fn other_phase_cases() -> Vec<Case> {
     let work_readonly = |phase| {
         planning(case("work-readonly", Id::WorkReadonly, |m, _| {
             m.make_writable(paths::WORK)
         }))
         .with_phase(phase)
     };
-    cases.push(work_readonly(Phase::Questions));
-    cases.push(work_readonly(Phase::Review));
     let metadata = |phase| {
         case("metadata-readonly", Id::MetadataReadonly, |m, _| {
             m.make_writable(paths::METADATA)
         })
         .with_phase(phase)
     };
-    cases.push(metadata(Phase::Planning));
-    cases.push(metadata(Phase::Review));
-    // The read-only work tree too (in execute it is writable, and has its flags from its options).
-    cases.push(
+    vec![
+        work_readonly(Phase::Questions),
+        work_readonly(Phase::Review),
+        metadata(Phase::Planning),
+        metadata(Phase::Review),
+        // The read-only work tree too (in execute it is writable, and has its flags from its
+        // options).
         case("content-noexec", Id::ContentNoexec, |_, _| {})
             .with_phase(Phase::Planning)
             .probe_only(),
-    );
+    ]
+}
+
+/// Probe-layer rows where the removal alone is not what a workload meets: under the init, or
+/// with the metadata where the workload could reach it.
+fn probe_layer_cases() -> Vec<Case> {
     // A writable mount's noexec removed under the init: Landlock alone must refuse the exec (the
     // mapping is no exec and Landlock does not see it).
     let mut landlock_alone = case(
@@ -630,7 +663,6 @@ pub fn all() -> Vec<Case> {
     )
     .probe_only();
     landlock_alone.under_init = true;
-    cases.push(landlock_alone);
     // The metadata inside the writable work tree instead of its own read-only mount: the only
     // way .git could be moved, or hard-linked into the tree.
     let mut unmounted = case(
@@ -643,44 +675,42 @@ pub fn all() -> Vec<Case> {
         },
     );
     unmounted.metadata_in_work = true;
-    cases.push(unmounted);
+    vec![landlock_alone, unmounted]
+}
 
-    // Root-owned files behind a writable mount: only root (with no capability) can write them.
+/// Root-owned files behind a writable mount: only root (with no capability) can write them.
+fn as_root_cases() -> Vec<Case> {
     let with_root = |mut c: Case| {
         c.also.push(Id::NonRootUser);
         c.name = format!("{}+non-root-user", c.name);
         c.probe_only()
     };
-    cases.push(with_root(case(
-        "rootfs-readonly",
-        Id::RootfsReadonly,
-        |m, _| {
+    vec![
+        with_root(case("rootfs-readonly", Id::RootfsReadonly, |m, _| {
             m.host().readonly_rootfs = Some(false);
             m.create.user = Some("0:0".into());
-        },
-    )));
-    cases.push(with_root(case(
-        "control-readonly",
-        Id::ControlReadonly,
-        |m, _| {
+        })),
+        with_root(case("control-readonly", Id::ControlReadonly, |m, _| {
             m.make_writable(paths::CONTROL_DIR);
             m.create.user = Some("0:0".into());
-        },
-    )));
-    cases.push(with_root(case(
-        "input-readonly",
-        Id::InputReadonly,
-        |m, _| {
+        })),
+        with_root(case("input-readonly", Id::InputReadonly, |m, _| {
             m.make_writable(paths::INPUT_DIR);
             m.create.user = Some("0:0".into());
-        },
-    )));
-    // Egress: the proxy told to leave out one rule (its attestation names it), its container
-    // changed after the profile built it, and the agent put on the invocation network itself
-    // (where the gateway, the proxy and the endpoint become reachable directly).
-    for (id, rule) in cordon_contract::egress::PROXY_RULES {
-        cases.push(case(&format!("proxy/{rule}"), id, |_, _| {}).with_phase(Phase::Questions));
-    }
+        })),
+    ]
+}
+
+/// Egress: the proxy told to leave out one rule (its attestation names it), its container
+/// changed after the profile built it, and the agent put on the invocation network itself
+/// (where the gateway, the proxy and the endpoint become reachable directly).
+fn egress_cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = cordon_contract::egress::PROXY_RULES
+        .into_iter()
+        .map(|(id, rule)| {
+            case(&format!("proxy/{rule}"), id, |_, _| {}).with_phase(Phase::Questions)
+        })
+        .collect();
     cases.push(case("proxy-container", Id::ProxyContainer, |m, _| {
         if let Some(egress) = m.egress.as_mut() {
             egress.edit_proxy = Some(|body| {
@@ -698,24 +728,14 @@ pub fn all() -> Vec<Case> {
     .probe_only();
     on_network.egress = true;
     cases.push(on_network);
-    // A repository whose links leave the checkout (what the seeder refuses).
+    cases
+}
+
+/// A repository whose links leave the checkout (what the seeder refuses).
+fn hostile_repository_case() -> Case {
     let mut hostile = case("repo-links", Id::RepoLinks, |_, _| {}).probe_only();
     hostile.hostile = true;
-    cases.push(hostile);
-
-    // Without root, a writable control or input mount changes nothing the agent can do: the
-    // probe rows above carry those protections.
-    for c in cases.iter_mut() {
-        if c.also.is_empty()
-            && matches!(
-                c.removed,
-                Some(Id::ControlReadonly) | Some(Id::InputReadonly)
-            )
-        {
-            c.probe = false;
-        }
-    }
-    cases
+    hostile
 }
 
 #[cfg(test)]

@@ -487,84 +487,9 @@ async fn run_probe_case(
         Err(e) => return row(vec![format!("error: {e}")], e.to_string()),
     };
     let run = async {
-        let allocation = Allocation::new(owner, "gate", storage.storage().allocation.uid)?;
-        let probe_path = cordon_contract::paths::PROBE.to_owned();
-        let uid = allocation.uid;
-        // The probe runs alone in the test image; in the agent image beside the CLI and its
-        // interpreter, as the agent would.
-        let (case_image_id, exec) = if case.agent {
-            case_image(case, env, std::slice::from_ref(&probe_path))?
-        } else {
-            (image_id.to_owned(), vec![probe_path.clone()])
-        };
-        // A gitlink case probes a checked tree: its masks and pins are the check's.
-        let masks = if case.gitlinks {
-            checked_masks(ctl, image_id, &storage, case.phase).await?
-        } else {
-            cordon::audit::Masks::default()
-        };
-        let profile = Profile::new(ProfileSpec {
-            phase: case.phase,
-            vendor: case.vendor,
-            image_id: case_image_id,
-            storage: storage.storage().mounts_for(&allocation),
-            allocation,
-            limits: probe_limits(),
-            command: vec![probe_path.clone(), "all".to_owned()],
-            exec,
-            env: vec![],
-            gitlinks: masks.gitlinks,
-            pins: masks.pins,
-            pin_mounts: false,
-            // Something in the input dir for the probes to try to map executable.
-            input_files: vec![("note.txt".to_owned(), b"probe input\n".to_vec())],
-            landlock_abi: DEFAULT_LANDLOCK_ABI,
-            egress: case_egress(case),
-        })?;
-        let mut prepared = Prepared::new(engine, &profile)?;
-        if let Some(plan) = prepared.egress.as_mut() {
-            plan.fixtures = Some(case_fixtures(env));
-        }
-        match probe::mode(case) {
-            probe::Mode::Init => {}
-            probe::Mode::ProxySkipping(_) => {}
-            probe::Mode::InitSkipping(id) => {
-                prepared.plan.policy.skip = vec![id];
-                if case.under_init {
-                    remove(case, &mut prepared, env);
-                }
-            }
-            probe::Mode::WithoutInit => {
-                // Without the init the probe is the workload from the start: it runs as the ids
-                // the init would switch to, holding nothing the init would drop.
-                prepared.plan.create.user = Some(format!("{uid}:{uid}"));
-                if let Some(host) = prepared.plan.create.host_config.as_mut() {
-                    host.cap_add = None;
-                }
-                remove(case, &mut prepared, env);
-                prepared.plan.create.entrypoint = Some(vec![
-                    probe_path,
-                    "all".to_owned(),
-                    "--without-init".to_owned(),
-                ]);
-            }
-        }
+        let (profile, prepared) = probe_plan(ctl, owner, image_id, env, case, &storage).await?;
         let mut launch = launch::create(ctl, &profile, prepared).await?;
-        let ran = async {
-            // Started past the validator on purpose (a container-level case's removal is in
-            // the read-back); the probes are what this layer judges.
-            if let Some(egress) = launch.egress.as_mut() {
-                launch::egress::start_proxy(engine, egress).await?;
-                let extra = probe_inputs(egress, env)?;
-                launch.add_inputs(profile.input_files(), &extra)?;
-            }
-            launch.start(engine).await?;
-            let code = launch.wait(engine, Duration::from_secs(150)).await?;
-            let output = launch.output(engine).await?;
-            check_proxy_attestation(case, &launch).map_err(Error::Internal)?;
-            Ok::<_, Error>((code, output))
-        }
-        .await;
+        let ran = run_probes(engine, env, case, &profile, &mut launch).await;
         launch.finish(engine).await?;
         ran
     }
@@ -593,6 +518,118 @@ async fn run_probe_case(
         }
         (Err(e), _) | (_, Err(e)) => row(vec![format!("error: {e}")], e.to_string()),
     }
+}
+
+/// What the probe layer of a case launches: the production profile over the case's storage with
+/// cordon-probe as the workload, and the case's removal applied as its mode says.
+async fn probe_plan(
+    ctl: &Controller,
+    owner: &Owner,
+    image_id: &str,
+    env: &GateEnv,
+    case: &Case,
+    storage: &ProbeStorage,
+) -> Result<(Profile, Prepared)> {
+    let allocation = Allocation::new(owner, "gate", storage.storage().allocation.uid)?;
+    let probe_path = cordon_contract::paths::PROBE.to_owned();
+    let uid = allocation.uid;
+    // The probe runs alone in the test image; in the agent image beside the CLI and its
+    // interpreter, as the agent would.
+    let (case_image_id, exec) = if case.agent {
+        case_image(case, env, std::slice::from_ref(&probe_path))?
+    } else {
+        (image_id.to_owned(), vec![probe_path.clone()])
+    };
+    // A gitlink case probes a checked tree: its masks and pins are the check's.
+    let masks = if case.gitlinks {
+        checked_masks(ctl, image_id, storage, case.phase).await?
+    } else {
+        cordon::audit::Masks::default()
+    };
+    let profile = Profile::new(ProfileSpec {
+        phase: case.phase,
+        vendor: case.vendor,
+        image_id: case_image_id,
+        storage: storage.storage().mounts_for(&allocation),
+        allocation,
+        limits: probe_limits(),
+        command: vec![probe_path.clone(), "all".to_owned()],
+        exec,
+        env: vec![],
+        gitlinks: masks.gitlinks,
+        pins: masks.pins,
+        pin_mounts: false,
+        // Something in the input dir for the probes to try to map executable.
+        input_files: vec![("note.txt".to_owned(), b"probe input\n".to_vec())],
+        landlock_abi: DEFAULT_LANDLOCK_ABI,
+        egress: case_egress(case),
+    })?;
+    let mut prepared = Prepared::new(ctl.engine(), &profile)?;
+    if let Some(plan) = prepared.egress.as_mut() {
+        plan.fixtures = Some(case_fixtures(env));
+    }
+    apply_probe_mode(case, &mut prepared, env, uid, probe_path);
+    Ok((profile, prepared))
+}
+
+/// The case's removal as the probe layer meets it: none (under the full init, or a proxy rule
+/// left out), the init told to leave the protection out (and the removal applied too for a row
+/// under the init), or no init at all, the probe starting as the workload would be.
+fn apply_probe_mode(
+    case: &Case,
+    prepared: &mut Prepared,
+    env: &GateEnv,
+    uid: cordon::uids::Uid,
+    probe_path: String,
+) {
+    match probe::mode(case) {
+        probe::Mode::Init => {}
+        probe::Mode::ProxySkipping(_) => {}
+        probe::Mode::InitSkipping(id) => {
+            prepared.plan.policy.skip = vec![id];
+            if case.under_init {
+                remove(case, prepared, env);
+            }
+        }
+        probe::Mode::WithoutInit => {
+            // Without the init the probe is the workload from the start: it runs as the ids
+            // the init would switch to, holding nothing the init would drop.
+            prepared.plan.create.user = Some(format!("{uid}:{uid}"));
+            if let Some(host) = prepared.plan.create.host_config.as_mut() {
+                host.cap_add = None;
+            }
+            remove(case, prepared, env);
+            prepared.plan.create.entrypoint = Some(vec![
+                probe_path,
+                "all".to_owned(),
+                "--without-init".to_owned(),
+            ]);
+        }
+    }
+}
+
+/// Run the probes of a created launch: the proxy first in a case with egress (its addresses
+/// become the egress probe's inputs), then the container to its end; its exit code and output,
+/// once the proxy's attestation is what the case wants.
+async fn run_probes(
+    engine: &cordon::Engine,
+    env: &GateEnv,
+    case: &Case,
+    profile: &Profile,
+    launch: &mut launch::Launch,
+) -> Result<(i64, launch::Output)> {
+    // Started past the validator on purpose (a container-level case's removal is in
+    // the read-back); the probes are what this layer judges.
+    if let Some(egress) = launch.egress.as_mut() {
+        launch::egress::start_proxy(engine, egress).await?;
+        let extra = probe_inputs(egress, env)?;
+        launch.add_inputs(profile.input_files(), &extra)?;
+    }
+    launch.start(engine).await?;
+    let code = launch.wait(engine, Duration::from_secs(150)).await?;
+    let output = launch.output(engine).await?;
+    check_proxy_attestation(case, launch).map_err(Error::Internal)?;
+    Ok((code, output))
 }
 
 fn gate_limits() -> Limits {
@@ -918,40 +955,10 @@ async fn run_validator_init(
         .await;
         let cell = match run {
             Err(e) => result(Layer::Init, vec![format!("error: {e}")], e.to_string()),
-            Ok((code, output)) => match launch.verdict(&output) {
-                InitVerdict::Refused {
-                    check,
-                    expected,
-                    observed,
-                } => result(
-                    Layer::Init,
-                    vec![check.as_str().to_owned()],
-                    format!("exit {code}; expected {expected}; observed {observed}"),
-                ),
-                InitVerdict::Attested { digest_matches, .. } => {
-                    let ran = output.stdout.contains("Claude Code");
-                    if code == 0 && digest_matches && ran {
-                        result(
-                            Layer::Init,
-                            vec![],
-                            format!("attested, workload exit {code}"),
-                        )
-                    } else {
-                        result(
-                            Layer::Init,
-                            vec![format!(
-                                "attested-but-exit-{code}-digest-{digest_matches}-ran-{ran}"
-                            )],
-                            format!("stdout {:?} stderr {:?}", output.stdout, output.stderr),
-                        )
-                    }
-                }
-                other => result(
-                    Layer::Init,
-                    vec![format!("no-verdict (exit {code})")],
-                    format!("{other:?}"),
-                ),
-            },
+            Ok((code, output)) => {
+                let (observed, detail) = init_observed(code, &output, launch.verdict(&output));
+                result(Layer::Init, observed, detail)
+            }
         };
         results.push(cell);
     }
@@ -962,6 +969,43 @@ async fn run_validator_init(
         }
     }
     results
+}
+
+/// What the init layer observed of a started case, and the evidence: the check it refused with;
+/// nothing for an attestation of the policy we wrote whose workload (the CLI's `--version`) ran
+/// and exited 0; anything else named for what it was.
+fn init_observed(
+    code: i64,
+    output: &launch::Output,
+    verdict: InitVerdict,
+) -> (Vec<String>, String) {
+    match verdict {
+        InitVerdict::Refused {
+            check,
+            expected,
+            observed,
+        } => (
+            vec![check.as_str().to_owned()],
+            format!("exit {code}; expected {expected}; observed {observed}"),
+        ),
+        InitVerdict::Attested { digest_matches, .. } => {
+            let ran = output.stdout.contains("Claude Code");
+            if code == 0 && digest_matches && ran {
+                (vec![], format!("attested, workload exit {code}"))
+            } else {
+                (
+                    vec![format!(
+                        "attested-but-exit-{code}-digest-{digest_matches}-ran-{ran}"
+                    )],
+                    format!("stdout {:?} stderr {:?}", output.stdout, output.stderr),
+                )
+            }
+        }
+        other => (
+            vec![format!("no-verdict (exit {code})")],
+            format!("{other:?}"),
+        ),
+    }
 }
 
 /// Where a gate run is: sent as each case starts and as it finishes (cases run in parallel).
