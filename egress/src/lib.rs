@@ -10,6 +10,9 @@
 //! - [`address`]: the deny-by-default classifier of every resolved address.
 //! - [`tls`]: the tunnel's first bytes, a ClientHello naming the CONNECT host.
 //! - [`decide`]: the rules in order: admit a head (no lookup), then check what the name resolved to.
+//! - [`vendor`]: a request to the terminated vendor host: its measured method and path, its
+//!   `Host`, the sentinel as its one credential, the invocation's budgets (the terminator that
+//!   applies them is not built yet).
 //! - [`proxy`]: the runtime that applies them: a unix socket, one task per connection, bounded
 //!   reads and deadlines, the dial, the ClientHello check and the relay with idle and half-close
 //!   timeouts.
@@ -51,6 +54,7 @@ pub mod resolver;
 #[cfg(feature = "proxy")]
 pub mod serve;
 pub mod tls;
+pub mod vendor;
 
 /// Why the proxy refused a request: a stable id, and the status the client gets. Not named
 /// `Refusal`: that is `cordon_contract::Refusal`, a protection's refusal, a different thing.

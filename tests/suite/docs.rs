@@ -82,6 +82,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("proxy::tests::", "../egress/src"),
     ("resolver::tests::", "../egress/src"),
     ("chain::tests::", "../egress/src"),
+    ("vendor::tests::", "../egress/src"),
     ("args::tests::", "../egress/src"),
     ("egress_binary::", "../egress/tests"),
     ("forward::tests::", "../init/src"),
