@@ -13,6 +13,8 @@
 //! - [`vendor`]: a request to the terminated vendor host: its measured method and path, its
 //!   `Host`, the sentinel as its one credential, the invocation's budgets (the terminator that
 //!   applies them is not built yet).
+//! - [`usage`]: the token usage a vendor response reports, read as it streams past, bounded (for
+//!   the record of every vendor call; not read by any runtime yet).
 //! - [`proxy`]: the runtime that applies them: a unix socket, one task per connection, bounded
 //!   reads and deadlines, the dial, the ClientHello check and the relay with idle and half-close
 //!   timeouts.
@@ -54,6 +56,8 @@ pub mod resolver;
 #[cfg(feature = "proxy")]
 pub mod serve;
 pub mod tls;
+#[cfg(feature = "proxy")]
+pub mod usage;
 pub mod vendor;
 
 /// Why the proxy refused a request: a stable id, and the status the client gets. Not named

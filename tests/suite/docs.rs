@@ -83,6 +83,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("resolver::tests::", "../egress/src"),
     ("chain::tests::", "../egress/src"),
     ("vendor::tests::", "../egress/src"),
+    ("usage::tests::", "../egress/src"),
     ("args::tests::", "../egress/src"),
     ("egress_binary::", "../egress/tests"),
     ("forward::tests::", "../init/src"),
