@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use cordon_contract::audit::{Change, CommitFinding, CommitReason, Kind};
@@ -17,7 +16,7 @@ use sha1::{Digest, Sha1};
 use crate::error::{Error, Result};
 use crate::git::{Git, Input};
 
-use super::scratch::object_id;
+use super::scratch::{create_private, object_id};
 use super::special;
 
 /// The ref the commit is made on.
@@ -655,13 +654,7 @@ where
     if spec.changes.is_empty() {
         return Ok(spec.base);
     }
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&stream_path)
-        .map_err(|e| Error::io(format!("creating {}", stream_path.display()), e))?;
+    let file = create_private(&stream_path)?;
     let guard = Remove(stream_path.clone());
     let reference_name = spec.reference.clone();
     let special_paths = special::paths_of(&spec.changes);
@@ -898,13 +891,7 @@ pub async fn fsck_and_bundle(
         .await?;
     let mut from = std::fs::File::open(&tmp)
         .map_err(|e| Error::io(format!("opening {}", tmp.display()), e))?;
-    let mut to = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(out)
-        .map_err(|e| Error::io(format!("creating {}", out.display()), e))?;
+    let mut to = create_private(out)?;
     let copied = std::io::copy(&mut from, &mut to).and_then(|n| to.sync_all().map(|()| n));
     match copied {
         Ok(n) if n == size => {}

@@ -188,13 +188,7 @@ pub fn extract_metadata_bounded(tar: impl Read, into: &Path, limits: Limits) -> 
             return Err(bad(format!("more than {} bytes of content", limits.bytes)));
         }
         bytes += size;
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        let mut file = create_private(&path)?;
         let mut hasher = Sha256::new();
         let mut read = 0u64;
         loop {
@@ -277,18 +271,24 @@ pub fn harden(git_dir: &Path) -> Result<()> {
         remove(&git_dir.join(name))?;
     }
     let path = git_dir.join("config");
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    let mut file = create_private(&path)?;
     file.write_all(CONFIG.as_bytes())
         .map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
 
 /// Remove whatever is at `path` (a directory with all beneath it), without following a link.
+/// A new file of the controller's own, owner read-write only: never one already there, never
+/// through a link at `path`.
+pub(crate) fn create_private(path: &Path) -> Result<std::fs::File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))
+}
+
 fn remove(path: &Path) -> Result<()> {
     let result = match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),

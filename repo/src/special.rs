@@ -205,14 +205,7 @@ async fn gitmodules(git: &Git, scratch: &Path, seen: &Seen) -> Result<Vec<String
 /// Write `bytes` to a new file only the controller reads.
 fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    let mut file = crate::scratch::create_private(path)?;
     file.write_all(bytes)
         .map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
