@@ -28,7 +28,7 @@ pub async fn run(action: EgressAction) -> anyhow::Result<ExitCode> {
             println!("{}", args::USAGE);
             Ok(ExitCode::SUCCESS)
         }
-        Ok(Command::Proxy(args)) => Ok(cordon_egress::serve::serve(args).await),
+        Ok(Command::Proxy(args)) => Ok(cordon_egress::serve::serve(*args).await),
         Err(error) => {
             eprintln!("cordon egress proxy: {error}\n{}", args::USAGE);
             Ok(ExitCode::from(2))

@@ -307,6 +307,8 @@ mod tests {
                 }),
                 unreleased: vec![],
                 timings: Timings::default(),
+                vendor_requests: vec![],
+                vendor_budget_exhausted: None,
                 egress_log: vec![],
                 vendor_log: vec![],
             },

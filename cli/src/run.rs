@@ -85,6 +85,17 @@ pub struct RunArgs {
     /// The proxy's resolver (default: the engine's DNS on the invocation network).
     #[arg(long, value_name = "IP:PORT")]
     resolver: Option<std::net::SocketAddr>,
+    /// With a credential: the most requests the agent may make of its vendor's API host in this
+    /// invocation (the proxy answers 429 `vendor-budget` past it; 2,000 by default).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=cordon_egress::vendor::MAX_BUDGET))]
+    max_requests: Option<u64>,
+    /// With a credential: the most request body bytes sent to the vendor (2 GiB by default).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=cordon_egress::vendor::MAX_BUDGET))]
+    max_request_bytes: Option<u64>,
+    /// With a credential: the most response body bytes taken from the vendor; a response that
+    /// crosses it is cut (2 GiB by default).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=cordon_egress::vendor::MAX_BUDGET))]
+    max_response_bytes: Option<u64>,
     /// Execute and fix: the task's declared file operations (a JSON array, as `cordon audit
     /// check-tree --ops` takes), checked against the tree before the start.
     #[arg(long)]
@@ -332,7 +343,7 @@ fn one_shot(
     allow: Vec<String>,
     agent: Agent,
 ) -> anyhow::Result<cordon::invoke::oneshot::OneShot> {
-    let (egress, vendor_options) = match agent.fake {
+    let (egress, mut vendor_options) = match agent.fake {
         Some(api) => {
             if !args.map.is_empty() || args.resolver.is_some() {
                 anyhow::bail!(
@@ -350,6 +361,7 @@ fn one_shot(
             Default::default(),
         ),
     };
+    vendor_options.budget = budget(&args);
     let attempt = args
         .attempt
         .clone()
@@ -381,6 +393,16 @@ fn one_shot(
         declared_paths: args.paths,
         commit,
     })
+}
+
+/// `--max-requests`, `--max-request-bytes`, `--max-response-bytes` over the defaults.
+fn budget(args: &RunArgs) -> cordon_egress::vendor::Budget {
+    let default = cordon_egress::vendor::Budget::default();
+    cordon_egress::vendor::Budget {
+        requests: args.max_requests.unwrap_or(default.requests),
+        request_bytes: args.max_request_bytes.unwrap_or(default.request_bytes),
+        response_bytes: args.max_response_bytes.unwrap_or(default.response_bytes),
+    }
 }
 
 /// `--commit`'s request (clap makes the identities, message file and bundle come with it): the

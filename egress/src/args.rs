@@ -4,7 +4,8 @@
 //! ```text
 //! cordon-egress proxy --listen unix:PATH [--allow NAME[:PORT]]... [--map NAME=IP:PORT]...
 //!     [--resolver IP:PORT] [--host-address IP]... [--max-tunnels N] [--lifetime-s N]
-//!     [--skip RULE]...
+//!     [--skip RULE]... [--terminate NAME:PORT --vault DIR --credential-header KIND
+//!     [--max-requests N] [--max-request-bytes N] [--max-response-bytes N]]
 //! ```
 //!
 //! A value follows its flag as the next argument or after `=` (`--allow=NAME`); a value never
@@ -19,9 +20,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::allowlist::{Allowlist, Mapping};
+use crate::allowlist::{parse_port, Allowlist, Mapping};
 use crate::decide::{Rule, Rules};
+use crate::host::Name;
 use crate::proxy::Config;
+use crate::vendor::{Budget, CredentialHeader, MAX_BUDGET};
 
 /// The usage text (`--help`, and after a refusal).
 pub const USAGE: &str = "\
@@ -37,7 +40,14 @@ usage: cordon-egress proxy --listen unix:PATH [--allow NAME[:PORT]]... [--map NA
   --max-tunnels N        the most connections at once (32 by default)
   --lifetime-s N         end every tunnel and exit after N seconds (no limit by default)
   --skip RULE            leave out one rule (allowlist, address, sni, method, cname): gate cases
-                         only";
+                         only
+  --terminate NAME:PORT  terminate TLS for this allowed vendor host and check, swap and record
+                         each request (with --vault and --credential-header)
+  --vault DIR            the terminator's inputs: credential, sentinel, leaf.pem, leaf-key.pem,
+                         ca.pem, upstream-ca.pem (optional)
+  --credential-header K  x-api-key or bearer: where the sentinel and the credential travel
+  --max-requests N, --max-request-bytes N, --max-response-bytes N
+                         the invocation's budgets at the terminated host (generous by default)";
 
 /// The most connections a proxy may be told to handle at once.
 pub const MAX_TUNNELS: usize = 4096;
@@ -51,8 +61,8 @@ pub const MAX_SOCKET_PATH: usize = 107;
 pub enum Command {
     /// Print [`USAGE`] and exit 0.
     Help,
-    /// Serve the proxy.
-    Proxy(ProxyArgs),
+    /// Serve the proxy (boxed: the arguments are large beside `Help`).
+    Proxy(Box<ProxyArgs>),
 }
 
 /// `cordon-egress proxy`'s arguments, validated.
@@ -68,6 +78,18 @@ pub struct ProxyArgs {
     pub max_tunnels: usize,
     /// `--lifetime-s`; `None`: no limit.
     pub lifetime: Option<Duration>,
+    /// `--terminate` and what goes with it.
+    pub terminate: Option<TerminateArgs>,
+}
+
+/// The vendor host the proxy terminates, where its inputs are, and the budgets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminateArgs {
+    pub name: Name,
+    pub port: u16,
+    pub vault: PathBuf,
+    pub header: CredentialHeader,
+    pub budget: Budget,
 }
 
 impl ProxyArgs {
@@ -122,7 +144,7 @@ where
 }
 
 /// The flags `proxy` takes; each takes a value.
-const FLAGS: [&str; 8] = [
+const FLAGS: [&str; 14] = [
     "--listen",
     "--allow",
     "--map",
@@ -131,7 +153,111 @@ const FLAGS: [&str; 8] = [
     "--max-tunnels",
     "--lifetime-s",
     "--skip",
+    "--terminate",
+    "--vault",
+    "--credential-header",
+    "--max-requests",
+    "--max-request-bytes",
+    "--max-response-bytes",
 ];
+
+/// What `--terminate` and its companions gave, before they are checked together.
+#[derive(Default)]
+struct Terminating {
+    target: Option<(Name, u16)>,
+    vault: Option<PathBuf>,
+    header: Option<CredentialHeader>,
+    requests: Option<u64>,
+    request_bytes: Option<u64>,
+    response_bytes: Option<u64>,
+}
+
+impl Terminating {
+    /// Take one of its flags; false when `flag` is not one.
+    fn take(&mut self, flag: &str, value: &str) -> Result<bool, ArgError> {
+        let once = |given: bool| {
+            if given {
+                refuse(format!("{flag} given twice"))
+            } else {
+                Ok(())
+            }
+        };
+        match flag {
+            "--terminate" => {
+                once(self.target.is_some())?;
+                let (name, port) = value
+                    .rsplit_once(':')
+                    .ok_or_else(|| ArgError(format!("--terminate {value:?}: takes NAME:PORT")))?;
+                let name = Name::parse(name)
+                    .map_err(|error| ArgError(format!("--terminate {value:?}: {error}")))?;
+                let port = parse_port(port)
+                    .map_err(|error| ArgError(format!("--terminate {value:?}: {error}")))?;
+                self.target = Some((name, port));
+            }
+            "--vault" => {
+                once(self.vault.is_some())?;
+                if !value.starts_with('/') {
+                    return refuse(format!("--vault {value:?}: not an absolute path"));
+                }
+                self.vault = Some(PathBuf::from(value));
+            }
+            "--credential-header" => {
+                once(self.header.is_some())?;
+                self.header = Some(match value {
+                    "x-api-key" => CredentialHeader::ApiKey,
+                    "bearer" => CredentialHeader::Bearer,
+                    _ => {
+                        return refuse(format!(
+                            "--credential-header {value:?}: x-api-key or bearer"
+                        ))
+                    }
+                });
+            }
+            "--max-requests" | "--max-request-bytes" | "--max-response-bytes" => {
+                let slot = match flag {
+                    "--max-requests" => &mut self.requests,
+                    "--max-request-bytes" => &mut self.request_bytes,
+                    _ => &mut self.response_bytes,
+                };
+                once(slot.is_some())?;
+                *slot = Some(count(flag, value, MAX_BUDGET)?);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Checked together: all of target, vault and header, or none of them and no budget; the
+    /// target on the allowlist.
+    fn finish(self, allowlist: &Allowlist) -> Result<Option<TerminateArgs>, ArgError> {
+        let budgets = self.requests.is_some()
+            || self.request_bytes.is_some()
+            || self.response_bytes.is_some();
+        let (target, vault, header) = match (self.target, self.vault, self.header) {
+            (None, None, None) if !budgets => return Ok(None),
+            (Some(target), Some(vault), Some(header)) => (target, vault, header),
+            _ => return refuse(
+                "--terminate, --vault and --credential-header go together (and budgets need them)",
+            ),
+        };
+        let (name, port) = target;
+        if allowlist.check(&name, port).is_err() {
+            return refuse(format!("--terminate {name}:{port}: not on the allowlist"));
+        }
+        let default = Budget::default();
+        Ok(Some(TerminateArgs {
+            name,
+            port,
+            vault,
+            header,
+            budget: Budget {
+                requests: self.requests.unwrap_or(default.requests),
+                request_bytes: self.request_bytes.unwrap_or(default.request_bytes),
+                response_bytes: self.response_bytes.unwrap_or(default.response_bytes),
+            },
+        }))
+    }
+}
 
 fn proxy(mut args: impl Iterator<Item = String>) -> Result<Command, ArgError> {
     let mut listen: Option<PathBuf> = None;
@@ -142,6 +268,7 @@ fn proxy(mut args: impl Iterator<Item = String>) -> Result<Command, ArgError> {
     let mut max_tunnels: Option<usize> = None;
     let mut lifetime: Option<Duration> = None;
     let mut skip: BTreeSet<Rule> = BTreeSet::new();
+    let mut terminating = Terminating::default();
     while let Some(arg) = args.next() {
         if arg == "--help" || arg == "-h" {
             return Ok(Command::Help);
@@ -166,6 +293,9 @@ fn proxy(mut args: impl Iterator<Item = String>) -> Result<Command, ArgError> {
                 _ => return refuse(format!("{flag} needs a value")),
             },
         };
+        if terminating.take(&flag, &value)? {
+            continue;
+        }
         let once = |given: bool| {
             if given {
                 refuse(format!("{flag} given twice"))
@@ -221,7 +351,8 @@ fn proxy(mut args: impl Iterator<Item = String>) -> Result<Command, ArgError> {
     let socket = listen.ok_or_else(|| ArgError("--listen unix:PATH is required".into()))?;
     let allowlist =
         Allowlist::parse(&allow).map_err(|error| ArgError(format!("--allow: {error}")))?;
-    Ok(Command::Proxy(ProxyArgs {
+    let terminate = terminating.finish(&allowlist)?;
+    Ok(Command::Proxy(Box::new(ProxyArgs {
         socket,
         rules: Rules {
             allowlist,
@@ -232,7 +363,8 @@ fn proxy(mut args: impl Iterator<Item = String>) -> Result<Command, ArgError> {
         resolver,
         max_tunnels: max_tunnels.unwrap_or_else(|| Config::default().max_tunnels),
         lifetime,
-    }))
+        terminate,
+    })))
 }
 
 /// `unix:PATH`, the path non-empty and short enough for a socket address.
@@ -287,7 +419,7 @@ mod tests {
         let mut all = vec!["proxy", "--listen", "unix:/run/e.sock"];
         all.extend_from_slice(args);
         match parse(all) {
-            Ok(Command::Proxy(args)) => args,
+            Ok(Command::Proxy(args)) => *args,
             other => panic!("{args:?}: {other:?}"),
         }
     }
@@ -384,7 +516,7 @@ mod tests {
         // The flags may come in any order, --listen last too.
         assert!(matches!(
             parse(["proxy", "--allow", "a.test", "--listen", "unix:rel.sock"]),
-            Ok(Command::Proxy(ProxyArgs { socket, .. })) if socket == Path::new("rel.sock")
+            Ok(Command::Proxy(args)) if args.socket == Path::new("rel.sock")
         ));
     }
 

@@ -25,6 +25,15 @@
 //!   `max_tunnels`: 503, target `null`), [`HEAD_TIMEOUT`] (no whole head in time: closed, status
 //!   `null`), [`CLOSED`] (the client closed before its head ended, or before the 200: status
 //!   `null`), [`SHUTDOWN`] (the proxy shut down before the tunnel ran: status `null`).
+//!   The attestation also carries `"terminate"`: `null`, or, when the proxy terminates its vendor
+//!   host, `{"target":"name:port","header":"x-api-key"|"bearer","ca_sha256":HEX,"budget":{"requests":N,"request_bytes":N,"response_bytes":N},"routes":["METHOD PATH",...]}`.
+//! - Once per connection to the terminated vendor host:
+//!   `{"egress":"terminated","target":"name:port","dialed":"ip:port","calls":N,"error":TEXT|null}`.
+//! - Once per request to the terminated vendor host ([`crate::terminate::Call`]):
+//!   `{"egress":"vendor","method":M,"path":PATH,"status":N,"request_bytes":N,"response_bytes":N,"duration_ms":N,"model":TEXT|null,"usage":{...}|null,"refusal":ID|null,"budget":SPEND|null}`
+//!   with `PATH` the path alone (never the query), `usage` the token counts the response
+//!   reported, `refusal` a `vendor-*` id when cordon refused the request, `budget` the budget
+//!   that refused it or cut its response.
 //! - Once, last, when the proxy stops on a signal or at the end of its lifetime:
 //!   `{"egress":"stopped","by":"sigterm"|"sigint"|"lifetime"}`.
 
@@ -35,6 +44,8 @@ use serde::Serialize;
 
 use crate::decide::Rule;
 use crate::proxy::{Config, Outcome, Report};
+use crate::terminate::Call;
+use crate::vendor::{CredentialHeader, VENDOR_ROUTES};
 use crate::Rejection;
 
 /// The tunnel's first bytes were not a ClientHello naming the CONNECT host.
@@ -60,6 +71,39 @@ struct Listening<'a> {
     host_addresses: Vec<String>,
     max_tunnels: usize,
     skipped: Vec<&'static str>,
+    terminate: Option<Terminating>,
+}
+
+#[derive(Serialize)]
+struct Terminating {
+    target: String,
+    header: &'static str,
+    ca_sha256: String,
+    budget: BudgetLine,
+    routes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct BudgetLine {
+    requests: u64,
+    request_bytes: u64,
+    response_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct Terminated {
+    egress: &'static str,
+    target: Option<String>,
+    dialed: Option<String>,
+    calls: u64,
+    error: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Vendor<'a> {
+    egress: &'static str,
+    #[serde(flatten)]
+    call: &'a Call,
 }
 
 #[derive(Serialize)]
@@ -113,6 +157,34 @@ pub fn listening(socket: &Path, config: &Config, resolver: Option<SocketAddr>) -
             .filter(|rule| rules.skips(*rule))
             .map(Rule::as_str)
             .collect(),
+        terminate: config.terminate.as_ref().map(|t| {
+            let budget = t.budget();
+            Terminating {
+                target: format!("{}:{}", t.name, t.port),
+                header: match t.header() {
+                    CredentialHeader::ApiKey => "x-api-key",
+                    CredentialHeader::Bearer => "bearer",
+                },
+                ca_sha256: t.ca_sha256.clone(),
+                budget: BudgetLine {
+                    requests: budget.requests,
+                    request_bytes: budget.request_bytes,
+                    response_bytes: budget.response_bytes,
+                },
+                routes: VENDOR_ROUTES
+                    .iter()
+                    .map(|r| format!("{} {}", r.method, r.path))
+                    .collect(),
+            }
+        }),
+    })
+}
+
+/// The line for one request to the terminated vendor host.
+pub fn vendor_call(call: &Call) -> String {
+    line(&Vendor {
+        egress: "vendor",
+        call,
     })
 }
 
@@ -120,6 +192,15 @@ pub fn listening(socket: &Path, config: &Config, resolver: Option<SocketAddr>) -
 pub fn connection(report: &Report) -> String {
     let target = report.target.as_ref().map(ToString::to_string);
     let (id, status, reason): (&'static str, Option<u16>, String) = match &report.outcome {
+        Outcome::Terminated { calls, error } => {
+            return line(&Terminated {
+                egress: "terminated",
+                target,
+                dialed: report.dialed.map(|d| d.to_string()),
+                calls: *calls,
+                error: *error,
+            })
+        }
         Outcome::Relayed { up, down, end } => {
             return line(&Tunnel {
                 egress: "tunnel",
@@ -253,6 +334,7 @@ mod tests {
                 "host_addresses": ["172.17.0.1", "fd00::1"],
                 "max_tunnels": 32,
                 "skipped": ["allowlist", "sni", "method"],
+                "terminate": null,
             })
         );
         assert_eq!(
@@ -265,15 +347,94 @@ mod tests {
                 "resolver",
                 "host_addresses",
                 "max_tunnels",
-                "skipped"
+                "skipped",
+                "terminate"
             ]
         );
         let bare = listening(Path::new("/s"), &Config::default(), None);
         assert_eq!(
             parse(&bare),
             json!({"egress": "listening", "socket": "/s", "allow": [], "map": [],
-                   "resolver": null, "host_addresses": [], "max_tunnels": 32, "skipped": []})
+                   "resolver": null, "host_addresses": [], "max_tunnels": 32, "skipped": [],
+                   "terminate": null})
         );
+    }
+
+    #[test]
+    fn a_terminating_proxy_attests_its_host_ca_budgets_and_routes_and_logs_each_call() {
+        use crate::terminate::{client_config, server_config, Call, Key, Terminator};
+        use crate::usage::Usage;
+        use crate::vault::Termination;
+        use crate::vendor::{Budget, CredentialHeader};
+        let ca = cordon_fake_vendor::ca::generate(&["api.anthropic.com"]).unwrap();
+        let terminator = Terminator::new(
+            "api.anthropic.com",
+            CredentialHeader::Bearer,
+            "sk-ant-oat01-sentinelAA".into(),
+            Key::new("sk-real".into()).unwrap(),
+            Budget {
+                requests: 3,
+                request_bytes: 4,
+                response_bytes: 5,
+            },
+            server_config(ca.cert_pem.as_bytes(), ca.key_pem.as_bytes()).unwrap(),
+            client_config(None).unwrap(),
+        );
+        let mut config = Config::default();
+        config.terminate = Some(Termination {
+            name: Name::parse("api.anthropic.com").unwrap(),
+            port: 443,
+            ca_sha256: "ab".repeat(32),
+            terminator: std::sync::Arc::new(terminator),
+        });
+        let text = listening(Path::new("/s"), &config, None);
+        assert_eq!(
+            parse(&text)["terminate"],
+            json!({"target": "api.anthropic.com:443", "header": "bearer",
+                   "ca_sha256": "ab".repeat(32),
+                   "budget": {"requests": 3, "request_bytes": 4, "response_bytes": 5},
+                   "routes": ["POST /v1/messages", "POST /v1/messages/count_tokens",
+                              "GET /api/claude_code/settings", "GET /api/claude_code/policy_limits"]})
+        );
+        assert!(
+            !text.contains("sk-real") && !text.contains("sentinel"),
+            "{text}"
+        );
+        let call = Call {
+            method: "POST".into(),
+            path: "/v1/messages".into(),
+            status: 200,
+            request_bytes: 10,
+            response_bytes: 20,
+            duration_ms: 3,
+            model: Some("claude-x".into()),
+            usage: Some(Usage {
+                input_tokens: Some(7),
+                output_tokens: Some(8),
+                ..Usage::default()
+            }),
+            refusal: None,
+            budget: None,
+        };
+        let line = vendor_call(&call);
+        assert_eq!(
+            keys(&line),
+            [
+                "egress",
+                "method",
+                "path",
+                "status",
+                "request_bytes",
+                "response_bytes",
+                "duration_ms",
+                "model",
+                "usage",
+                "refusal",
+                "budget"
+            ]
+        );
+        assert_eq!(parse(&line)["egress"], "vendor");
+        assert_eq!(parse(&line)["usage"]["input_tokens"], 7);
     }
 
     #[test]

@@ -18,6 +18,9 @@
 //! - [`proxy`]: the runtime that applies them: a unix socket, one task per connection, bounded
 //!   reads and deadlines, the dial, the ClientHello check and the relay with idle and half-close
 //!   timeouts.
+//! - [`terminate`]: the TLS terminator for the vendor host: HTTP/1.1 (hyper) held to [`vendor`]'s
+//!   rules and budgets, the sentinel swapped for the key, the response streamed back counted and
+//!   read for [`usage`], one record per call (not wired into [`proxy`] yet).
 //! - [`resolver`]: the proxy's resolver: one configured upstream, no system configuration, no
 //!   search list, nothing cached (each CONNECT dials exactly what its one answer gave), the
 //!   admitted name its only query.
@@ -25,6 +28,9 @@
 //!   of a CNAME chain the same answer contains).
 //! - [`args`]: the `cordon-egress` binary's arguments, parsed by hand and validated by the parsers
 //!   above.
+//! - [`vault`]: the terminator's inputs, read once at start from the directory the controller
+//!   filled (the credential among them), each a bounded regular file opened without following a
+//!   link.
 //! - [`journal`]: the binary's log lines (JSON, one per line, in a stable shape): the attestation,
 //!   one line per connection, the stop.
 //!
@@ -55,9 +61,13 @@ pub mod proxy;
 pub mod resolver;
 #[cfg(feature = "proxy")]
 pub mod serve;
+#[cfg(feature = "proxy")]
+pub mod terminate;
 pub mod tls;
 #[cfg(feature = "proxy")]
 pub mod usage;
+#[cfg(feature = "proxy")]
+pub mod vault;
 pub mod vendor;
 
 /// Why the proxy refused a request: a stable id, and the status the client gets. Not named

@@ -21,7 +21,7 @@ fn main() -> ExitCode {
             emit(args::USAGE);
             return ExitCode::SUCCESS;
         }
-        Ok(Command::Proxy(args)) => args,
+        Ok(Command::Proxy(args)) => *args,
         Err(error) => {
             eprintln!("cordon-egress: {error}\n{}", args::USAGE);
             return ExitCode::from(2);

@@ -42,7 +42,9 @@ use crate::address::{check_answer, classify, Class};
 use crate::decide::{self, Admitted, Rule, Rules};
 use crate::head::{self, Connect, HEAD_DEADLINE, MAX_HEAD};
 use crate::host::Name;
+use crate::terminate::Call;
 use crate::tls::{self, Hello, MAX_RECORD};
+use crate::vault::Termination;
 use crate::Rejection;
 
 /// How long a dial of one address may take.
@@ -72,6 +74,9 @@ pub struct Config {
     pub hello_deadline: Duration,
     /// How long a dial of one address may take.
     pub connect_timeout: Duration,
+    /// The vendor host this proxy terminates ([`crate::terminate`]), when it holds a credential:
+    /// a CONNECT to it is never an opaque tunnel.
+    pub terminate: Option<Termination>,
 }
 
 impl Config {
@@ -85,6 +90,7 @@ impl Config {
             head_deadline: HEAD_DEADLINE,
             hello_deadline: Duration::from_secs(10),
             connect_timeout: CONNECT_TIMEOUT,
+            terminate: None,
         }
     }
 }
@@ -159,6 +165,12 @@ pub enum Outcome {
     UpstreamFailed,
     /// The tunnel ran: `up` bytes client to upstream (the ClientHello included), `down` back.
     Relayed { up: u64, down: u64, end: End },
+    /// The terminated vendor host served `calls` requests (each reported on its own); `error`
+    /// names what ended the connection early, if anything did.
+    Terminated {
+        calls: u64,
+        error: Option<&'static str>,
+    },
     /// Over [`Config::max_tunnels`]: answered 503, nothing read.
     Busy,
     /// The proxy shut down before the tunnel ran: closed.
@@ -196,6 +208,8 @@ pub trait Observe: Send + Sync {
     fn listening(&self, _path: &Path) {}
     /// One connection ended.
     fn ended(&self, _report: &Report) {}
+    /// One request to the terminated vendor host ended.
+    fn vendor_call(&self, _call: &Call) {}
 }
 
 /// An [`Observe`] that ignores everything (what [`serve_unix`] uses).
@@ -276,7 +290,7 @@ pub async fn serve_unix_with(
                 let resolver = resolver.clone();
                 let stop = Stop(Some(stopped.clone()));
                 tasks.spawn(async move {
-                    let report = run(stream, &config, &*resolver, stop).await;
+                    let report = run(stream, &config, &*resolver, stop, observer.clone()).await;
                     tracing::debug!(outcome = ?report.outcome, "egress connection ended");
                     observer.ended(&report);
                     drop(permit);
@@ -335,35 +349,75 @@ fn remove_stale_socket(path: &Path) -> io::Result<()> {
     }
 }
 
+/// What a client stream must be: the terminator owns it for the connection's life.
+pub trait Client: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Client for S {}
+
 /// Handle one client connection, start to end.
-pub async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
-    client: S,
-    config: &Config,
-    resolver: &dyn Resolve,
-) -> Outcome {
+pub async fn handle<S: Client>(client: S, config: &Config, resolver: &dyn Resolve) -> Outcome {
     handle_reported(client, config, resolver).await.outcome
 }
 
 /// Handle one client connection, start to end, and tell what its log line shows.
-pub async fn handle_reported<S: AsyncRead + AsyncWrite + Unpin>(
+pub async fn handle_reported<S: Client>(
     client: S,
     config: &Config,
     resolver: &dyn Resolve,
 ) -> Report {
-    run(client, config, resolver, Stop(None)).await
+    run(client, config, resolver, Stop(None), Arc::new(Silent)).await
 }
 
-async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+async fn run<S: Client>(
     mut client: S,
     config: &Config,
     resolver: &dyn Resolve,
     mut stop: Stop,
+    observer: Arc<dyn Observe>,
 ) -> Report {
     let mut report = Report::new(Outcome::ClosedBeforeHead);
     report.outcome = match steps(&mut client, config, resolver, &mut stop, &mut report).await {
-        Ok(outcome) | Err(outcome) => outcome,
+        Ok(Next::Done(outcome)) | Err(outcome) => outcome,
+        Ok(Next::Terminate {
+            termination,
+            first,
+            upstream,
+        }) => terminate(client, first, upstream, termination, &mut stop, observer).await,
     };
     report
+}
+
+/// What follows the ClientHello: the tunnel ran already, or the terminator takes the connection.
+enum Next {
+    Done(Outcome),
+    Terminate {
+        termination: Termination,
+        first: Vec<u8>,
+        upstream: TcpStream,
+    },
+}
+
+/// Serve the terminated vendor host on this connection until it ends or the proxy stops; each
+/// request is reported to `observer` as it ends.
+async fn terminate<S: Client>(
+    client: S,
+    first: Vec<u8>,
+    upstream: TcpStream,
+    termination: Termination,
+    stop: &mut Stop,
+    observer: Arc<dyn Observe>,
+) -> Outcome {
+    let record: Arc<dyn Fn(Call) + Send + Sync> = Arc::new(move |call| observer.vendor_call(&call));
+    let served = crate::terminate::serve(
+        client,
+        first,
+        upstream,
+        termination.terminator.clone(),
+        record,
+    );
+    tokio::select! {
+        served = served => Outcome::Terminated { calls: served.calls, error: served.error },
+        () = stop.fired() => Outcome::Terminated { calls: 0, error: Some("shutdown") },
+    }
 }
 
 /// The steps of [`handle`]: the outcome, and on the way what `report` shows. A step that ends
@@ -374,7 +428,7 @@ async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
     resolver: &dyn Resolve,
     stop: &mut Stop,
     report: &mut Report,
-) -> Result<Outcome, Outcome> {
+) -> Result<Next, Outcome> {
     // 1. The head.
     let head = head_step(client, config, stop).await?;
 
@@ -407,23 +461,37 @@ async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
 
     // 5. The ClientHello.
     let first = client_hello(client, config, stop, &admitted).await?;
+
+    // 6. The terminated vendor host: never an opaque tunnel.
+    if let Some(termination) = config
+        .terminate
+        .as_ref()
+        .filter(|t| t.is(admitted.name(), admitted.port()))
+    {
+        tracing::info!(name = %admitted.name(), port = admitted.port(), "egress terminated");
+        return Ok(Next::Terminate {
+            termination: termination.clone(),
+            first,
+            upstream,
+        });
+    }
     tracing::info!(name = %admitted.name(), port = admitted.port(), "egress tunnel");
 
-    // 6. The relay.
+    // 7. The relay.
     let mut upstream = upstream;
     if upstream.write_all(&first).await.is_err() {
-        return Ok(Outcome::Relayed {
+        return Ok(Next::Done(Outcome::Relayed {
             up: 0,
             down: 0,
             end: End::Error,
-        });
+        }));
     }
     let (up, down, end) = relay(client, &mut upstream, config.idle, config.half_close, stop).await;
-    Ok(Outcome::Relayed {
+    Ok(Next::Done(Outcome::Relayed {
         up: up + first.len() as u64,
         down,
         end,
-    })
+    }))
 }
 
 /// Step 1: the head, read within its deadline.

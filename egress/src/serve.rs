@@ -18,6 +18,7 @@ use crate::decide::Rule;
 use crate::journal;
 use crate::proxy::{self, Config, NoResolver, Observe, Report, Resolve};
 use crate::resolver::UpstreamResolver;
+use crate::terminate::Call;
 
 /// Serve until stopped: 0 when stopped, 1 when it could not serve.
 pub async fn serve(args: ProxyArgs) -> ExitCode {
@@ -50,7 +51,19 @@ pub async fn serve(args: ProxyArgs) -> ExitCode {
         };
         let _ = stopped_by.set(by);
     };
-    let config = Arc::new(args.config());
+    let mut config = args.config();
+    if let Some(terminate) = &args.terminate {
+        // A vault that cannot be read stops the proxy before it attests: the host then starts
+        // nothing of the agent's.
+        match crate::vault::load(terminate) {
+            Ok(termination) => config.terminate = Some(termination),
+            Err(error) => {
+                eprintln!("cordon-egress: the vault: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let config = Arc::new(config);
     let observer = Arc::new(Lines {
         config: config.clone(),
         resolver: args.resolver,
@@ -93,6 +106,10 @@ impl Observe for Lines {
 
     fn ended(&self, report: &Report) {
         emit(&journal::connection(report));
+    }
+
+    fn vendor_call(&self, call: &Call) {
+        emit(&journal::vendor_call(call));
     }
 }
 

@@ -266,12 +266,33 @@ impl Spend {
     }
 }
 
+/// The most any one budget may be set to (far past what a day of requests spends).
+pub const MAX_BUDGET: u64 = 1 << 50;
+
 /// An invocation's budgets for the vendor host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     pub requests: u64,
     pub request_bytes: u64,
     pub response_bytes: u64,
+}
+
+impl Budget {
+    /// Each budget from 1 to [`MAX_BUDGET`].
+    pub fn check(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("requests", self.requests),
+            ("request bytes", self.request_bytes),
+            ("response bytes", self.response_bytes),
+        ] {
+            if !(1..=MAX_BUDGET).contains(&value) {
+                return Err(format!(
+                    "the {name} budget {value} is not from 1 to {MAX_BUDGET}"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for Budget {

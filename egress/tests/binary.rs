@@ -133,6 +133,7 @@ fn the_binary_attests_logs_a_refusal_and_stops_on_sigterm() {
             "socket": socket.to_str().unwrap(),
             "allow": ["fake.vendor.test:443"],
             "map": ["fake.vendor.test=127.0.0.1:9"],
+            "terminate": null,
             "resolver": null,
             "host_addresses": ["172.17.0.1"],
             "max_tunnels": 4,
@@ -258,4 +259,62 @@ fn a_socket_that_cannot_be_bound_exits_1() {
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     assert_eq!(std::fs::read(scratch.socket()).unwrap(), b"keep");
+}
+
+/// Asked to terminate a host, the binary reads its vault before it listens: a vault missing a
+/// file exits 1 with no attestation (the host then starts nothing of the agent's); a whole vault
+/// attests the host, the CA's fingerprint and the budgets, and never prints the key.
+#[test]
+fn a_vault_is_read_before_the_attestation_and_a_bad_one_exits_1() {
+    let mut scratch = Scratch::new("vault");
+    let vault = scratch.dir.join("vault");
+    std::fs::create_dir(&vault).unwrap();
+    let ca = cordon_fake_vendor::ca::generate(&["fake.vendor.test"]).unwrap();
+    for (name, bytes) in [
+        ("credential", &b"sk-the-real-key"[..]),
+        ("sentinel", b"sk-ant-api03-sentinelAA"),
+        ("leaf.pem", ca.cert_pem.as_bytes()),
+        ("leaf-key.pem", ca.key_pem.as_bytes()),
+    ] {
+        std::fs::write(vault.join(name), bytes).unwrap();
+    }
+    let args = [
+        "--allow",
+        "fake.vendor.test",
+        "--terminate",
+        "fake.vendor.test:443",
+        "--vault",
+        vault.to_str().unwrap(),
+        "--credential-header",
+        "x-api-key",
+        "--max-requests",
+        "7",
+    ];
+    let listen = format!("unix:{}", scratch.socket().display());
+    // No ca.pem: refused, nothing attested, the key not shown.
+    let out = Command::new(BIN)
+        .args(["proxy", "--listen", listen.as_str()])
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ca.pem") && !stderr.contains("sk-the-real-key"),
+        "{stderr}"
+    );
+    assert!(!scratch.socket().exists());
+    // Whole: the attestation names what it terminates.
+    std::fs::write(vault.join("ca.pem"), ca.ca_pem.as_bytes()).unwrap();
+    let lines = scratch.start(&args);
+    let attested = next(&lines);
+    let terminate = &attested["terminate"];
+    assert_eq!(terminate["target"], "fake.vendor.test:443");
+    assert_eq!(terminate["header"], "x-api-key");
+    assert_eq!(terminate["budget"]["requests"], 7);
+    assert_eq!(terminate["ca_sha256"].as_str().map(str::len), Some(64));
+    assert!(!attested.to_string().contains("sk-the-real-key"));
+    scratch.signal(Signal::SIGTERM);
+    assert!(scratch.wait().success());
 }

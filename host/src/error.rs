@@ -132,6 +132,11 @@ pub enum Error {
          more than the {max} an egress proxy can be told never to dial"
     )]
     TooManyHostAddresses { count: usize, max: usize },
+    /// The vendor credential cannot be kept out of the agent: its API host is not one the proxy
+    /// can terminate, the invocation's CA or leaf could not be made, or the proxy did not attest
+    /// terminating exactly that host with that CA. Nothing of the agent's ran.
+    #[error("the vendor credential cannot be kept out of the agent: {0}")]
+    Custody(String),
 }
 
 /// `reason "path" (detail)` for one finding of a refusal.
@@ -239,6 +244,7 @@ impl Error {
             Error::CommitScratchFull(_) => "commit-scratch-full",
             Error::BundleTooLarge(_) => "bundle-too-large",
             Error::TooManyHostAddresses { .. } => "egress-host-addresses",
+            Error::Custody(_) => "vendor-custody",
         }
     }
 

@@ -68,11 +68,14 @@ pub enum Kind {
     Vendor,
     /// The scripted DNS server on an invocation network (tests, the gate).
     Resolver,
+    /// An invocation's proxy's own inputs (the vendor credential, the terminator's leaf and key):
+    /// mounted by the proxy and the loader only, never by the agent.
+    Vault,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::Agent,
         Kind::Keeper,
         Kind::Loader,
@@ -87,6 +90,7 @@ impl Kind {
         Kind::Proxy,
         Kind::Vendor,
         Kind::Resolver,
+        Kind::Vault,
     ];
 
     /// The kind a label value names.
@@ -110,6 +114,7 @@ impl Kind {
             Kind::Proxy => "proxy",
             Kind::Vendor => "vendor",
             Kind::Resolver => "resolver",
+            Kind::Vault => "vault",
         }
     }
 }

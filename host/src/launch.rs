@@ -40,6 +40,8 @@ pub struct Prepared {
     pub max_output: usize,
     /// The invocation's network and proxy (and the gate's fixtures on it), when it has egress.
     pub egress: Option<egress::EgressPlan>,
+    /// The proxy's vault, when it terminates the vendor host (set by the invocation).
+    pub vault: Option<crate::custody::VaultTar>,
 }
 
 impl Prepared {
@@ -53,6 +55,7 @@ impl Prepared {
             egress: profile
                 .egress()
                 .map(|spec| egress::EgressPlan::new(profile.allocation(), spec.clone())),
+            vault: None,
         })
     }
 }
@@ -337,7 +340,10 @@ pub async fn create_into(
             let capture = attach(engine, &id, max_output).await?;
             Ok::<_, Error>((id, refusals, capture, create_ms, validate_ms))
         };
-        let egress_volume = specs.get(&Kind::Egress).cloned().unwrap_or_default();
+        let proxy_volumes = crate::profile::egress::ProxyVolumes {
+            egress: specs.get(&Kind::Egress).cloned().unwrap_or_default(),
+            vault: specs.get(&Kind::Vault).cloned(),
+        };
         let lifetime = profile.limits().deadline + profile.limits().grace;
         let network = async {
             match prepared.egress {
@@ -347,7 +353,7 @@ pub async fn create_into(
                     profile.allocation(),
                     profile.image_id(),
                     plan,
-                    &egress_volume,
+                    &proxy_volumes,
                     lifetime,
                     &record,
                 )
@@ -364,7 +370,7 @@ pub async fn create_into(
         drop(names);
         timings.create_ms = create_ms;
         timings.validate_ms = validate_ms;
-        let uploads = Uploads::new(&policy_bytes, &inputs)?;
+        let uploads = Uploads::new(&policy_bytes, &inputs)?.with_vault(prepared.vault);
         Ok::<_, Error>((id, refusals, capture, (loader, uploads), made_egress))
     }
     .await;
@@ -444,8 +450,11 @@ impl Launch {
             ctl.check_not_retired(allocation)?;
         }
         let t = Instant::now();
-        // The proxy first: the agent's forwarder connects to its socket per connection, and the
-        // probes' first CONNECT comes right after the init attests.
+        // The proxy first (its vault before it): the agent's forwarder connects to its socket
+        // per connection, and the probes' first CONNECT comes right after the init attests.
+        if let Some((loader, uploads)) = self.loading.as_mut() {
+            volumes::deliver_vault(engine, loader, uploads).await?;
+        }
         if let Some(egress) = self.egress.as_mut() {
             egress::start_proxy(engine, egress).await?;
         }

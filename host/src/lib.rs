@@ -32,6 +32,7 @@ pub mod archive;
 pub mod audit;
 pub mod caller_file;
 pub mod controller;
+pub mod custody;
 pub mod engine;
 pub mod error;
 pub mod image;

@@ -15,8 +15,9 @@ use crate::error::{Error, Result};
 
 /// The lowest uid cordon ever uses: above every conventional account and nobody (65534).
 pub const MIN_UID: u32 = 65_536;
-/// The highest: a tar header's 7 octal digits (the seeder writes the uid into every entry).
-pub const MAX_UID: u32 = 0o7_777_777;
+/// The highest: one below a tar header's 7 octal digits (the seeder writes the uid into every
+/// entry), so the proxy's, one above, fits there too.
+pub const MAX_UID: u32 = 0o7_777_776;
 
 /// A uid of a storage allocation (never 0, within [`MIN_UID`]..=[`MAX_UID`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -37,6 +38,13 @@ impl Uid {
 
     pub fn get(self) -> u32 {
         self.0
+    }
+
+    /// The uid the allocation's egress proxy runs as: the next one, which [`pick`] keeps free with
+    /// this one (a proxy never shares the agent's uid: its vault, its kernel counters). At most
+    /// `MAX_UID + 1`, still within a tar header.
+    pub fn proxy(self) -> u32 {
+        self.0 + 1
     }
 }
 
@@ -223,20 +231,23 @@ fn known_to_nss(id: u32) -> bool {
     }
 }
 
-/// A uid for a new storage allocation: in `range`, known to no host account, not in `used` (the
-/// uids live cordon objects carry). Checked again right after the first create.
+/// A uid for a new storage allocation: an even one in `range` whose successor (its proxy's,
+/// [`Uid::proxy`]) is in `range` too, both known to no host account, and neither they nor the
+/// uid below (an older allocation's, whose proxy takes the next) in `used` (the uids live cordon
+/// objects carry). Checked again right after the first create.
 pub fn pick(range: &UidRange, used: &BTreeSet<u32>) -> Result<Uid> {
     range.check()?;
     check_against_host(range)?;
     let span = u64::from(range.last - range.first) + 1;
+    let free = |uid: u32| range.contains(uid) && !used.contains(&uid) && !known_to_nss(uid);
     for _ in 0..64 {
         let random = u64::from_le_bytes(
             uuid::Uuid::new_v4().as_bytes()[..8]
                 .try_into()
                 .unwrap_or([0; 8]),
         );
-        let candidate = range.first + (random % span) as u32;
-        if range.contains(candidate) && !used.contains(&candidate) && !known_to_nss(candidate) {
+        let candidate = (range.first + (random % span) as u32) & !1;
+        if free(candidate) && free(candidate + 1) && !used.contains(&candidate.saturating_sub(1)) {
             return Uid::new(candidate);
         }
     }

@@ -195,6 +195,7 @@ impl Setup<'_> {
             mapped: vec![VENDOR_HOST.to_owned()],
             dns: None,
             image: None,
+            api_key_sha256: None,
         });
         let mut launch = launch::create(self.ctl, &profile, prepared).await?;
         let ready = async {

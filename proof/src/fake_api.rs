@@ -1,8 +1,9 @@
 //! The fake Messages API standing in for the vendor's real API host, so the real CLI runs a whole
 //! session without a credential and without a packet leaving the machine: a fresh test CA, the
 //! fake vendor on the invocation's network (an internal one: no route off the machine) mapped by
-//! the proxy as the API host, the CLI trusting the CA through `NODE_EXTRA_CA_CERTS`, and an API
-//! key the fake accepts. `cordon run --fake-vendor`, the real-CLI suite, the gate and the bench
+//! the proxy as the API host, the proxy trusting the CA for its upstream (the CLI trusts only the
+//! invocation's own CA, for the proxy's leaf), and an API key the fake accepts: fresh per
+//! [`fake_api`], held by the proxy alone (the CLI holds a sentinel, which the fake answers 401). `cordon run --fake-vendor`, the real-CLI suite, the gate and the bench
 //! use it.
 
 use cordon_contract::Vendor;
@@ -11,8 +12,8 @@ use cordon::error::{Error, Result};
 use cordon::invoke::{default_allowlist, Credential, CredentialKind, EgressOptions, VendorOptions};
 use cordon::launch::egress::Fixtures;
 
-/// The API key the CLI sends to the fake (any value would do; this one says what it is).
-pub const FAKE_API_KEY: &str = "cordon-fake-vendor-key";
+/// What every fake API key starts with (the rest is fresh per [`fake_api`]).
+pub const FAKE_API_KEY_PREFIX: &str = "cordon-fake-vendor-key-";
 
 /// Everything an invocation needs to talk to the fake Messages API.
 #[derive(Debug, Clone)]
@@ -22,6 +23,9 @@ pub struct FakeApi {
     pub egress: EgressOptions,
     pub vendor: VendorOptions,
     pub credential: Credential,
+    /// The key itself, for the tests that look for it where it must not be (the fake takes no
+    /// other: it answers 401 to the agent's sentinel).
+    pub key: String,
 }
 
 /// The fake API for `vendor`, its fixtures run from `fixture_image` (an image holding the
@@ -31,6 +35,7 @@ pub fn fake_api(vendor: Vendor, fixture_image: &str) -> Result<FakeApi> {
     let names: Vec<&str> = allow.iter().map(String::as_str).collect();
     let ca = cordon_fake_vendor::ca::generate(&names)
         .map_err(|e| Error::Internal(format!("the fake vendor's test CA: {e}")))?;
+    let key = format!("{FAKE_API_KEY_PREFIX}{}", uuid::Uuid::new_v4().simple());
     Ok(FakeApi {
         egress: EgressOptions {
             internal: true,
@@ -40,6 +45,7 @@ pub fn fake_api(vendor: Vendor, fixture_image: &str) -> Result<FakeApi> {
                 mapped: allow.clone(),
                 dns: None,
                 image: Some(fixture_image.to_owned()),
+                api_key_sha256: Some(cordon_fake_vendor::tls::Auth::hex_of(&key)),
             }),
             ..EgressOptions::default()
         },
@@ -47,7 +53,8 @@ pub fn fake_api(vendor: Vendor, fixture_image: &str) -> Result<FakeApi> {
             extra_ca_pem: Some(ca.ca_pem),
             ..VendorOptions::default()
         },
-        credential: Credential::of(CredentialKind::ApiKey, FAKE_API_KEY.to_owned())?,
+        credential: Credential::of(CredentialKind::ApiKey, key.clone())?,
+        key,
         allow,
     })
 }

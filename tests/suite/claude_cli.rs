@@ -103,6 +103,22 @@ impl Cli {
         deadline: Duration,
         nonessential: bool,
     ) -> Arc<InvocationResult> {
+        let (handle, _api, _dir) = self
+            .start_with(phase, prompt, schema, deadline, nonessential)
+            .await;
+        handle.settled().await
+    }
+
+    /// Start the real CLI against a fresh fake API (its key the proxy's alone): the handle, the
+    /// API (the key among it) and the directory the schema was written to.
+    async fn start_with(
+        &self,
+        phase: Phase,
+        prompt: &str,
+        schema: Option<&str>,
+        deadline: Duration,
+        nonessential: bool,
+    ) -> (invoke::Handle, fake_api::FakeApi, TempDir) {
         let mut api = fake_api(Vendor::Claude, &self.s.image).expect("fake API");
         api.vendor.nonessential_traffic = nonessential;
         let dir = tempdir();
@@ -145,7 +161,7 @@ impl Cli {
         )
         .await
         .expect("start");
-        handle.settled().await
+        (handle, api, dir)
     }
 
     async fn metadata_digest(&self) -> String {
@@ -269,37 +285,90 @@ async fn questions_are_answered_in_text_after_glob_grep_and_read() {
         "{got:?}"
     );
     assert!(got[2].1.contains("counts widgets"), "{got:?}");
-    // The CLI reached only its API host, through the proxy.
-    let tunnels: Vec<&Value> = result
+    // The CLI reached only its API host, through the proxy, which terminated every connection
+    // (never an opaque tunnel: the CLI holds a sentinel, the fake takes only the key).
+    let connections: Vec<&Value> = result
         .egress_log
         .iter()
-        .filter(|l| l.get("egress").and_then(Value::as_str) == Some("tunnel"))
+        .filter(|l| matches!(l["egress"].as_str(), Some("tunnel" | "terminated")))
         .collect();
-    assert!(!tunnels.is_empty(), "{:?}", result.egress_log);
+    assert!(!connections.is_empty(), "{:?}", result.egress_log);
     assert!(
-        tunnels
+        connections
             .iter()
-            .all(|t| t["target"] == "api.anthropic.com:443"),
-        "{tunnels:?}"
+            .all(|t| t["egress"] == "terminated" && t["target"] == "api.anthropic.com:443"),
+        "{connections:?}"
     );
+    assert_calls_match_the_fake(&result);
     c.finish().await;
+}
+
+/// Every Messages call the fake answered is in the result's `vendor_requests`, in order, with the
+/// model the CLI asked for and the usage the fake reported; nothing was refused, nothing ran out,
+/// and no call's record carries a query.
+fn assert_calls_match_the_fake(result: &InvocationResult) {
+    let answered: Vec<MessagesRecord> = result
+        .vendor_log
+        .iter()
+        .filter_map(|line| line.get("messages_request"))
+        .map(|r| serde_json::from_value(r.clone()).expect("a record"))
+        .collect();
+    let calls: Vec<&invoke::VendorRequest> = result
+        .vendor_requests
+        .iter()
+        .filter(|call| call.path == "/v1/messages")
+        .collect();
+    assert!(!calls.is_empty(), "{result:#?}");
+    assert_eq!(calls.len(), answered.len(), "{calls:#?}\n{answered:#?}");
+    for (call, fake) in calls.iter().zip(&answered) {
+        assert_eq!(
+            (call.method.as_str(), call.status),
+            ("POST", 200),
+            "{call:?}"
+        );
+        assert_eq!(call.model, fake.model, "{call:?}");
+        let usage = call.usage.expect("usage");
+        let reported = fake.usage.expect("the fake's usage");
+        assert_eq!(usage.input_tokens, Some(reported.input_tokens), "{call:?}");
+        assert_eq!(
+            usage.output_tokens,
+            Some(reported.output_tokens),
+            "{call:?}"
+        );
+        assert_eq!(usage.cache_read_input_tokens, Some(0), "{call:?}");
+        assert!(
+            call.request_bytes > 0 && call.response_bytes > 0,
+            "{call:?}"
+        );
+    }
+    assert!(
+        result
+            .vendor_requests
+            .iter()
+            .all(|c| c.refusal.is_none() && c.budget.is_none() && !c.path.contains('?')),
+        "{:#?}",
+        result.vendor_requests
+    );
+    assert_eq!(result.vendor_budget_exhausted, None);
 }
 
 /// What the CLI sends where. The proxy's allowlist holds only the API host, and the CLI opens no
 /// tunnel to any other (with its switches or without). Its non-essential traffic goes to the API
 /// host itself (measured without the switches: `/api/event_logging/v2/batch` telemetry,
 /// `/api/eval/...`, `/api/claude_cli/bootstrap`, `.../metrics_enabled`), so a host allowlist cannot
-/// refuse it: the switches (`claude::ENV`, set by default) are what keep it off. With them the CLI
-/// asks only for its Messages, its settings and its policy limits; without them it sends its
-/// telemetry, and it answers either way.
+/// refuse it. The switches (`claude::ENV`, set by default) keep it off, and the proxy, which
+/// terminates the API host, refuses every path but the measured ones (`vendor-path`) even without
+/// them. With them the CLI asks only for its Messages, its settings and its policy limits; without
+/// them it tries its telemetry, which never reaches the vendor; it answers either way.
 #[tokio::test]
 async fn the_cli_reaches_only_its_api_and_its_switches_keep_telemetry_off() {
     let c = cli("cli-traffic").await;
-    let tunnels = |result: &InvocationResult| -> Vec<String> {
+    let connections = |result: &InvocationResult| -> Vec<String> {
         result
             .egress_log
             .iter()
             .filter(|l| l.get("egress").and_then(Value::as_str) != Some("listening"))
+            .filter(|l| l.get("egress").and_then(Value::as_str) != Some("vendor"))
             // A connection the CLI closed before its head ended (CI saw one without a target) or
             // before the 200 (CI saw one to the API host, once) asked for nothing: no byte of it
             // reached any upstream. Every other refusal stays, with its id.
@@ -327,21 +396,29 @@ async fn the_cli_reaches_only_its_api_and_its_switches_keep_telemetry_off() {
         "/api/claude_code/settings",
         "/api/claude_code/policy_limits",
     ];
+    let terminated = |list: &[String]| {
+        !list.is_empty()
+            && list
+                .iter()
+                .all(|t| t == "\"terminated\" \"api.anthropic.com:443\"")
+    };
     let quiet = c.run(Phase::Questions, "what is here?", None).await;
     assert!(quiet.answer.is_some(), "{quiet:#?}");
-    let quiet_tunnels = tunnels(&quiet);
-    assert!(
-        !quiet_tunnels.is_empty()
-            && quiet_tunnels
-                .iter()
-                .all(|t| t == "\"tunnel\" \"api.anthropic.com:443\""),
-        "{quiet_tunnels:?}"
-    );
+    let quiet_connections = connections(&quiet);
+    assert!(terminated(&quiet_connections), "{quiet_connections:?}");
     let quiet_paths = paths(&quiet);
     assert!(
         quiet_paths.iter().all(|p| essential.contains(&p.as_str())),
         "{quiet_paths:?}"
     );
+    assert!(
+        quiet.vendor_requests.iter().all(|r| r.refusal.is_none()),
+        "{:#?}",
+        quiet.vendor_requests
+    );
+    // Without the switches the CLI sends its telemetry to the API host itself: the proxy's route
+    // policy refuses every such path (`vendor-path`), so none reaches the vendor, and the CLI
+    // answers anyway.
     let chatty = c
         .run_with(
             Phase::Questions,
@@ -352,19 +429,29 @@ async fn the_cli_reaches_only_its_api_and_its_switches_keep_telemetry_off() {
         )
         .await;
     assert!(chatty.answer.is_some(), "{chatty:#?}");
-    let chatty_tunnels = tunnels(&chatty);
-    assert!(
-        chatty_tunnels
-            .iter()
-            .all(|t| t == "\"tunnel\" \"api.anthropic.com:443\""),
-        "{chatty_tunnels:?}"
-    );
+    let chatty_connections = connections(&chatty);
+    assert!(terminated(&chatty_connections), "{chatty_connections:?}");
     let chatty_paths = paths(&chatty);
     assert!(
-        chatty_paths
+        chatty_paths.iter().all(|p| essential.contains(&p.as_str())),
+        "the vendor saw a path the policy refuses: {chatty_paths:?}"
+    );
+    let refused: Vec<&invoke::VendorRequest> = chatty
+        .vendor_requests
+        .iter()
+        .filter(|r| r.refusal.is_some())
+        .collect();
+    assert!(
+        refused
             .iter()
-            .any(|p| p.starts_with("/api/event_logging")),
-        "without the switches the CLI sends telemetry: {chatty_paths:?}"
+            .any(|r| r.path.starts_with("/api/event_logging")),
+        "without the switches the CLI sends telemetry: {refused:#?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|r| r.refusal.as_deref() == Some("vendor-path") && r.status == 403),
+        "{refused:#?}"
     );
     c.finish().await;
 }
@@ -702,7 +789,7 @@ async fn hostile_reads_are_denied_by_the_cli() {
     assert_eq!(got.len(), calls.len(), "{got:?}");
     for (call, (error, content)) in calls.iter().zip(&got) {
         assert!(*error && denied_by_cli(content), "{call}: {content}");
-        assert!(!content.contains(fake_api::FAKE_API_KEY), "{call}");
+        assert!(!content.contains(fake_api::FAKE_API_KEY_PREFIX), "{call}");
     }
     // A relative pattern that climbs out matches nothing: the search starts at /work.
     let climb = c
@@ -713,6 +800,112 @@ async fn hostile_reads_are_denied_by_the_cli() {
         )
         .await;
     assert_eq!(results(&climb), [(false, "No files found".to_owned())]);
+    c.finish().await;
+}
+
+/// The runner's key is in the proxy's vault and nowhere else. While the agent runs (the model
+/// hangs), no byte of it is in the engine's inspect of any container or volume of the invocation
+/// (the agent, the proxy, the loader, the fake vendor: environment, labels, command, mounts), and
+/// the agent's credential variable holds a sentinel of the key's shape; the vault is a volume only
+/// the proxy and the loader mount, of the proxy's own uid. Once settled, the key is in no byte of
+/// the result (its proxy and vendor lines included).
+#[tokio::test]
+async fn the_key_is_in_the_proxys_vault_alone() {
+    let c = cli("cli-custody").await;
+    let (handle, api, _dir) = c
+        .start_with(
+            Phase::Questions,
+            "[[cordon-scenario hang]] wait",
+            None,
+            Duration::from_secs(90),
+            false,
+        )
+        .await;
+    handle.reached(invoke::Step::Running).await;
+    let label = format!("{}={}", cordon::labels::ALLOCATION, handle.allocation());
+    let listed = cordon::engine::objects::Listed::with_label(&c.s.engine, &label)
+        .await
+        .expect("list");
+    let docker = c.s.engine.docker();
+    let kind = |labels: &Option<std::collections::HashMap<String, String>>| {
+        labels
+            .as_ref()
+            .and_then(|l| l.get(cordon::labels::KIND).cloned())
+            .unwrap_or_default()
+    };
+    let mut kinds = Vec::new();
+    let mut sentinel = None;
+    for container in &listed.containers {
+        let id = container.id.clone().unwrap_or_default();
+        let inspected = docker.inspect_container(&id, None).await.expect("inspect");
+        let text = serde_json::to_string(&inspected).unwrap();
+        assert!(
+            !text.contains(&api.key),
+            "{} holds the key",
+            kind(&container.labels)
+        );
+        kinds.push(kind(&container.labels));
+        let env = inspected.config.and_then(|c| c.env).unwrap_or_default();
+        if let Some(value) = env
+            .iter()
+            .find_map(|e| e.strip_prefix("ANTHROPIC_API_KEY="))
+        {
+            sentinel = Some(value.to_owned());
+        }
+    }
+    kinds.sort();
+    assert_eq!(kinds, ["agent", "loader", "proxy", "vendor"], "{kinds:?}");
+    let sentinel = sentinel.expect("the agent's credential variable");
+    assert!(
+        sentinel.starts_with("sk-ant-api03-") && sentinel != api.key,
+        "{sentinel}"
+    );
+    let mut vault = None;
+    for volume in &listed.volumes {
+        let inspected = docker.inspect_volume(&volume.name).await.expect("inspect");
+        let text = serde_json::to_string(&inspected).unwrap();
+        assert!(
+            !text.contains(&api.key),
+            "volume {} holds the key",
+            volume.name
+        );
+        if inspected
+            .labels
+            .get(cordon::labels::KIND)
+            .map(String::as_str)
+            == Some("vault")
+        {
+            vault = Some(inspected);
+        }
+    }
+    let vault = vault.expect("a vault volume");
+    let options = vault.options.get("o").cloned().unwrap_or_default();
+    let uid: u32 = c.storage.storage().unwrap().allocation.uid.get();
+    assert!(
+        options.contains(&format!("uid={0},gid={0},mode=0500", uid + 1)),
+        "{options}"
+    );
+    // Only the proxy and the loader mount the vault.
+    for container in &listed.containers {
+        let id = container.id.clone().unwrap_or_default();
+        let inspected = docker.inspect_container(&id, None).await.expect("inspect");
+        let mounts_vault = inspected
+            .mounts
+            .unwrap_or_default()
+            .iter()
+            .any(|m| m.name.as_deref() == Some(vault.name.as_str()));
+        let k = kind(&container.labels);
+        assert_eq!(mounts_vault, k == "proxy" || k == "loader", "{k}");
+        if k == "proxy" {
+            let user = inspected.config.and_then(|c| c.user).unwrap_or_default();
+            assert_eq!(user, format!("{}:{uid}", uid + 1));
+        }
+    }
+    handle.cancel();
+    let result = handle.settled().await;
+    let text = serde_json::to_string(&*result).unwrap();
+    assert!(!text.contains(&api.key), "the result holds the key");
+    assert!(!result.egress_log.is_empty(), "{result:#?}");
     c.finish().await;
 }
 

@@ -491,31 +491,37 @@ async fn a_uid_another_allocation_holds_is_refused_and_what_was_made_removed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_new_uid_is_none_a_live_object_carries() {
+    // Uids go in pairs: an allocation's (even) and its proxy's, the next one.
     let first = UidRange::default().first;
+    assert_eq!(first % 2, 0);
     let taken = |uid: u32| {
         let a = allocation("o", uid);
         volume(&a.name(Kind::Work), a.labels(Kind::Work))
     };
-    let fake = Arc::new(Recording::new(
-        vec![taken(first), taken(first + 1)],
-        Script::default(),
-    ));
     let range = UidRange {
         first,
-        last: first + 2,
+        last: first + 3,
+    };
+    let pick = |live: Vec<Object>| {
+        let fake = Arc::new(Recording::new(live, Script::default()));
+        async move { storage::pick_uid(&engine(&fake), &range).await }
     };
     for _ in 0..8 {
-        let uid = storage::pick_uid(&engine(&fake), &range)
-            .await
-            .expect("one is free");
+        let uid = pick(vec![taken(first)]).await.expect("one pair is free");
         assert_eq!(uid.get(), first + 2);
+        assert_eq!(uid.proxy(), first + 3);
     }
-    let full = Arc::new(Recording::new(
-        vec![taken(first), taken(first + 1), taken(first + 2)],
-        Script::default(),
-    ));
-    match storage::pick_uid(&engine(&full), &range).await {
-        Err(Error::Uid { id, .. }) => assert_eq!(id, "uid-range-exhausted"),
-        other => panic!("expected uid-range-exhausted, got {other:?}"),
+    for live in [
+        // Both pairs held.
+        vec![taken(first), taken(first + 2)],
+        // An older allocation on an odd uid: its proxy takes first + 2, so that pair is not free.
+        vec![taken(first), taken(first + 1)],
+        // The second pair's proxy uid held.
+        vec![taken(first), taken(first + 3)],
+    ] {
+        match pick(live).await {
+            Err(Error::Uid { id, .. }) => assert_eq!(id, "uid-range-exhausted"),
+            other => panic!("expected uid-range-exhausted, got {other:?}"),
+        }
     }
 }

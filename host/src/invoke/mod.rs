@@ -26,9 +26,12 @@ use crate::error::{Error, Result};
 use crate::launch;
 use crate::profile::Limits;
 
+pub use crate::custody::{Credential, CredentialKind};
 pub use handle::{Handle, Step, StopReason};
-pub use request::{capture, Capture, Credential, CredentialKind, Request};
-pub use result::{assemble, Attestation, Facts, Failure, InvocationResult, Timings};
+pub use request::{capture, Capture, Request};
+pub use result::{
+    assemble, Attestation, Facts, Failure, InvocationResult, Timings, VendorRequest, VendorUsage,
+};
 pub use schema::AnswerSchema;
 pub use supervisor::start;
 
@@ -104,11 +107,17 @@ pub struct Options {
 /// connection may go.
 #[derive(Debug, Clone, Default)]
 pub struct VendorOptions {
-    /// PEM certificates, mounted read-only as `extra-ca.pem` in the input dir and named by
-    /// `NODE_EXTRA_CA_CERTS`.
+    /// PEM certificates trusted besides the public roots for the vendor's API host. With a
+    /// credential, the egress proxy trusts them for its own connection to the vendor (the agent
+    /// trusts only the invocation's CA there); without one, the CLI does (`extra-ca.pem` in the
+    /// input dir, named by `NODE_EXTRA_CA_CERTS`).
     pub extra_ca_pem: Option<String>,
     /// `ANTHROPIC_BASE_URL`: `https://NAME[:PORT][/PATH]`, its host on the allowlist.
     pub base_url: Option<String>,
+    /// What the agent may spend at its vendor host in this invocation (requests, request and
+    /// response bytes); the proxy answers 429 `vendor-budget` past it. Only with a credential
+    /// (the proxy terminates the host then).
+    pub budget: cordon_egress::vendor::Budget,
     /// Leave the CLI's non-essential traffic (telemetry, error reports, update checks) on: the
     /// switches in [`claude::ENV`] are not set, and the egress proxy refuses every host but the
     /// allowlist's. Off by default; for diagnosis, and the test that shows the CLI still answers.

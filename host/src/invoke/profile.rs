@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use cordon_contract::paths;
 
-use super::{claude, Capture, Credential, Options};
+use super::{claude, Capture, Options};
 use crate::audit::Masks;
+use crate::custody::{Custody, AGENT_CA_FILE};
 use crate::error::{Error, Result};
 use crate::labels::Allocation;
 use crate::profile::{EgressSpec, Profile, ProfileSpec, SCHEMA_FILE};
@@ -25,7 +26,7 @@ pub(super) fn profile(
     allocation: &Allocation,
     image_id: &str,
     exec: &[String],
-    credential: Option<&Credential>,
+    custody: Option<&Custody>,
     options: &Options,
     tree: &Tree,
 ) -> Result<Profile> {
@@ -49,13 +50,28 @@ pub(super) fn profile(
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    env.extend(credential.map(Credential::env));
     if let Some(pem) = &options.vendor.extra_ca_pem {
         check_ca_bundle(pem)?;
-        input_files.push((EXTRA_CA_FILE.to_owned(), pem.as_bytes().to_vec()));
+    }
+    // With a credential, the agent holds the sentinel and trusts this invocation's CA alone for
+    // its vendor host (the runner's extra CA went to the proxy's vault). Without one, nothing is
+    // terminated and the extra CA is the CLI's own.
+    let agent_ca = match custody {
+        Some(custody) => {
+            env.push(custody.agent_env());
+            Some((AGENT_CA_FILE, custody.ca_pem().as_bytes()))
+        }
+        None => options
+            .vendor
+            .extra_ca_pem
+            .as_deref()
+            .map(|pem| (EXTRA_CA_FILE, pem.as_bytes())),
+    };
+    if let Some((name, pem)) = agent_ca {
+        input_files.push((name.to_owned(), pem.to_vec()));
         env.push((
             "NODE_EXTRA_CA_CERTS".to_owned(),
-            format!("{}/{EXTRA_CA_FILE}", paths::INPUT_DIR),
+            format!("{}/{name}", paths::INPUT_DIR),
         ));
     }
     if let Some(url) = &options.vendor.base_url {
@@ -76,7 +92,7 @@ pub(super) fn profile(
         pins: tree.masks.pins.clone(),
         pin_mounts: tree.pin_mounts && !tree.masks.pins.is_empty(),
         landlock_abi: crate::profile::DEFAULT_LANDLOCK_ABI,
-        egress: egress_spec(&request.network_allowlist, &options.egress),
+        egress: egress_spec(&request.network_allowlist, &options.egress, custody),
         input_files,
     })
 }
@@ -132,13 +148,58 @@ fn check_base_url(url: &str, allowlist: &[String]) -> Result<()> {
 }
 
 /// The proxy an allowlist asks for; none for an empty one (no network, no proxy, no socket).
-fn egress_spec(allowlist: &[String], options: &super::EgressOptions) -> Option<EgressSpec> {
+fn egress_spec(
+    allowlist: &[String],
+    options: &super::EgressOptions,
+    custody: Option<&Custody>,
+) -> Option<EgressSpec> {
     (!allowlist.is_empty()).then(|| EgressSpec {
         map: options.map.clone(),
         resolver: options.resolver,
         internal: options.internal,
+        terminate: custody.map(Custody::termination),
         ..EgressSpec::allowing(allowlist)
     })
+}
+
+/// The vendor API host and port the CLI talks to: the base URL's, else the vendor's own. A
+/// credential needs it on the allowlist (it is what the proxy terminates); without one the
+/// credential would have nowhere to go but the agent, which is refused.
+pub(super) fn vendor_target(
+    vendor: cordon_contract::Vendor,
+    allowlist: &[String],
+    base_url: Option<&str>,
+) -> Result<(String, u16)> {
+    let (host, port) = match base_url {
+        Some(url) => {
+            check_base_url(url, allowlist)?;
+            let rest = url.strip_prefix("https://").unwrap_or(url);
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            match authority.rsplit_once(':') {
+                Some((host, port)) => (host.to_owned(), port.parse().unwrap_or(443)),
+                None => (authority.to_owned(), 443),
+            }
+        }
+        None => {
+            let host = super::default_allowlist(vendor)
+                .into_iter()
+                .next()
+                .unwrap_or_default();
+            (host, 443)
+        }
+    };
+    let name = cordon_egress::host::Name::parse(&host)
+        .map_err(|_| Error::Custody(format!("{host:?} is not a host name")))?;
+    let admitted = cordon_egress::allowlist::Allowlist::parse(allowlist)
+        .map(|list| list.check(&name, port).is_ok())
+        .unwrap_or(false);
+    if !admitted {
+        return Err(Error::Custody(format!(
+            "the vendor's API host {host}:{port} is not on the network allowlist, so the proxy \
+             cannot terminate it and the credential would have to be the agent's"
+        )));
+    }
+    Ok((name.to_string(), port))
 }
 
 /// An image id that stands in while the real one is being built (the profile is checked once
@@ -184,6 +245,47 @@ mod tests {
             "a".repeat(MAX_BASE_URL_BYTES)
         );
         assert!(check_base_url(&long, &allow).is_err());
+    }
+
+    #[test]
+    fn the_terminated_host_is_the_base_urls_or_the_vendors_and_must_be_allowed() {
+        use cordon_contract::Vendor;
+        let allow =
+            |entries: &[&str]| -> Vec<String> { entries.iter().map(|e| (*e).to_owned()).collect() };
+        assert_eq!(
+            vendor_target(Vendor::Claude, &allow(&["api.anthropic.com"]), None).unwrap(),
+            ("api.anthropic.com".to_owned(), 443)
+        );
+        assert_eq!(
+            vendor_target(
+                Vendor::Claude,
+                &allow(&["gateway.corp.test:8443"]),
+                Some("https://gateway.corp.test:8443/anthropic")
+            )
+            .unwrap(),
+            ("gateway.corp.test".to_owned(), 8443)
+        );
+        // A wildcard that admits the host is enough: the proxy terminates that one name.
+        assert_eq!(
+            vendor_target(Vendor::Claude, &allow(&["*.anthropic.com"]), None).unwrap(),
+            ("api.anthropic.com".to_owned(), 443)
+        );
+        for (list, url) in [
+            (allow(&[]), None),
+            (allow(&["other.test"]), None),
+            (allow(&["api.anthropic.com:8443"]), None),
+        ] {
+            let refused = vendor_target(Vendor::Claude, &list, url).unwrap_err();
+            assert_eq!(refused.id(), "vendor-custody", "{list:?}");
+        }
+        // A base URL off the allowlist is refused as input, before custody is considered.
+        let refused = vendor_target(
+            Vendor::Claude,
+            &allow(&["api.anthropic.com"]),
+            Some("https://gateway.corp.test"),
+        )
+        .unwrap_err();
+        assert_eq!(refused.id(), "invalid-input");
     }
 
     #[test]

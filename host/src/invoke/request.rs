@@ -12,55 +12,6 @@ use crate::error::{Error, Result};
 use crate::profile::SCHEMA_FILE;
 use crate::task::StorageHandle;
 
-/// The vendor credential. It reaches the container only through the environment allowlist and
-/// is never shown: not in `Debug`, labels, errors, logs or results.
-#[derive(Clone)]
-pub struct Credential {
-    kind: CredentialKind,
-    secret: String,
-}
-
-/// Which of the vendor's documented variables a credential travels in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CredentialKind {
-    /// `CLAUDE_CODE_OAUTH_TOKEN` (a subscription's token).
-    OAuthToken,
-    /// `ANTHROPIC_API_KEY` (an API key; any value for the fake Messages API).
-    ApiKey,
-}
-
-impl Credential {
-    /// An OAuth token; refused if it could not travel as one environment value.
-    pub fn new(token: String) -> Result<Credential> {
-        Credential::of(CredentialKind::OAuthToken, token)
-    }
-
-    /// A credential of `kind`; refused if it could not travel as one environment value.
-    pub fn of(kind: CredentialKind, secret: String) -> Result<Credential> {
-        if secret.is_empty() || secret.contains(['\0', '\n', '\r']) || secret.len() > 4096 {
-            return Err(Error::Invalid(
-                "the credential is empty, too long, or has a NUL or line break".into(),
-            ));
-        }
-        Ok(Credential { kind, secret })
-    }
-
-    /// The environment variable it travels in, and its value.
-    pub(super) fn env(&self) -> (String, String) {
-        let name = match self.kind {
-            CredentialKind::OAuthToken => "CLAUDE_CODE_OAUTH_TOKEN",
-            CredentialKind::ApiKey => "ANTHROPIC_API_KEY",
-        };
-        (name.to_owned(), self.secret.clone())
-    }
-}
-
-impl std::fmt::Debug for Credential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Credential({:?}, withheld)", self.kind)
-    }
-}
-
 /// What a runner asks for.
 #[derive(Debug, Clone)]
 pub struct Request {

@@ -93,6 +93,51 @@ pub struct InvocationResult {
     pub egress_log: Vec<serde_json::Value>,
     /// The fake vendor's JSON lines (one per request it answered), with the tests' fixtures only.
     pub vendor_log: Vec<serde_json::Value>,
+    /// Every request to the terminated vendor host, in the order they ended (from the proxy's
+    /// lines); empty without a credential.
+    pub vendor_requests: Vec<VendorRequest>,
+    /// The first budget that ran out (`requests`, `request-bytes`, `response-bytes`), if one did.
+    pub vendor_budget_exhausted: Option<String>,
+}
+
+/// One request to the terminated vendor host, as the proxy recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VendorRequest {
+    pub method: String,
+    /// The path alone (the proxy never records a query).
+    pub path: String,
+    pub status: u16,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+    pub duration_ms: u64,
+    pub model: Option<String>,
+    /// The token counts the response reported (absent when it reported none).
+    pub usage: Option<VendorUsage>,
+    /// The `vendor-*` id when the proxy refused the request.
+    pub refusal: Option<String>,
+    /// The budget that refused it or cut its response.
+    pub budget: Option<String>,
+}
+
+/// Token counts as the vendor reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VendorUsage {
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub cache_creation_input_tokens: Option<u64>,
+    pub cache_read_input_tokens: Option<u64>,
+}
+
+/// The vendor requests among the proxy's lines (`{"egress":"vendor",...}`), and the first budget
+/// that ran out. A line that does not read as one is left out of the list (it stays in the log).
+fn vendor_requests(egress_log: &[serde_json::Value]) -> (Vec<VendorRequest>, Option<String>) {
+    let requests: Vec<VendorRequest> = egress_log
+        .iter()
+        .filter(|line| line.get("egress").and_then(|v| v.as_str()) == Some("vendor"))
+        .filter_map(|line| serde_json::from_value(line.clone()).ok())
+        .collect();
+    let exhausted = requests.iter().find_map(|r| r.budget.clone());
+    (requests, exhausted)
 }
 
 impl InvocationResult {
@@ -121,6 +166,8 @@ impl InvocationResult {
             timings: Timings::default(),
             egress_log: Vec::new(),
             vendor_log: Vec::new(),
+            vendor_requests: Vec::new(),
+            vendor_budget_exhausted: None,
         }
     }
 }
@@ -188,9 +235,12 @@ pub fn assemble(facts: Facts) -> InvocationResult {
         attestation: None,
         unreleased: facts.unreleased,
         timings: facts.timings,
+        vendor_requests: Vec::new(),
+        vendor_budget_exhausted: None,
         egress_log: facts.egress_log,
         vendor_log: facts.vendor_log,
     };
+    (result.vendor_requests, result.vendor_budget_exhausted) = vendor_requests(&result.egress_log);
     let mut failures: Vec<Failure> = Vec::new();
     if let Some(e) = &facts.setup_error {
         failures.push(Failure::new(e.id(), e.to_string()));

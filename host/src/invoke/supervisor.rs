@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::profile::{profile, Tree, PROVISIONAL_IMAGE};
+use super::profile::{profile, vendor_target, Tree, PROVISIONAL_IMAGE};
 use super::{
     assemble, check_vendor, Capture, Credential, Facts, Handle, ImageSource, InvocationResult,
     Options, Step, StopReason, Timings,
 };
 use crate::controller::Controller;
+use crate::custody::Custody;
 use crate::engine::objects::Listed;
 use crate::engine::pending::{Created, Leftover};
 use crate::engine::Engine;
@@ -32,7 +33,12 @@ async fn attempt_objects(engine: &Engine, owner: &Owner, attempt: &str) -> Resul
                 .is_some_and(|k| {
                     matches!(
                         k,
-                        Kind::Agent | Kind::Control | Kind::Input | Kind::Egress | Kind::Loader
+                        Kind::Agent
+                            | Kind::Control
+                            | Kind::Input
+                            | Kind::Egress
+                            | Kind::Loader
+                            | Kind::Vault
                     )
                 })
     };
@@ -88,13 +94,14 @@ pub async fn start(
         )?,
         pin_mounts: ctl.engine().api() >= crate::engine::SUBPATH_API,
     };
+    let custody = custody(&capture, credential.as_ref(), &options)?;
     // Checked now so that invalid input throws; rebuilt with the real image id after a build.
     let checked = profile(
         &capture,
         &allocation,
         &image_id,
         &options.image.exec(),
-        credential.as_ref(),
+        custody.as_ref(),
         &options,
         &tree,
     )?;
@@ -120,7 +127,7 @@ pub async fn start(
     let supervisor = Supervisor {
         ctl: ctl.clone(),
         capture,
-        credential,
+        custody,
         options,
         allocation,
         profile: checked,
@@ -136,11 +143,40 @@ pub async fn start(
     Ok(handle)
 }
 
+/// The custody of a credential: its sentinel, CA and vault, for the vendor's API host, valid
+/// until the request's deadline (plus a margin). No credential, no custody.
+fn custody(
+    capture: &Capture,
+    credential: Option<&Credential>,
+    options: &Options,
+) -> Result<Option<Custody>> {
+    let Some(credential) = credential else {
+        return Ok(None);
+    };
+    let request = &capture.request;
+    let (host, port) = vendor_target(
+        request.vendor,
+        &request.network_allowlist,
+        options.vendor.base_url.as_deref(),
+    )?;
+    let left = request.deadline.saturating_duration_since(Instant::now());
+    Custody::new(
+        credential,
+        &host,
+        port,
+        options.vendor.extra_ca_pem.as_deref(),
+        options.vendor.budget,
+        std::time::SystemTime::now() + left,
+    )
+    .map(Some)
+}
+
 /// Everything one invocation's background task needs.
 struct Supervisor {
     ctl: Controller,
     capture: Capture,
-    credential: Option<Credential>,
+    /// The credential's custody: the sentinel, the CA, the proxy's vault.
+    custody: Option<Custody>,
     options: Options,
     allocation: Allocation,
     profile: Profile,
@@ -262,7 +298,7 @@ impl Supervisor {
                     &self.allocation,
                     &built.id,
                     &self.options.image.exec(),
-                    self.credential.as_ref(),
+                    self.custody.as_ref(),
                     &self.options,
                     &self.tree,
                 )?
@@ -271,6 +307,9 @@ impl Supervisor {
         let _ = self.step.send(Step::Creating);
         let mut prepared = Prepared::new(self.ctl.engine(), &profile)?;
         prepared.max_output = self.options.max_output;
+        if let Some(custody) = &self.custody {
+            prepared.vault = Some(custody.vault().tar(self.allocation.uid.proxy())?);
+        }
         if let Some(plan) = prepared.egress.as_mut() {
             plan.fixtures = self.options.egress.fixtures.clone();
         }

@@ -14,8 +14,7 @@ use crate::engine::pending::Shared;
 use crate::engine::{bounded, objects, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Refusal, Result};
 use crate::labels::{Allocation, Kind};
-use crate::profile::egress::{self as plan, EgressSpec, VENDOR_PORT};
-use crate::profile::VolumeSpec;
+use crate::profile::egress::{self as plan, EgressSpec, ProxyVolumes, VENDOR_PORT};
 use crate::validate;
 
 /// How long the proxy may take to say it listens.
@@ -36,6 +35,10 @@ pub struct Fixtures {
     /// The image the fixtures run from (it must hold `fake-vendor`: the test image); the
     /// invocation's own image when `None`.
     pub image: Option<String>,
+    /// The SHA-256 (lowercase hex) of the one key the fake vendor's API takes (401 to any
+    /// other, the sentinel included); any key when `None`. Only the digest: the fixture's
+    /// configuration never holds the key.
+    pub api_key_sha256: Option<String>,
 }
 
 /// What [`create`] makes: the network, the proxy, and the fixtures when asked for.
@@ -68,6 +71,59 @@ pub struct ProxyAttestation {
     pub resolver: Option<String>,
     /// Proxy rules left out (the gate's removal cases only).
     pub skipped: Vec<String>,
+    /// The vendor host it terminates, with what it holds for it.
+    #[serde(default)]
+    pub terminate: Option<AttestedTermination>,
+}
+
+/// What the proxy says it terminates: the host, the credential's header, the CA it serves a leaf
+/// of (its fingerprint), the budgets and the routes it lets through.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AttestedTermination {
+    pub target: String,
+    pub header: String,
+    pub ca_sha256: String,
+    pub budget: AttestedBudget,
+    pub routes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AttestedBudget {
+    pub requests: u64,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+}
+
+/// The proxy terminates exactly the host it was asked to, with this invocation's CA and budgets
+/// and the measured routes; or, asked to terminate nothing, terminates nothing. Anything else is
+/// refused (`vendor-custody`) before the agent starts.
+pub fn check_termination(
+    asked: Option<&crate::custody::Termination>,
+    attested: Option<&AttestedTermination>,
+) -> Result<()> {
+    let expected = asked.map(|t| AttestedTermination {
+        target: t.target.clone(),
+        header: match t.header {
+            cordon_egress::vendor::CredentialHeader::ApiKey => "x-api-key".to_owned(),
+            cordon_egress::vendor::CredentialHeader::Bearer => "bearer".to_owned(),
+        },
+        ca_sha256: t.ca_sha256.clone(),
+        budget: AttestedBudget {
+            requests: t.budget.requests,
+            request_bytes: t.budget.request_bytes,
+            response_bytes: t.budget.response_bytes,
+        },
+        routes: cordon_egress::vendor::VENDOR_ROUTES
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect(),
+    });
+    if expected.as_ref() == attested {
+        return Ok(());
+    }
+    Err(Error::Custody(format!(
+        "the proxy attested terminating {attested:?}, not {expected:?}"
+    )))
 }
 
 /// An invocation's egress as created.
@@ -177,7 +233,7 @@ pub async fn create(
     allocation: &Allocation,
     image_id: &str,
     mut egress_plan: EgressPlan,
-    egress_volume: &VolumeSpec,
+    volumes: &ProxyVolumes,
     lifetime: Duration,
     record: &Shared<'_>,
 ) -> Result<(Egress, Vec<Refusal>)> {
@@ -208,8 +264,8 @@ pub async fn create(
         let body = plan::vendor_body(
             fixture_image,
             allocation,
-            &fixtures.cert_pem,
-            &fixtures.key_pem,
+            (&fixtures.cert_pem, &fixtures.key_pem),
+            fixtures.api_key_sha256.as_deref(),
         );
         let (id, r) = networked(engine, allocation.name(Kind::Vendor), body, &name, record).await?;
         refusals.extend(r);
@@ -236,13 +292,7 @@ pub async fn create(
         }
     }
     egress_plan.spec.host_addresses = host_addresses(engine).await?;
-    let mut body = plan::proxy_body(
-        image_id,
-        allocation,
-        &egress_plan.spec,
-        egress_volume,
-        lifetime,
-    );
+    let mut body = plan::proxy_body(image_id, allocation, &egress_plan.spec, volumes, lifetime)?;
     let expected = body.clone();
     if let Some(edit) = egress_plan.edit_proxy {
         edit(&mut body);
@@ -306,7 +356,12 @@ pub async fn start_proxy(engine: &Engine, egress: &mut Egress) -> Result<()> {
         }
     };
     egress.proxy_ip = Some(address(engine, &egress.proxy, &egress.network_name).await?);
-    egress.attestation = Some(parse_attestation(&line)?);
+    let attestation = parse_attestation(&line)?;
+    check_termination(
+        egress.spec.terminate.as_ref(),
+        attestation.terminate.as_ref(),
+    )?;
+    egress.attestation = Some(attestation);
     Ok(())
 }
 
@@ -354,6 +409,46 @@ async fn json_lines(engine: &Engine, container: &str) -> Result<Vec<serde_json::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_proxy_must_attest_terminating_exactly_what_it_was_asked_to() {
+        use crate::custody::Termination;
+        use cordon_egress::vendor::{Budget, CredentialHeader};
+        let asked = Termination {
+            target: "api.vendor.test:443".into(),
+            header: CredentialHeader::ApiKey,
+            ca_sha256: "cd".repeat(32),
+            budget: Budget::default(),
+        };
+        let line = |terminate: &str| {
+            format!(
+                r#"{{"egress":"listening","socket":"/s","allow":[],"map":[],"resolver":null,"skipped":[],"terminate":{terminate}}}"#
+            )
+        };
+        let good = format!(
+            r#"{{"target":"api.vendor.test:443","header":"x-api-key","ca_sha256":"{}","budget":{{"requests":2000,"request_bytes":2147483648,"response_bytes":2147483648}},"routes":["POST /v1/messages","POST /v1/messages/count_tokens","GET /api/claude_code/settings","GET /api/claude_code/policy_limits"]}}"#,
+            "cd".repeat(32)
+        );
+        let attested = parse_attestation(line(&good).as_bytes()).unwrap();
+        assert!(check_termination(Some(&asked), attested.terminate.as_ref()).is_ok());
+        // Asked for nothing, terminating nothing.
+        let none = parse_attestation(line("null").as_bytes()).unwrap();
+        assert!(check_termination(None, none.terminate.as_ref()).is_ok());
+        for bad in [
+            "null".to_owned(),
+            good.replace("api.vendor.test:443", "api.vendor.test:8443"),
+            good.replace("x-api-key", "bearer"),
+            good.replace(&"cd".repeat(32), &"ce".repeat(32)),
+            good.replace("\"requests\":2000", "\"requests\":2001"),
+            good.replace(",\"GET /api/claude_code/policy_limits\"", ""),
+        ] {
+            let attested = parse_attestation(line(&bad).as_bytes()).unwrap();
+            let refused = check_termination(Some(&asked), attested.terminate.as_ref()).unwrap_err();
+            assert_eq!(refused.id(), "vendor-custody", "{bad}");
+        }
+        // Terminating when nobody asked is refused too.
+        assert!(check_termination(None, attested.terminate.as_ref()).is_err());
+    }
 
     #[test]
     fn more_host_addresses_than_the_proxy_takes_are_refused_not_cut() {

@@ -10,6 +10,7 @@ use bollard::query_parameters::UploadToContainerOptions;
 use cordon_contract::paths;
 
 use crate::archive::Archive;
+use crate::custody::{VaultTar, VAULT_DIR};
 use crate::engine::pending::Shared;
 use crate::engine::{bounded, objects, Engine, CALL_TIMEOUT};
 use crate::error::Result;
@@ -67,15 +68,20 @@ impl InvocationVolumes {
         created: &Shared<'_>,
     ) -> Result<String> {
         let spec = |kind: Kind| specs.get(&kind).cloned().unwrap_or_default();
+        let mut mounts = vec![
+            volume_mount(&spec(Kind::Control), paths::CONTROL_DIR, false),
+            volume_mount(&spec(Kind::Input), paths::INPUT_DIR, false),
+        ];
+        // The proxy's vault, written here before the proxy starts; the agent never mounts it.
+        if let Some(vault) = specs.get(&Kind::Vault) {
+            mounts.push(volume_mount(vault, VAULT_DIR, false));
+        }
         let body = helper_body(
             image_id,
             allocation,
             Kind::Loader,
             vec![paths::INIT.to_owned(), "keeper".to_owned()],
-            vec![
-                volume_mount(&spec(Kind::Control), paths::CONTROL_DIR, false),
-                volume_mount(&spec(Kind::Input), paths::INPUT_DIR, false),
-            ],
+            mounts,
         );
         objects::create_container(engine, &allocation.name(Kind::Loader), body, created).await
     }
@@ -99,13 +105,26 @@ impl InvocationVolumes {
     }
 }
 
-/// What goes into a loader: the policy, the input files (root-owned, 0444), then the ready
-/// marker the init waits for.
-#[derive(Debug, Clone)]
+/// What goes into a loader: the proxy's vault (first, before the proxy starts), the policy, the
+/// input files (root-owned, 0444), then the ready marker the init waits for.
+#[derive(Clone)]
 pub struct Uploads {
     control: Vec<u8>,
     input: Option<Vec<u8>>,
     ready: Vec<u8>,
+    vault: Option<VaultTar>,
+    /// The loader was started already (to deliver the vault).
+    started: bool,
+}
+
+impl std::fmt::Debug for Uploads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uploads")
+            .field("control (bytes)", &self.control.len())
+            .field("input (bytes)", &self.input.as_ref().map(Vec::len))
+            .field("vault", &self.vault)
+            .finish()
+    }
 }
 
 impl Uploads {
@@ -118,7 +137,15 @@ impl Uploads {
                 Some(tar_of(input_files)?)
             },
             ready: tar_of(&[("ready", b"")])?,
+            vault: None,
+            started: false,
         })
+    }
+
+    /// The proxy's vault, delivered by [`deliver_vault`] before the proxy starts.
+    pub fn with_vault(mut self, tar: Option<VaultTar>) -> Uploads {
+        self.vault = tar;
+        self
     }
 }
 
@@ -135,32 +162,44 @@ impl Uploads {
     }
 }
 
-/// Start the loader (it holds control and input mounted: a tmpfs volume lives only while some
-/// container mounts it, and the agent container may start at the same time) and write into it,
-/// the ready marker last. The loader runs no agent code and stays until cleanup.
-pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
-    objects::start_container(engine, "loader", loader).await?;
-    let upload = |dir: &str, tar: Vec<u8>| {
-        let options = UploadToContainerOptions {
-            path: dir.to_owned(),
-            ..Default::default()
-        };
-        async move {
-            bounded(
-                "upload to loader",
-                CALL_TIMEOUT,
-                engine.docker().upload_to_container(
-                    loader,
-                    Some(options),
-                    bollard::body_full(tar.into()),
-                ),
-            )
-            .await
-        }
+/// Write `tar` into the loader's `dir`.
+async fn upload(engine: &Engine, loader: &str, dir: &str, tar: Vec<u8>) -> Result<()> {
+    let options = UploadToContainerOptions {
+        path: dir.to_owned(),
+        ..Default::default()
     };
-    upload(paths::CONTROL_DIR, uploads.control.clone()).await?;
-    if let Some(input) = &uploads.input {
-        upload(paths::INPUT_DIR, input.clone()).await?;
+    bounded(
+        "upload to loader",
+        CALL_TIMEOUT,
+        engine
+            .docker()
+            .upload_to_container(loader, Some(options), bollard::body_full(tar.into())),
+    )
+    .await
+}
+
+/// Start the loader and write the proxy's vault into it (nothing when there is none): the
+/// proxy reads it once, as it starts.
+pub async fn deliver_vault(engine: &Engine, loader: &str, uploads: &mut Uploads) -> Result<()> {
+    let Some(vault) = uploads.vault.take() else {
+        return Ok(());
+    };
+    objects::start_container(engine, "loader", loader).await?;
+    uploads.started = true;
+    upload(engine, loader, VAULT_DIR, vault.into_bytes()).await
+}
+
+/// Start the loader (it holds control and input mounted: a tmpfs volume lives only while some
+/// container mounts it, and the agent container may start at the same time), unless the vault's
+/// delivery started it, and write into it, the ready marker last. The loader runs no agent code
+/// and stays until cleanup.
+pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
+    if !uploads.started {
+        objects::start_container(engine, "loader", loader).await?;
     }
-    upload(paths::CONTROL_DIR, uploads.ready.clone()).await
+    upload(engine, loader, paths::CONTROL_DIR, uploads.control.clone()).await?;
+    if let Some(input) = &uploads.input {
+        upload(engine, loader, paths::INPUT_DIR, input.clone()).await?;
+    }
+    upload(engine, loader, paths::CONTROL_DIR, uploads.ready.clone()).await
 }

@@ -14,7 +14,10 @@ use bollard::models::{ContainerCreateBody, NetworkCreateRequest};
 use cordon_contract::{egress, paths, Id};
 use cordon_egress::allowlist::{Allowlist, Mapping};
 
+use cordon_egress::vendor::CredentialHeader;
+
 use super::{hardened_body, volume_mount, Hardened, VolumeSpec};
+use crate::custody::{Termination, VAULT_DIR};
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind};
 
@@ -50,6 +53,9 @@ pub struct EgressSpec {
     /// Proxy rules left out (the gate's removal cases only): the proxy's attestation names them
     /// and no result is trusted after one.
     pub skip: Vec<Id>,
+    /// The vendor host the proxy terminates, with its credential's header and the budgets (the
+    /// credential and the leaf are in the vault, never here): only with a credential.
+    pub terminate: Option<Termination>,
 }
 
 impl EgressSpec {
@@ -62,6 +68,7 @@ impl EgressSpec {
             host_addresses: Vec::new(),
             internal: false,
             skip: Vec::new(),
+            terminate: None,
         }
     }
 
@@ -84,6 +91,11 @@ impl EgressSpec {
         for mapping in &self.map {
             Mapping::parse(mapping)
                 .map_err(|e| Error::Invalid(format!("egress mapping {mapping:?}: {e}")))?;
+        }
+        if let Some(t) = &self.terminate {
+            t.budget
+                .check()
+                .map_err(|e| Error::Invalid(format!("the vendor budget: {e}")))?;
         }
         if let Some(id) = self
             .skip
@@ -129,6 +141,9 @@ impl EgressSpec {
             "--host-address",
             self.host_addresses.iter().map(IpAddr::to_string).collect(),
         );
+        if let Some(t) = &self.terminate {
+            argv.extend(terminate_arguments(t));
+        }
         flag(
             &mut argv,
             "--skip",
@@ -140,6 +155,26 @@ impl EgressSpec {
         );
         argv
     }
+}
+
+/// The proxy's arguments for the host it terminates: the vault it reads, the header the
+/// credential travels in, the budgets.
+fn terminate_arguments(t: &Termination) -> Vec<String> {
+    let header = match t.header {
+        CredentialHeader::ApiKey => "x-api-key",
+        CredentialHeader::Bearer => "bearer",
+    };
+    [
+        ("--terminate", t.target.clone()),
+        ("--vault", VAULT_DIR.to_owned()),
+        ("--credential-header", header.to_owned()),
+        ("--max-requests", t.budget.requests.to_string()),
+        ("--max-request-bytes", t.budget.request_bytes.to_string()),
+        ("--max-response-bytes", t.budget.response_bytes.to_string()),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_owned(), value])
+    .collect()
 }
 
 /// The invocation network: a bridge of its own, labelled like every object of the invocation.
@@ -194,32 +229,58 @@ pub fn networked_body(
     body
 }
 
-/// The proxy's container.
+/// The proxy's container. It runs as the allocation's proxy uid ([`crate::uids::Uid::proxy`])
+/// in the agent's group: the socket it makes (0660) is the agent's to connect to, and the vault
+/// (its own, 0400) is no one else's. With a termination it mounts the vault read-only.
 pub fn proxy_body(
     image_id: &str,
     allocation: &Allocation,
     spec: &EgressSpec,
-    egress_volume: &VolumeSpec,
+    volumes: &ProxyVolumes,
     lifetime: Duration,
-) -> ContainerCreateBody {
-    networked_body(
+) -> Result<ContainerCreateBody> {
+    let mut body = networked_body(
         image_id,
         allocation,
         Kind::Proxy,
         spec.proxy_command(lifetime),
         Vec::new(),
-        Some(egress_volume),
-    )
+        Some(&volumes.egress),
+    );
+    body.user = Some(format!("{}:{}", allocation.uid.proxy(), allocation.uid));
+    if spec.terminate.is_some() {
+        let vault = volumes.vault.as_ref().ok_or_else(|| {
+            Error::Custody("the proxy terminates its vendor host but has no vault".into())
+        })?;
+        if let Some(mounts) = body.host_config.as_mut().and_then(|h| h.mounts.as_mut()) {
+            mounts.push(volume_mount(vault, VAULT_DIR, true, None));
+        }
+    }
+    Ok(body)
 }
 
-/// The fake vendor endpoint's container: TLS on [`VENDOR_PORT`] with the given identity (PEM, in
-/// its environment: its root is read-only and nothing is uploaded).
+/// The volumes the proxy mounts: the egress socket's (writable), and its vault (read-only) when
+/// it terminates a vendor host.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyVolumes {
+    pub egress: VolumeSpec,
+    pub vault: Option<VolumeSpec>,
+}
+
+/// The fake vendor endpoint's container: TLS on [`VENDOR_PORT`] with the fixtures' identity (PEM,
+/// in its environment: its root is read-only and nothing is uploaded) and, when given, the digest
+/// of the one key its API takes.
 pub fn vendor_body(
     image_id: &str,
     allocation: &Allocation,
-    cert_pem: &str,
-    key_pem: &str,
+    (cert_pem, key_pem): (&str, &str),
+    api_key_sha256: Option<&str>,
 ) -> ContainerCreateBody {
+    let mut env = vec![
+        format!("FAKE_VENDOR_CERT={cert_pem}"),
+        format!("FAKE_VENDOR_KEY={key_pem}"),
+    ];
+    env.extend(api_key_sha256.map(|hex| format!("FAKE_VENDOR_KEY_SHA256={hex}")));
     networked_body(
         image_id,
         allocation,
@@ -230,10 +291,7 @@ pub fn vendor_body(
             "--listen".to_owned(),
             format!("0.0.0.0:{VENDOR_PORT}"),
         ],
-        vec![
-            format!("FAKE_VENDOR_CERT={cert_pem}"),
-            format!("FAKE_VENDOR_KEY={key_pem}"),
-        ],
+        env,
         None,
     )
 }
@@ -319,5 +377,35 @@ mod tests {
              --resolver 127.0.0.11:53 --max-tunnels 32 --lifetime-s 90 --allow api.vendor.test \
              --map api.vendor.test=172.18.0.5:443 --host-address 172.17.0.1 --skip sni"
         );
+    }
+
+    #[test]
+    fn a_terminating_proxy_is_told_its_host_vault_header_and_budgets() {
+        let mut s = spec();
+        s.terminate = Some(Termination {
+            target: "api.vendor.test:443".into(),
+            header: CredentialHeader::Bearer,
+            ca_sha256: "ab".repeat(32),
+            budget: cordon_egress::vendor::Budget {
+                requests: 5,
+                request_bytes: 6,
+                response_bytes: 7,
+            },
+        });
+        assert!(s.check().is_ok());
+        let argv = s.proxy_command(Duration::from_secs(90)).join(" ");
+        assert!(
+            argv.ends_with(
+                "--terminate api.vendor.test:443 --vault /run/cordon/vault --credential-header \
+                 bearer --max-requests 5 --max-request-bytes 6 --max-response-bytes 7"
+            ),
+            "{argv}"
+        );
+        // The CA's fingerprint is the proxy's to attest, not an argument; no secret is either.
+        assert!(!argv.contains(&"ab".repeat(32)));
+        if let Some(t) = s.terminate.as_mut() {
+            t.budget.requests = 0;
+        }
+        assert_eq!(s.check().unwrap_err().id(), "invalid-input");
     }
 }

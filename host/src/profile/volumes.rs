@@ -63,7 +63,11 @@ impl Profile {
                 spec(
                     &s.egress_volume,
                     self.spec.allocation.labels(Kind::Egress),
-                    tmpfs_volume_options(EGRESS_AREA, 0o750, uid),
+                    // The proxy makes its socket here; the agent's group may only reach it.
+                    tmpfs_options_with(
+                        EGRESS_AREA,
+                        &format!("uid={},gid={uid},mode=0750", uid.proxy()),
+                    ),
                 ),
             ),
         ]
@@ -229,12 +233,37 @@ pub const INPUT_AREA: Area = Area {
     inodes: 32,
 };
 
-/// Create requests for one profile's control, input and egress volumes.
+/// The proxy's vault: a small tmpfs volume of its own uid, mode 0500, that the agent never
+/// mounts (only the loader, to write it, and the proxy, read-only).
+pub const VAULT_AREA: Area = Area {
+    bytes: 256 * 1024,
+    inodes: 16,
+};
+
+impl Profile {
+    /// The proxy's vault, when it terminates a vendor host.
+    pub fn vault_volume(&self) -> Option<VolumeSpec> {
+        self.egress()?.terminate.as_ref()?;
+        let allocation = &self.spec.allocation;
+        Some(VolumeSpec {
+            name: allocation.name(Kind::Vault),
+            labels: allocation.labels(Kind::Vault),
+            options: tmpfs_options_with(
+                VAULT_AREA,
+                &format!("uid={0},gid={0},mode=0500", allocation.uid.proxy()),
+            ),
+        })
+    }
+}
+
+/// Create requests for one profile's control, input and egress volumes, and the proxy's vault
+/// when it has one.
 pub fn invocation_volume_requests(profile: &Profile) -> BTreeMap<Kind, VolumeCreateRequest> {
     profile
         .volumes()
         .into_iter()
         .filter(|(kind, _)| matches!(kind, Kind::Control | Kind::Input | Kind::Egress))
+        .chain(profile.vault_volume().map(|v| (Kind::Vault, v)))
         .map(|(kind, spec)| (kind, spec.request()))
         .collect()
 }

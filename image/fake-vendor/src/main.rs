@@ -30,7 +30,8 @@ const USAGE: &str = "usage: fake-vendor tls --listen ADDR:PORT [--plain ADDR:POR
 ANSWER: IP[,IP...] | IPS/IPS[/...] (a sequence) | servfail | empty | nxdomain | silent
         | cname:TARGET (the target's answer follows, as a recursive resolver's would)
         | raw:OWNER/a|aaaa|cname/VALUE[,...] (exactly these records, for every type)
-tls reads its certificate chain and key (PEM) from FAKE_VENDOR_CERT and FAKE_VENDOR_KEY.
+tls reads its certificate chain and key (PEM) from FAKE_VENDOR_CERT and FAKE_VENDOR_KEY, and
+with FAKE_VENDOR_KEY_SHA256 (hex) answers 401 to an API request without exactly that key.
 tls also serves a fake Anthropic Messages API on POST /v1/messages; a marker in the prompt
 picks the scenario: [[cordon-scenario default|never-structured|huge:BYTES|hang|error:STATUS]]
 or [[cordon-script [{\"tool\":NAME,\"input\":{...}} | {\"text\":\"...\"}, ...]]].";
@@ -100,8 +101,9 @@ async fn run(command: Command, identity: Option<tls::Identity>) -> Result<(), St
     match command {
         Command::Tls { listen, plain } => {
             let identity = identity.ok_or("no TLS identity")?;
-            let server =
-                tls::start(bind_tcp(listen).await?, &identity).map_err(|e| e.to_string())?;
+            let auth = auth_from_env()?;
+            let server = tls::start_with(bind_tcp(listen).await?, &identity, auth)
+                .map_err(|e| e.to_string())?;
             let plain_server = match plain {
                 Some(plain) => {
                     Some(tls::start_plain(bind_tcp(plain).await?).map_err(|e| e.to_string())?)
@@ -155,6 +157,17 @@ async fn stopped(term: Option<tokio::signal::unix::Signal>) {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// `FAKE_VENDOR_KEY_SHA256`: the digest (lowercase hex) of the one key the API takes; unset, it
+/// takes any.
+fn auth_from_env() -> Result<Option<tls::Auth>, String> {
+    match std::env::var("FAKE_VENDOR_KEY_SHA256") {
+        Err(_) => Ok(None),
+        Ok(hex) => tls::Auth::from_hex(&hex)
+            .map(Some)
+            .ok_or_else(|| "FAKE_VENDOR_KEY_SHA256: not 64 lowercase hex digits".to_owned()),
     }
 }
 

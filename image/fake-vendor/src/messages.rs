@@ -78,6 +78,25 @@ pub struct MessagesRecord {
     pub reply: ReplyRecord,
     /// The bytes of text in `system` (a string, or the `text` of its blocks).
     pub system_bytes: u64,
+    /// The usage the answer reports: a token per 4 bytes of the request body, and of the reply's
+    /// text or tool input (at least 1 each); `None` when the answer is an error.
+    pub usage: Option<Tokens>,
+}
+
+/// Token counts as the answer reports them (the egress proxy's record must read the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Tokens {
+    fn of(request_bytes: usize, reply_bytes: u64) -> Tokens {
+        Tokens {
+            input_tokens: (request_bytes as u64 / 4).max(1),
+            output_tokens: (reply_bytes / 4).max(1),
+        }
+    }
 }
 
 /// A `tool_result` block of the conversation.
@@ -155,6 +174,7 @@ pub(crate) fn answer(target: &str, body: &[u8]) -> (Answer, MessagesRecord) {
         tool_results: Vec::new(),
         reply: ReplyRecord::Error { error: 400 },
         system_bytes: 0,
+        usage: None,
     };
     let request: Value = match serde_json::from_slice(body) {
         Ok(request) => request,
@@ -230,8 +250,24 @@ pub(crate) fn answer(target: &str, body: &[u8]) -> (Answer, MessagesRecord) {
         Reply::Hang => ReplyRecord::Hang { hang: true },
         Reply::Error(status) => ReplyRecord::Error { error: *status },
     };
+    let reply_bytes = match &record.reply {
+        ReplyRecord::Tool { input, .. } => input.to_string().len() as u64,
+        ReplyRecord::Text { text_bytes } => *text_bytes,
+        ReplyRecord::Error { .. } | ReplyRecord::Hang { .. } => 0,
+    };
+    let tokens = Tokens::of(body.len(), reply_bytes);
+    record.usage = matches!(
+        record.reply,
+        ReplyRecord::Tool { .. } | ReplyRecord::Text { .. }
+    )
+    .then_some(tokens);
     let step = record.step;
-    (render(reply, model, record.stream, step), record)
+    (render(reply, model, record.stream, step, tokens), record)
+}
+
+/// 401 with the API's error body: the credential is not the key this endpoint was given.
+pub(crate) fn unauthorized() -> Answer {
+    error_answer(401, "cordon fake vendor: invalid x-api-key")
 }
 
 /// 400 with the API's error body.
@@ -676,19 +712,20 @@ fn event(name: &str, data: &Value) -> Vec<u8> {
     format!("event: {name}\ndata: {data}\n\n").into_bytes()
 }
 
-fn message_start(id: &str, model: &str) -> Vec<u8> {
+fn message_start(id: &str, model: &str, tokens: Tokens) -> Vec<u8> {
     event(
         "message_start",
         &json!({"type": "message_start", "message": {
             "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 1, "output_tokens": 1},
+            "usage": {"input_tokens": tokens.input_tokens, "output_tokens": 1,
+                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
         }}),
     )
 }
 
 /// `content_block_stop`, `message_delta` and `message_stop`.
-fn message_end(stop_reason: &str) -> Vec<u8> {
+fn message_end(stop_reason: &str, tokens: Tokens) -> Vec<u8> {
     let mut out = event(
         "content_block_stop",
         &json!({"type": "content_block_stop", "index": 0}),
@@ -697,7 +734,7 @@ fn message_end(stop_reason: &str) -> Vec<u8> {
         "message_delta",
         &json!({"type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-            "usage": {"output_tokens": 1}}),
+            "usage": {"output_tokens": tokens.output_tokens}}),
     ));
     out.extend(event("message_stop", &json!({"type": "message_stop"})));
     out
@@ -712,11 +749,12 @@ fn text_delta(text: &str) -> Vec<u8> {
 }
 
 /// The whole message object (`stream: false`), with one content block.
-fn message(id: &str, model: &str, block: Value, stop_reason: &str) -> Value {
+fn message(id: &str, model: &str, block: Value, stop_reason: &str, tokens: Tokens) -> Value {
     json!({
         "id": id, "type": "message", "role": "assistant", "model": model, "content": [block],
         "stop_reason": stop_reason, "stop_sequence": null,
-        "usage": {"input_tokens": 1, "output_tokens": 1},
+        "usage": {"input_tokens": tokens.input_tokens, "output_tokens": tokens.output_tokens,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
     })
 }
 
@@ -751,7 +789,7 @@ fn text_block_start() -> Vec<u8> {
     )
 }
 
-fn render(reply: Reply, model: &str, stream: bool, step: u64) -> Answer {
+fn render(reply: Reply, model: &str, stream: bool, step: u64, tokens: Tokens) -> Answer {
     let id = format!("msg_cordon_{}", next_id());
     match reply {
         Reply::Error(status) => error_answer(
@@ -760,7 +798,7 @@ fn render(reply: Reply, model: &str, stream: bool, step: u64) -> Answer {
         ),
         Reply::Hang if stream => Answer::Streamed {
             content_type: EVENT_STREAM,
-            pieces: Box::new(std::iter::once(message_start(&id, model))),
+            pieces: Box::new(std::iter::once(message_start(&id, model, tokens))),
             hang: true,
         },
         Reply::Hang => Answer::Streamed {
@@ -769,10 +807,10 @@ fn render(reply: Reply, model: &str, stream: bool, step: u64) -> Answer {
             hang: true,
         },
         Reply::Step(Step::Text(text)) if stream => {
-            let mut out = message_start(&id, model);
+            let mut out = message_start(&id, model, tokens);
             out.extend(text_block_start());
             out.extend(text_delta(&text));
-            out.extend(message_end("end_turn"));
+            out.extend(message_end("end_turn", tokens));
             streamed(vec![out])
         }
         Reply::Step(Step::Text(text)) => whole(message(
@@ -780,17 +818,24 @@ fn render(reply: Reply, model: &str, stream: bool, step: u64) -> Answer {
             model,
             json!({"type": "text", "text": text}),
             "end_turn",
+            tokens,
         )),
         Reply::Step(Step::Tool { name, input }) => {
-            tool_use(&id, model, stream, step, &name, &input)
+            tool_use(&id, model, (stream, step, tokens), &name, &input)
         }
-        Reply::Huge(bytes) if stream => huge_streamed(&id, model, bytes),
-        Reply::Huge(bytes) => huge_whole(&id, model, bytes),
+        Reply::Huge(bytes) if stream => huge_streamed(&id, model, bytes, tokens),
+        Reply::Huge(bytes) => huge_whole(&id, model, bytes, tokens),
     }
 }
 
 /// A `tool_use` block, its id unique to the step and the process.
-fn tool_use(id: &str, model: &str, stream: bool, step: u64, name: &str, input: &Value) -> Answer {
+fn tool_use(
+    id: &str,
+    model: &str,
+    (stream, step, tokens): (bool, u64, Tokens),
+    name: &str,
+    input: &Value,
+) -> Answer {
     let tool_id = format!("toolu_cordon_{step}_{}", next_id());
     if !stream {
         return whole(message(
@@ -798,9 +843,10 @@ fn tool_use(id: &str, model: &str, stream: bool, step: u64, name: &str, input: &
             model,
             json!({"type": "tool_use", "id": tool_id, "name": name, "input": input}),
             "tool_use",
+            tokens,
         ));
     }
-    let mut out = message_start(id, model);
+    let mut out = message_start(id, model, tokens);
     out.extend(event(
         "content_block_start",
         &json!({"type": "content_block_start", "index": 0,
@@ -811,13 +857,13 @@ fn tool_use(id: &str, model: &str, stream: bool, step: u64, name: &str, input: &
         &json!({"type": "content_block_delta", "index": 0,
             "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
     ));
-    out.extend(message_end("tool_use"));
+    out.extend(message_end("tool_use", tokens));
     streamed(vec![out])
 }
 
 /// A text of `bytes` x's as events: [`DELTA`]-byte deltas, made as they are sent.
-fn huge_streamed(id: &str, model: &str, bytes: u64) -> Answer {
-    let mut start = message_start(id, model);
+fn huge_streamed(id: &str, model: &str, bytes: u64, tokens: Tokens) -> Answer {
+    let mut start = message_start(id, model, tokens);
     start.extend(text_block_start());
     let full = bytes / DELTA as u64;
     let rest = usize::try_from(bytes % DELTA as u64).unwrap_or(0);
@@ -831,16 +877,23 @@ fn huge_streamed(id: &str, model: &str, bytes: u64) -> Answer {
         pieces: Box::new(
             std::iter::once(start)
                 .chain(deltas)
-                .chain(std::iter::once(message_end("end_turn"))),
+                .chain(std::iter::once(message_end("end_turn", tokens))),
         ),
         hang: false,
     }
 }
 
 /// A text of `bytes` x's as one message, sent in chunks as they are made.
-fn huge_whole(id: &str, model: &str, bytes: u64) -> Answer {
+fn huge_whole(id: &str, model: &str, bytes: u64, tokens: Tokens) -> Answer {
     // The message with an empty text, split where the text goes: the x's stream between.
-    let empty = message(id, model, json!({"type": "text", "text": ""}), "end_turn").to_string();
+    let empty = message(
+        id,
+        model,
+        json!({"type": "text", "text": ""}),
+        "end_turn",
+        tokens,
+    )
+    .to_string();
     // The key and the value's opening quote: the x's go right after it.
     let key = r#""text":""#;
     let at = empty.find(key).map_or(empty.len(), |at| at + key.len());

@@ -295,7 +295,19 @@ async fn m0_a_text_answer_streams_over_tls_and_is_recorded() {
             tool_results: Vec::new(),
             reply: ReplyRecord::Text { text_bytes: 24 },
             system_bytes: 24,
+            // A token per 4 bytes of the request and of the reply's 24 bytes of text.
+            usage: Some(Tokens {
+                input_tokens: body.to_string().len() as u64 / 4,
+                output_tokens: 6,
+            }),
         }]
+    );
+    // The stream reports the same counts.
+    let events = String::from_utf8_lossy(&response.body).into_owned();
+    assert!(
+        events.contains(&format!("\"input_tokens\":{}", body.to_string().len() / 4))
+            && events.contains("\"output_tokens\":6"),
+        "{events}"
     );
 }
 

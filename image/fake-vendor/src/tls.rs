@@ -81,13 +81,71 @@ impl Drop for Server {
 
 /// Serve TLS on `listener` in the background (a tokio task) until the Server is dropped.
 pub fn start(listener: TcpListener, identity: &Identity) -> Result<Server, Error> {
+    start_with(listener, identity, None)
+}
+
+/// [`start`], answering 401 to an API request (`/v1/...`, `/api/...`) unless its one credential
+/// (`x-api-key: KEY` or `authorization: Bearer KEY`) is the key `auth` holds the digest of.
+pub fn start_with(
+    listener: TcpListener,
+    identity: &Identity,
+    auth: Option<Auth>,
+) -> Result<Server, Error> {
     let acceptor = TlsAcceptor::from(Arc::new(server_config(identity)?));
-    spawn(listener, Some(acceptor))
+    spawn(listener, Some(acceptor), auth)
 }
 
 /// Serve the same HTTP over plain TCP on `listener` (the benchmark's baseline), until dropped.
 pub fn start_plain(listener: TcpListener) -> Result<Server, Error> {
-    spawn(listener, None)
+    spawn(listener, None, None)
+}
+
+/// The key an endpoint requires, as its SHA-256 only: the endpoint's configuration (its
+/// container's environment) never holds the key itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Auth {
+    pub key_sha256: [u8; 32],
+}
+
+impl Auth {
+    /// From the digest in lowercase hex.
+    pub fn from_hex(hex: &str) -> Option<Auth> {
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut key_sha256 = [0u8; 32];
+        for (at, byte) in key_sha256.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(hex.get(at * 2..at * 2 + 2)?, 16).ok()?;
+        }
+        Some(Auth { key_sha256 })
+    }
+
+    /// The digest of `key`, in lowercase hex (what the endpoint is given).
+    pub fn hex_of(key: &str) -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(key.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// Exactly one credential field, holding the key (`x-api-key: KEY`, `authorization: Bearer
+    /// KEY`).
+    fn admits(&self, credentials: &[(String, Vec<u8>)]) -> bool {
+        use sha2::Digest;
+        let [(name, value)] = credentials else {
+            return false;
+        };
+        let key = match name.as_str() {
+            "x-api-key" => value.as_slice(),
+            "authorization" => match value.strip_prefix(b"Bearer ") {
+                Some(key) => key,
+                None => return false,
+            },
+            _ => return false,
+        };
+        sha2::Sha256::digest(key).as_slice() == self.key_sha256
+    }
 }
 
 /// rustls on ring (explicitly, whatever other crates in the same build enable), TLS 1.2 and 1.3,
@@ -112,17 +170,26 @@ fn server_config(identity: &Identity) -> Result<rustls::ServerConfig, Error> {
     Ok(config)
 }
 
-fn spawn(listener: TcpListener, acceptor: Option<TlsAcceptor>) -> Result<Server, Error> {
+fn spawn(
+    listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    auth: Option<Auth>,
+) -> Result<Server, Error> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
     let addr = listener.local_addr()?;
     let log = Arc::new(Log::default());
-    let task = runtime.spawn(accept_loop(listener, acceptor, log.clone()));
+    let task = runtime.spawn(accept_loop(listener, acceptor, log.clone(), auth));
     Ok(Server { addr, log, task })
 }
 
 /// Accept until aborted. The connections live in this task's JoinSet, so aborting it (dropping
 /// the Server) drops them all.
-async fn accept_loop(listener: TcpListener, acceptor: Option<TlsAcceptor>, log: Arc<Log>) {
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    log: Arc<Log>,
+    auth: Option<Auth>,
+) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -131,7 +198,7 @@ async fn accept_loop(listener: TcpListener, acceptor: Option<TlsAcceptor>, log: 
                     if connections.len() >= MAX_CONNECTIONS {
                         continue;
                     }
-                    connections.spawn(connection(tcp, acceptor.clone(), log.clone()));
+                    connections.spawn(connection(tcp, acceptor.clone(), log.clone(), auth));
                 }
                 // Out of descriptors, or a connection reset before accept: wait a little, go on.
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -141,18 +208,31 @@ async fn accept_loop(listener: TcpListener, acceptor: Option<TlsAcceptor>, log: 
     }
 }
 
-async fn connection(tcp: TcpStream, acceptor: Option<TlsAcceptor>, log: Arc<Log>) {
+async fn connection(
+    tcp: TcpStream,
+    acceptor: Option<TlsAcceptor>,
+    log: Arc<Log>,
+    auth: Option<Auth>,
+) {
     // Round-trip measurements (`/ping`) must not wait on Nagle's algorithm.
     let _ = tcp.set_nodelay(true);
     let Some(acceptor) = acceptor else {
-        http::serve(tcp, &Recorder { sni: None, log }).await;
+        http::serve(
+            tcp,
+            &Recorder {
+                sni: None,
+                log,
+                auth,
+            },
+        )
+        .await;
         return;
     };
     let Ok(Ok(stream)) = timeout(http::IO_BOUND, acceptor.accept(tcp)).await else {
         return;
     };
     let sni = stream.get_ref().1.server_name().map(str::to_owned);
-    http::serve(stream, &Recorder { sni, log }).await;
+    http::serve(stream, &Recorder { sni, log, auth }).await;
 }
 
 /// What `http::serve` reports to, for one connection: each request is recorded, and echoed when
@@ -161,6 +241,7 @@ async fn connection(tcp: TcpStream, acceptor: Option<TlsAcceptor>, log: Arc<Log>
 struct Recorder {
     sni: Option<String>,
     log: Arc<Log>,
+    auth: Option<Auth>,
 }
 
 impl http::Observer for Recorder {
@@ -177,6 +258,16 @@ impl http::Observer for Recorder {
     fn messages(&self, record: MessagesRecord) {
         echo("messages_request", &record);
         lock(&self.log.messages).push(record);
+    }
+
+    fn authorized(&self, credentials: &[(String, Vec<u8>)]) -> bool {
+        let admitted = self.auth.is_none_or(|auth| auth.admits(credentials));
+        if !admitted {
+            // Which fields came, never their values.
+            let names: Vec<&str> = credentials.iter().map(|(n, _)| n.as_str()).collect();
+            echo("unauthorized", &names);
+        }
+        admitted
     }
 }
 

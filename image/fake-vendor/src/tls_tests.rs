@@ -441,3 +441,56 @@ fn t10_start_outside_a_runtime_is_an_error_not_a_panic() {
     let listener = runtime.block_on(async { TcpListener::from_std(std_listener).unwrap() });
     assert!(matches!(start_plain(listener), Err(Error::NoRuntime)));
 }
+
+/// Given the digest of its key, the endpoint answers an API request (`/v1/...`, `/api/...`) only
+/// when its one credential field holds that key, as `x-api-key` or `authorization: Bearer`; every
+/// other credential (none, another key, a sentinel, two fields, the key in the wrong shape) is
+/// answered 401 in the vendor's shape and the connection closes. A test route takes anything.
+#[tokio::test]
+async fn with_a_key_the_api_takes_that_key_alone() {
+    const KEY: &str = "sk-the-real-test-key";
+    let ca = ca::generate(&[NAME]).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let auth = Auth::from_hex(&Auth::hex_of(KEY)).unwrap();
+    let server = start_with(listener, &identity(&ca), Some(auth)).unwrap();
+    let status = |headers: String| {
+        let config = client_config(&ca.ca_pem);
+        let addr = server.addr();
+        async move {
+            let mut io = connect(addr, config, NAME).await.unwrap();
+            let request =
+                format!("GET /api/claude_code/settings HTTP/1.1\r\nHost: {NAME}\r\n{headers}\r\n");
+            io.get_mut().write_all(request.as_bytes()).await.unwrap();
+            read_response(&mut io).await
+        }
+    };
+    for good in [
+        format!("x-api-key: {KEY}\r\n"),
+        format!("Authorization: Bearer {KEY}\r\n"),
+    ] {
+        assert_eq!(status(good.clone()).await.status, 200, "{good}");
+    }
+    for bad in [
+        String::new(),
+        "x-api-key: sk-ant-api03-sentinelAA\r\n".to_owned(),
+        format!("x-api-key: {KEY}x\r\n"),
+        format!("Authorization: {KEY}\r\n"),
+        format!("Authorization: Basic {KEY}\r\n"),
+        format!("x-api-key: {KEY}\r\nx-api-key: {KEY}\r\n"),
+        format!("x-api-key: {KEY}\r\nAuthorization: Bearer {KEY}\r\n"),
+    ] {
+        let response = status(bad.clone()).await;
+        assert_eq!(response.status, 401, "{bad}");
+        let body = String::from_utf8_lossy(&response.body).into_owned();
+        assert!(body.contains("authentication_error"), "{body}");
+    }
+    // Not the API: no credential needed.
+    let mut io = connect(server.addr(), client_config(&ca.ca_pem), NAME)
+        .await
+        .unwrap();
+    assert_eq!(get(&mut io, "/ping").await.status, 200);
+    // A digest that is not 64 hex digits is no key.
+    for bad in ["", "00", &"g".repeat(64), &"0".repeat(63)] {
+        assert!(Auth::from_hex(bad).is_none(), "{bad}");
+    }
+}

@@ -389,6 +389,7 @@ fn case_fixtures(env: &GateEnv) -> launch::egress::Fixtures {
         dns: Some(case_dns),
         // The fake vendor is only in the test image.
         image: Some(env.test_image.clone()),
+        api_key_sha256: None,
     }
 }
 

@@ -36,6 +36,7 @@ fn fixtures() -> Fixtures {
         mapped: vec![VENDOR_HOST.to_owned()],
         dns: None,
         image: None,
+        api_key_sha256: None,
     }
 }
 

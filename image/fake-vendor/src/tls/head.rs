@@ -19,6 +19,8 @@ pub(crate) struct Head {
     pub(crate) chunked: bool,
     pub(crate) keep_alive: bool,
     pub(crate) expect_continue: bool,
+    /// Every `x-api-key` and `authorization` field, name lowercase, value trimmed, in order.
+    pub(crate) credentials: Vec<(String, Vec<u8>)>,
 }
 
 /// Why a head is refused: the status answered, after which the connection closes (the framing of
@@ -104,6 +106,7 @@ fn parse_lines(head: &[u8]) -> Result<Head, Refusal> {
     let mut close = false;
     let mut keep_alive_token = false;
     let mut expect_continue = false;
+    let mut credentials = Vec::new();
     for field in fields {
         let colon = field
             .iter()
@@ -134,6 +137,13 @@ fn parse_lines(head: &[u8]) -> Result<Head, Refusal> {
             }
         } else if name.eq_ignore_ascii_case(b"expect") {
             expect_continue = value.eq_ignore_ascii_case(b"100-continue");
+        } else if name.eq_ignore_ascii_case(b"x-api-key")
+            || name.eq_ignore_ascii_case(b"authorization")
+        {
+            credentials.push((
+                String::from_utf8_lossy(name).to_ascii_lowercase(),
+                value.to_vec(),
+            ));
         }
     }
     let chunked = !transfer_encodings.is_empty();
@@ -159,6 +169,7 @@ fn parse_lines(head: &[u8]) -> Result<Head, Refusal> {
         chunked,
         keep_alive: !close && (http11 || keep_alive_token),
         expect_continue: http11 && expect_continue,
+        credentials,
     })
 }
 

@@ -21,6 +21,7 @@ fn h0_a_head_parses_with_keep_alive_by_version_and_connection() {
             chunked: false,
             keep_alive: true,
             expect_continue: false,
+            credentials: Vec::new(),
         }
     );
     assert!(

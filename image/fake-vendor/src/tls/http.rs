@@ -35,6 +35,11 @@ static SOURCE_BYTES: [u8; CHUNK] = [b'x'; CHUNK];
 pub(crate) trait Observer: Send + Sync {
     fn request(&self, method: &str, target: &str);
     fn messages(&self, record: MessagesRecord);
+    /// Whether a request to the API (`/v1/...`, `/api/...`) with these credential fields is let
+    /// in (every one is, unless the endpoint was given its key).
+    fn authorized(&self, _credentials: &[(String, Vec<u8>)]) -> bool {
+        true
+    }
 }
 
 /// A closure observes heads alone.
@@ -116,6 +121,15 @@ where
             .split_once('?')
             .unwrap_or((head.target.as_str(), ""));
         let route = route(&head.method, path);
+        let api = path.starts_with("/v1/") || path.starts_with("/api/");
+        if api && !observer.authorized(&head.credentials) {
+            // Answered like the vendor: 401, its error body; the connection stays usable, as the
+            // body (unread) is drained by closing.
+            let _ = conn
+                .respond(Body::Answer(messages::unauthorized()), false, false)
+                .await;
+            break;
+        }
         // The Messages API's bodies are kept (up to a bound); any other is counted and dropped.
         let keep =
             matches!(route, Route::Messages | Route::CountTokens).then_some(MAX_REQUEST_BODY);

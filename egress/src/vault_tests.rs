@@ -1,0 +1,148 @@
+use super::*;
+use crate::args::TerminateArgs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+/// A fresh directory under the system's temp dir, removed on drop.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new() -> Dir {
+        let dir = std::env::temp_dir().join(format!(
+            "cordon-vault-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        Dir(dir)
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) {
+        let path = self.0.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A whole vault, as the controller writes it.
+fn vault() -> (Dir, cordon_fake_vendor::ca::TestCa) {
+    let ca = cordon_fake_vendor::ca::generate(&["api.vendor.test"]).unwrap();
+    let dir = Dir::new();
+    dir.write("credential", b"sk-real-key");
+    dir.write("sentinel", b"sk-ant-api03-sentinelAA");
+    dir.write("leaf.pem", ca.cert_pem.as_bytes());
+    dir.write("leaf-key.pem", ca.key_pem.as_bytes());
+    dir.write("ca.pem", ca.ca_pem.as_bytes());
+    (dir, ca)
+}
+
+fn args(dir: &Dir) -> TerminateArgs {
+    TerminateArgs {
+        name: Name::parse("api.vendor.test").unwrap(),
+        port: 443,
+        vault: dir.0.clone(),
+        header: CredentialHeader::ApiKey,
+        budget: Budget::default(),
+    }
+}
+
+#[test]
+fn a_whole_vault_loads_and_attests_the_ca_it_holds() {
+    let (dir, ca) = vault();
+    let loaded = load(&args(&dir)).unwrap();
+    let der = CertificateDer::from_pem_slice(ca.ca_pem.as_bytes()).unwrap();
+    assert_eq!(loaded.ca_sha256, hex(&Sha256::digest(der.as_ref())));
+    assert_eq!(loaded.ca_sha256.len(), 64);
+    assert!(loaded.is(&Name::parse("api.vendor.test").unwrap(), 443));
+    assert!(!loaded.is(&Name::parse("api.vendor.test").unwrap(), 8443));
+    assert!(!loaded.is(&Name::parse("other.vendor.test").unwrap(), 443));
+    assert_eq!(loaded.terminator.sentinel, "sk-ant-api03-sentinelAA");
+    // Nothing printable carries the key.
+    let shown = format!("{loaded:?}");
+    assert!(!shown.contains("sk-real-key"), "{shown}");
+    // An upstream CA is optional, and read when there.
+    dir.write("upstream-ca.pem", ca.ca_pem.as_bytes());
+    assert!(load(&args(&dir)).is_ok());
+}
+
+#[test]
+fn a_vault_missing_a_file_is_refused_naming_it() {
+    for name in [
+        "credential",
+        "sentinel",
+        "leaf.pem",
+        "leaf-key.pem",
+        "ca.pem",
+    ] {
+        let (dir, _) = vault();
+        std::fs::remove_file(dir.0.join(name)).unwrap();
+        let error = load(&args(&dir)).unwrap_err();
+        assert!(error.contains(name), "{name}: {error}");
+    }
+}
+
+#[test]
+fn a_link_a_fifo_a_directory_or_an_oversized_file_is_refused() {
+    let (dir, ca) = vault();
+    // A link to a good file: never followed.
+    let elsewhere = Dir::new();
+    elsewhere.write("credential", b"sk-real-key");
+    std::fs::remove_file(dir.0.join("credential")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.0.join("credential"), dir.0.join("credential")).unwrap();
+    assert!(load(&args(&dir)).is_err());
+    std::fs::remove_file(dir.0.join("credential")).unwrap();
+    // A FIFO: refused without blocking on it.
+    nix::unistd::mkfifo(
+        &dir.0.join("credential"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let error = load(&args(&dir)).unwrap_err();
+    assert!(error.contains("regular file"), "{error}");
+    std::fs::remove_file(dir.0.join("credential")).unwrap();
+    // A directory.
+    std::fs::create_dir(dir.0.join("credential")).unwrap();
+    assert!(load(&args(&dir)).is_err());
+    std::fs::remove_dir(dir.0.join("credential")).unwrap();
+    // Over the bound.
+    dir.write("credential", &vec![b'k'; MAX_FILE as usize + 1]);
+    let error = load(&args(&dir)).unwrap_err();
+    assert!(error.contains("regular file"), "{error}");
+    // Put right, it loads again.
+    std::fs::set_permissions(
+        dir.0.join("credential"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    dir.write("credential", b"sk-real-key");
+    let _ = ca;
+    assert!(load(&args(&dir)).is_ok());
+}
+
+#[test]
+fn a_credential_or_sentinel_that_is_not_visible_ascii_or_a_bad_pem_is_refused() {
+    for (name, bytes) in [
+        ("credential", &b""[..]),
+        ("credential", b"two words"),
+        ("credential", b"caf\xc3\xa9"),
+        ("sentinel", b""),
+        ("sentinel", b"a\x01b"),
+        ("leaf.pem", b"not a pem"),
+        ("leaf-key.pem", b"not a pem"),
+        ("ca.pem", b"not a pem"),
+        ("upstream-ca.pem", b"no certificate here"),
+    ] {
+        let (dir, _) = vault();
+        std::fs::remove_file(dir.0.join(name)).ok();
+        dir.write(name, bytes);
+        assert!(load(&args(&dir)).is_err(), "{name}: {bytes:?}");
+    }
+}
