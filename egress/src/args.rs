@@ -24,6 +24,7 @@ use crate::allowlist::{parse_port, Allowlist, Mapping};
 use crate::decide::{Rule, Rules};
 use crate::host::Name;
 use crate::proxy::Config;
+use crate::vault::TerminateArgs;
 use crate::vendor::{Budget, CredentialHeader, MAX_BUDGET};
 
 /// The usage text (`--help`, and after a refusal).
@@ -80,16 +81,6 @@ pub struct ProxyArgs {
     pub lifetime: Option<Duration>,
     /// `--terminate` and what goes with it.
     pub terminate: Option<TerminateArgs>,
-}
-
-/// The vendor host the proxy terminates, where its inputs are, and the budgets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TerminateArgs {
-    pub name: Name,
-    pub port: u16,
-    pub vault: PathBuf,
-    pub header: CredentialHeader,
-    pub budget: Budget,
 }
 
 impl ProxyArgs {

@@ -380,13 +380,15 @@ mod tests {
             server_config(ca.cert_pem.as_bytes(), ca.key_pem.as_bytes()).unwrap(),
             client_config(None).unwrap(),
         );
-        let mut config = Config::default();
-        config.terminate = Some(Termination {
-            name: Name::parse("api.anthropic.com").unwrap(),
-            port: 443,
-            ca_sha256: "ab".repeat(32),
-            terminator: std::sync::Arc::new(terminator),
-        });
+        let config = Config {
+            terminate: Some(Termination {
+                name: Name::parse("api.anthropic.com").unwrap(),
+                port: 443,
+                ca_sha256: "ab".repeat(32),
+                terminator: std::sync::Arc::new(terminator),
+            }),
+            ..Config::default()
+        };
         let text = listening(Path::new("/s"), &config, None);
         assert_eq!(
             parse(&text)["terminate"],

@@ -1081,3 +1081,173 @@ async fn serve_unix_leaves_a_socket_that_replaced_its_own() {
     drop(other);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The proxy's whole path for a terminated vendor host, beside an allowed host it only tunnels:
+/// each name is mapped to a fake vendor on loopback with the vendor's own certificate; the one
+/// behind the terminated name takes only the real key, the other takes exactly the sentinel (so
+/// a 200 there proves the sentinel arrived unchanged).
+mod terminated {
+    use super::*;
+    use crate::terminate::{client_config, server_config, Key, Terminator};
+    use crate::vault::Termination;
+    use crate::vendor::{Budget, CredentialHeader};
+    use cordon_fake_vendor::tls::{self as fake, Auth, Identity};
+    use rustls::pki_types::ServerName;
+
+    const KEY: &str = "sk-the-real-key";
+    const SENTINEL: &str = "sk-ant-api03-sentinel-of-this-invocationAA";
+    const API: &str = "api.vendor.test";
+    const OTHER: &str = "other.vendor.test";
+
+    struct World {
+        config: Arc<Config>,
+        api: fake::Server,
+        other: fake::Server,
+        /// What the vendor's own certificates chain to.
+        vendor_ca: String,
+        /// What the proxy's leaf for the vendor host chains to.
+        invocation_ca: String,
+    }
+
+    async fn world() -> World {
+        let vendor = cordon_fake_vendor::ca::generate(&[API, OTHER]).unwrap();
+        let identity = Identity {
+            cert_pem: vendor.cert_pem.clone(),
+            key_pem: vendor.key_pem.clone(),
+        };
+        let listen = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
+        let takes = |key: &str| Auth::from_hex(&Auth::hex_of(key));
+        let api = fake::start_with(listen().await, &identity, takes(KEY)).unwrap();
+        let other = fake::start_with(listen().await, &identity, takes(SENTINEL)).unwrap();
+        let invocation = cordon_fake_vendor::ca::generate(&[API]).unwrap();
+        let terminator = Terminator::new(
+            API,
+            CredentialHeader::ApiKey,
+            SENTINEL.into(),
+            Key::new(KEY.into()).unwrap(),
+            Budget::default(),
+            server_config(
+                invocation.cert_pem.as_bytes(),
+                invocation.key_pem.as_bytes(),
+            )
+            .unwrap(),
+            client_config(Some(vendor.ca_pem.as_bytes())).unwrap(),
+        );
+        let rules = Rules {
+            allowlist: Allowlist::parse(&[API, OTHER]).unwrap(),
+            mappings: vec![
+                Mapping::parse(&format!("{API}={}", api.addr())).unwrap(),
+                Mapping::parse(&format!("{OTHER}={}", other.addr())).unwrap(),
+            ],
+            host_own: vec![],
+            skip: Default::default(),
+        };
+        let config = Config {
+            terminate: Some(Termination {
+                name: Name::parse(API).unwrap(),
+                port: 443,
+                ca_sha256: String::new(),
+                terminator: Arc::new(terminator),
+            }),
+            ..Config::new(rules)
+        };
+        World {
+            config: Arc::new(config),
+            api,
+            other,
+            vendor_ca: vendor.ca_pem,
+            invocation_ca: invocation.ca_pem,
+        }
+    }
+
+    /// CONNECT to `name:443` through a proxy task, then a TLS handshake trusting `ca` alone
+    /// (besides the public roots, which trust no test certificate).
+    async fn open(
+        world: &World,
+        name: &str,
+        ca: &str,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<DuplexStream>> {
+        let (mut client, proxy_side) = tokio::io::duplex(64 * 1024);
+        let config = world.config.clone();
+        tokio::spawn(async move { handle(proxy_side, &config, &NoResolver).await });
+        client
+            .write_all(
+                format!("CONNECT {name}:443 HTTP/1.1\r\nHost: {name}:443\r\n\r\n").as_bytes(),
+            )
+            .await?;
+        let mut answer = [0u8; 39];
+        client.read_exact(&mut answer).await?;
+        assert_eq!(&answer[..], b"HTTP/1.1 200 Connection Established\r\n\r\n");
+        let server_name = ServerName::try_from(name.to_owned()).unwrap();
+        tokio_rustls::TlsConnector::from(client_config(Some(ca.as_bytes())).unwrap())
+            .connect(server_name, client)
+            .await
+    }
+
+    /// One request with `x-api-key: credential`; the status and the whole answer.
+    async fn ask(
+        tls: &mut tokio_rustls::client::TlsStream<DuplexStream>,
+        name: &str,
+        path: &str,
+        credential: &str,
+    ) -> (u16, String) {
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {name}\r\nx-api-key: {credential}\r\nConnection: close\r\n\r\n"
+        );
+        tls.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        // The close may come without a TLS close_notify: what was read counts.
+        let _ = timeout(Duration::from_secs(10), tls.read_to_end(&mut answer)).await;
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        (status, text)
+    }
+
+    #[tokio::test]
+    async fn the_vendor_host_is_terminated_with_the_invocations_ca_and_the_key_swapped_in() {
+        let w = world().await;
+        // The agent trusting only the invocation's CA gets a handshake: the leaf is the proxy's.
+        let mut tls = open(&w, API, &w.invocation_ca).await.unwrap();
+        let (status, text) = ask(&mut tls, API, "/api/claude_code/settings", SENTINEL).await;
+        // The fake takes only the key: a 200 means the sentinel was swapped for it.
+        assert_eq!(status, 200, "{text}");
+        assert!(!text.contains(KEY), "{text}");
+        // The vendor's own certificate is never what the agent sees there.
+        assert!(open(&w, API, &w.vendor_ca).await.is_err());
+        // Refused at the proxy, never forwarded: another path, another credential.
+        let before = w.api.seen().len();
+        let mut tls = open(&w, API, &w.invocation_ca).await.unwrap();
+        let (status, text) = ask(&mut tls, API, "/api/event_logging/batch", SENTINEL).await;
+        assert_eq!(status, 403, "{text}");
+        assert!(text.contains("x-cordon-refusal: vendor-path"), "{text}");
+        let mut tls = open(&w, API, &w.invocation_ca).await.unwrap();
+        let (status, text) = ask(&mut tls, API, "/api/claude_code/settings", "sk-mine").await;
+        assert_eq!(status, 401, "{text}");
+        assert!(
+            text.contains("x-cordon-refusal: vendor-credential"),
+            "{text}"
+        );
+        assert_eq!(w.api.seen().len(), before, "{:?}", w.api.seen());
+    }
+
+    #[tokio::test]
+    async fn another_allowed_host_is_an_opaque_tunnel_and_the_sentinel_arrives_unchanged() {
+        let w = world().await;
+        // The vendor's own certificate: not terminated.
+        let mut tls = open(&w, OTHER, &w.vendor_ca).await.unwrap();
+        // That fake takes exactly the sentinel: a 200 means it arrived as the agent sent it.
+        let (status, text) = ask(&mut tls, OTHER, "/api/claude_code/settings", SENTINEL).await;
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(w.other.seen().len(), 1);
+        // Any path goes through a tunnel: the route policy is the terminated host's alone.
+        let mut tls = open(&w, OTHER, &w.vendor_ca).await.unwrap();
+        let (status, _) = ask(&mut tls, OTHER, "/ping", SENTINEL).await;
+        assert_eq!(status, 200);
+        // The invocation's CA vouches for nothing there.
+        assert!(open(&w, OTHER, &w.invocation_ca).await.is_err());
+    }
+}

@@ -7,20 +7,29 @@
 
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use sha2::{Digest, Sha256};
 
-use crate::args::TerminateArgs;
 use crate::host::Name;
-use crate::terminate::{client_config, server_config, Key, Limits, Terminator};
-use crate::vendor::{Budget, CredentialHeader, Spent};
+use crate::terminate::{client_config, server_config, Key, Terminator};
+use crate::vendor::{Budget, CredentialHeader};
 
 /// The most bytes one vault file may hold.
 pub const MAX_FILE: u64 = 64 * 1024;
+
+/// The vendor host the proxy terminates, where its inputs are, and the budgets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminateArgs {
+    pub name: Name,
+    pub port: u16,
+    pub vault: PathBuf,
+    pub header: CredentialHeader,
+    pub budget: Budget,
+}
 
 /// The terminated host as the proxy serves it and attests it.
 #[derive(Debug, Clone)]
@@ -77,17 +86,15 @@ pub fn load(args: &TerminateArgs) -> Result<Termination, String> {
         name: args.name.clone(),
         port: args.port,
         ca_sha256: hex(&Sha256::digest(ca_der.as_ref())),
-        terminator: Arc::new(Terminator {
-            host: args.name.to_string(),
-            header: args.header,
+        terminator: Arc::new(Terminator::new(
+            args.name.as_str(),
+            args.header,
             sentinel,
             key,
-            budget: args.budget,
-            spent: Mutex::new(Spent::default()),
+            args.budget,
             server,
             client,
-            limits: Limits::default(),
-        }),
+        )),
     })
 }
 

@@ -1,7 +1,5 @@
 use super::*;
-use crate::args::TerminateArgs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 
 /// A fresh directory under the system's temp dir, removed on drop.
 struct Dir(PathBuf);

@@ -6,6 +6,8 @@
 //! - [`error`], [`uids`], [`labels`], [`archive`], [`caller_file`]: the error type and its stable
 //!   ids; per-allocation uids; ownership labels and object names; the one tar writer; files a
 //!   caller names.
+//! - [`custody`]: the vendor credential, and where it goes: the agent's sentinel, the invocation's
+//!   CA, the proxy's vault (nothing else holds the key).
 //! - [`engine`]: the Docker connection pinned to the daemon's API; `engine::objects` alone
 //!   creates, inspects, lists and removes containers, volumes and networks; `engine::pending`
 //!   records what an operation made (or may have made) and removes it.

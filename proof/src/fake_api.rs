@@ -29,8 +29,14 @@ pub struct FakeApi {
 }
 
 /// The fake API for `vendor`, its fixtures run from `fixture_image` (an image holding the
-/// `fake-vendor` binary: the test image).
+/// `fake-vendor` binary: the test image), with an API key.
 pub fn fake_api(vendor: Vendor, fixture_image: &str) -> Result<FakeApi> {
+    fake_api_with(vendor, fixture_image, CredentialKind::ApiKey)
+}
+
+/// [`fake_api`] with a credential of `kind` (an OAuth token travels as `authorization: Bearer`,
+/// which the fake takes as well).
+pub fn fake_api_with(vendor: Vendor, fixture_image: &str, kind: CredentialKind) -> Result<FakeApi> {
     let allow = default_allowlist(vendor);
     let names: Vec<&str> = allow.iter().map(String::as_str).collect();
     let ca = cordon_fake_vendor::ca::generate(&names)
@@ -53,7 +59,7 @@ pub fn fake_api(vendor: Vendor, fixture_image: &str) -> Result<FakeApi> {
             extra_ca_pem: Some(ca.ca_pem),
             ..VendorOptions::default()
         },
-        credential: Credential::of(CredentialKind::ApiKey, key.clone())?,
+        credential: Credential::of(kind, key.clone())?,
         key,
         allow,
     })

@@ -119,7 +119,21 @@ impl Cli {
         deadline: Duration,
         nonessential: bool,
     ) -> (invoke::Handle, fake_api::FakeApi, TempDir) {
-        let mut api = fake_api(Vendor::Claude, &self.s.image).expect("fake API");
+        let api = fake_api(Vendor::Claude, &self.s.image).expect("fake API");
+        self.start_against(api, phase, prompt, schema, deadline, nonessential)
+            .await
+    }
+
+    /// [`Cli::start_with`] against `api`.
+    async fn start_against(
+        &self,
+        mut api: fake_api::FakeApi,
+        phase: Phase,
+        prompt: &str,
+        schema: Option<&str>,
+        deadline: Duration,
+        nonessential: bool,
+    ) -> (invoke::Handle, fake_api::FakeApi, TempDir) {
         api.vendor.nonessential_traffic = nonessential;
         let dir = tempdir();
         let schema = schema.map(|text| {
@@ -906,6 +920,51 @@ async fn the_key_is_in_the_proxys_vault_alone() {
     let text = serde_json::to_string(&*result).unwrap();
     assert!(!text.contains(&api.key), "the result holds the key");
     assert!(!result.egress_log.is_empty(), "{result:#?}");
+    c.finish().await;
+}
+
+/// With an OAuth token the CLI holds a sentinel in `CLAUDE_CODE_OAUTH_TOKEN` and sends it as
+/// `authorization: Bearer`; the proxy swaps the token in there (the fake takes nothing else) and
+/// the CLI answers. What it asked for on the way is in the result: only the measured routes
+/// reach the vendor, and every other path it tried (an OAuth profile or account read) is refused
+/// `vendor-path`, which the CLI survives.
+#[tokio::test]
+async fn an_oauth_sentinel_takes_the_bearer_path_and_the_cli_answers() {
+    let c = cli("cli-oauth").await;
+    let api = fake_api::fake_api_with(
+        Vendor::Claude,
+        &c.s.image,
+        cordon::invoke::CredentialKind::OAuthToken,
+    )
+    .expect("fake API");
+    let (handle, _api, _dir) = c
+        .start_against(
+            api,
+            Phase::Questions,
+            "what is here?",
+            None,
+            Duration::from_secs(120),
+            false,
+        )
+        .await;
+    let result = handle.settled().await;
+    assert!(result.answer.is_some(), "{result:#?}");
+    assert_calls_match_the_fake(&result);
+    let refused: Vec<String> = result
+        .vendor_requests
+        .iter()
+        .filter(|r| r.refusal.is_some())
+        .map(|r| format!("{} {} {:?}", r.method, r.path, r.refusal))
+        .collect();
+    println!("an OAuth sentinel: refused {refused:?}");
+    assert!(
+        result
+            .vendor_log
+            .iter()
+            .all(|l| l.get("unauthorized").is_none()),
+        "the fake refused a credential: {:?}",
+        result.vendor_log
+    );
     c.finish().await;
 }
 

@@ -23,7 +23,9 @@ async fn image_builds_from_static_binaries_and_is_reused() {
     assert_eq!(first.id, second.id);
     assert!(first.tag.starts_with("cordon-test:"));
     assert!(
-        first.size_bytes > 0 && first.size_bytes < 16 * 1024 * 1024,
+        // 16.8 MB at issue 22: the proxy's 4.6 MB carries its TLS terminator (rustls, hyper,
+        // Mozilla's roots) beside the init, the probe, the fake CLI and the fake vendor.
+        first.size_bytes > 0 && first.size_bytes < 20 * 1024 * 1024,
         "size {}",
         first.size_bytes
     );

@@ -731,27 +731,51 @@ async fn a_container_killed_from_outside_settles() {
     finish(s, &storage).await;
 }
 
-/// The credential reaches only its own container: another invocation running at the same time
-/// cannot find it, and it appears in no result, label or error.
+/// The credential never enters an agent's container: the agent holds a sentinel, so neither its
+/// own token nor another invocation's (running at the same time) is anywhere it can search
+/// (every process's environment and command line, its areas, the input dir); a token appears in
+/// no result, label or error. A credential needs its vendor host on the allowlist (the proxy
+/// terminates it); without one it is refused before anything is made (`vendor-custody`).
 #[tokio::test]
-async fn the_credential_stays_in_its_own_container() {
+async fn the_credential_never_enters_the_agents_container() {
     let s = owned("t-cred").await;
     let storage = storage(&s).await;
     let tokens = [
         format!("cordon-test-token-{}", uuid::Uuid::new_v4().simple()),
         format!("cordon-test-token-{}", uuid::Uuid::new_v4().simple()),
     ];
+    // No allowlist, no proxy to hold the token: refused, nothing made.
+    let refused = start(
+        &s.ctl,
+        capture(
+            &s.ctl,
+            request(&storage, Phase::Questions, "cordon-fake:steal-credential"),
+        )
+        .unwrap(),
+        Some(Credential::new(tokens[0].clone()).unwrap()),
+        options(&s.image),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.id(), "vendor-custody", "{refused}");
+    assert!(!refused.to_string().contains(tokens[0].as_str()));
+    // The vendor host allowed (on an internal network, mapped nowhere it is dialed: the fake CLI
+    // never connects), so the proxy holds the token.
+    let with_network = || {
+        let mut request = request(&storage, Phase::Questions, "cordon-fake:steal-credential");
+        request.network_allowlist = vec!["api.anthropic.com".to_owned()];
+        request
+    };
+    let mut options = options(&s.image);
+    options.egress.internal = true;
+    options.egress.map = vec!["api.anthropic.com=192.0.2.1:443".to_owned()];
     let mut handles = Vec::new();
     for token in &tokens {
         let handle = start(
             &s.ctl,
-            capture(
-                &s.ctl,
-                request(&storage, Phase::Questions, "cordon-fake:steal-credential"),
-            )
-            .unwrap(),
+            capture(&s.ctl, with_network()).unwrap(),
             Some(Credential::new(token.clone()).unwrap()),
-            options(&s.image),
+            options.clone(),
         )
         .await
         .unwrap();
@@ -770,6 +794,8 @@ async fn the_credential_stays_in_its_own_container() {
     let labels = format!("{:?} {:?}", listed.containers, listed.volumes);
     for handle in &handles {
         let result = handle.settled().await;
+        // The fake CLI reports every token it finds but the value of its own credential variable
+        // (now the sentinel): none is found, its own token included.
         assert_eq!(
             result.answer.as_deref(),
             Some("foreign tokens: []"),

@@ -230,8 +230,9 @@ pub fn networked_body(
 }
 
 /// The proxy's container. It runs as the allocation's proxy uid ([`crate::uids::Uid::proxy`])
-/// in the agent's group: the socket it makes (0660) is the agent's to connect to, and the vault
-/// (its own, 0400) is no one else's. With a termination it mounts the vault read-only.
+/// in the agent's group: it may make its socket in the egress dir (the agent's, 0770), the
+/// socket it makes (0660) is the agent's to connect to, and the vault (its own, 0400) is no one
+/// else's. With a termination it mounts the vault read-only.
 pub fn proxy_body(
     image_id: &str,
     allocation: &Allocation,

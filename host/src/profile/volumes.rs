@@ -63,11 +63,9 @@ impl Profile {
                 spec(
                     &s.egress_volume,
                     self.spec.allocation.labels(Kind::Egress),
-                    // The proxy makes its socket here; the agent's group may only reach it.
-                    tmpfs_options_with(
-                        EGRESS_AREA,
-                        &format!("uid={},gid={uid},mode=0750", uid.proxy()),
-                    ),
+                    // The agent's, as before (its mount is read-only: `egress-readonly`); the proxy,
+                    // its own uid in the agent's group, makes its socket here.
+                    tmpfs_volume_options(EGRESS_AREA, 0o770, uid),
                 ),
             ),
         ]

@@ -40,7 +40,8 @@
 //! - `cordon-fake:inotify-one`: takes one inotify instance; success `inotify-one: ok`, otherwise
 //!   `error_during_execution` `inotify-one: errno E` and exit 4.
 //! - `cordon-fake:steal-credential`: searches /proc and the scratch and work areas for test tokens
-//!   other than its own; success `foreign tokens: [...]`. Its own token is never printed.
+//!   (the agent holds a sentinel, never one of them); success `foreign tokens: [...]`, every one
+//!   found.
 //! - `cordon-fake:terminal-escapes`: success whose `result` is hostile terminal text
 //!   (`TERMINAL_ESCAPES`): an OSC 52 clipboard write, an OSC 0 window title, CSI 2J (clear
 //!   screen), CR, NUL, BEL, a bidi override (U+202E), a C1 CSI (U+009B), and a forged cordon
@@ -668,18 +669,8 @@ fn steal_credential(cli: &Cli) -> Outcome {
         );
     }
 
-    let own = std::env::var("CLAUDE_CODE_OAUTH_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
-    let foreign: Vec<String> = found
-        .into_iter()
-        .filter(|token| Some(token) != own.as_ref())
-        // A foreign token that merely extends ours must still not reveal ours.
-        .map(|token| match &own {
-            Some(own) => token.replace(own.as_str(), "[own token]"),
-            None => token,
-        })
-        .collect();
+    // Every token found: the agent holds a sentinel, so its own credential is not one of them.
+    let foreign: Vec<String> = found.into_iter().collect();
     let listed = serde_json::to_string(&foreign).unwrap_or_else(|_| "[]".into());
     success(cli, &format!("foreign tokens: {listed}"))
 }

@@ -78,8 +78,9 @@ pub struct MessagesRecord {
     pub reply: ReplyRecord,
     /// The bytes of text in `system` (a string, or the `text` of its blocks).
     pub system_bytes: u64,
-    /// The usage the answer reports: a token per 4 bytes of the request body, and of the reply's
-    /// text or tool input (at least 1 each); `None` when the answer is an error.
+    /// The usage the answer reports: a token per 4 bytes of the request body (at most
+    /// [`MAX_INPUT_TOKENS`]), and of the reply's text or tool input (at least 1 each); `None`
+    /// when the answer is an error.
     pub usage: Option<Tokens>,
 }
 
@@ -90,10 +91,15 @@ pub struct Tokens {
     pub output_tokens: u64,
 }
 
+/// The most input tokens an answer reports: a scenario's huge tool results (the enormous-write
+/// test sends megabytes back) must not push the CLI past its context window, where it would
+/// compact the conversation instead of going on.
+pub const MAX_INPUT_TOKENS: u64 = 50_000;
+
 impl Tokens {
     fn of(request_bytes: usize, reply_bytes: u64) -> Tokens {
         Tokens {
-            input_tokens: (request_bytes as u64 / 4).max(1),
+            input_tokens: (request_bytes as u64 / 4).clamp(1, MAX_INPUT_TOKENS),
             output_tokens: (reply_bytes / 4).max(1),
         }
     }

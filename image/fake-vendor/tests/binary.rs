@@ -221,10 +221,11 @@ async fn b3_a_messages_request_is_answered_and_logged_as_a_record() {
         endpoint.line().await,
         json!({"tls_request": {"sni": null, "method": "POST", "path": "/v1/messages?beta=true"}})
     );
-    // As text: the record's fields in their declared order, the reply untagged.
+    // As text: the record's fields in their declared order, the reply untagged; the usage a token
+    // per 4 bytes of the request (its 240-some bytes) and of the reply's 16-byte tool input.
     assert_eq!(
         endpoint.raw_line().await,
-        r#"{"messages_request":{"path":"/v1/messages?beta=true","model":"claude-test","stream":false,"tools":["Bash"],"scenario":"script","step":0,"tool_results":[],"reply":{"tool":"Bash","input":{"command":"ls"}},"system_bytes":3}}"#
+        r#"{"messages_request":{"path":"/v1/messages?beta=true","model":"claude-test","stream":false,"tools":["Bash"],"scenario":"script","step":0,"tool_results":[],"reply":{"tool":"Bash","input":{"command":"ls"}},"system_bytes":3,"usage":{"input_tokens":60,"output_tokens":4}}}"#
     );
     assert_eq!(endpoint.terminate().await, 0);
 }
