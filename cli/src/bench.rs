@@ -57,6 +57,19 @@ pub enum BenchAction {
         #[arg(long, default_value_t = 500)]
         pings: usize,
     },
+    /// The vendor host's TLS terminator, in process on loopback, against a direct client of the
+    /// same fake Messages API: a Messages request's added latency, a streamed download's ratio.
+    Terminate {
+        /// Measured requests per arm (after 20 unmeasured).
+        #[arg(long, default_value_t = 500)]
+        requests: usize,
+        /// Downloads per arm.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// MiB of each streamed answer.
+        #[arg(long, default_value_t = 64)]
+        mib: u64,
+    },
     /// The pre-launch tree check on a generated tree against git's refresh and status of the
     /// same tree on the host, and what the check adds to an execute invocation's start.
     Check {
@@ -99,6 +112,14 @@ pub enum BenchAction {
 }
 
 pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
+    if let BenchAction::Terminate {
+        requests,
+        runs,
+        mib,
+    } = action
+    {
+        return terminate(ctx, requests, runs, mib).await;
+    }
     let built = image::build(ctx).await?;
     let engine = &ctx.ctl;
     match action {
@@ -140,6 +161,11 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             print(ctx.json, &report, || report.text())?;
             Ok(ExitCode::SUCCESS)
         }
+        BenchAction::Terminate {
+            requests,
+            runs,
+            mib,
+        } => terminate(ctx, requests, runs, mib).await,
         BenchAction::Egress { runs, mib, pings } => {
             let report =
                 cordon_proof::bench_egress::egress(engine, &built.id, runs, mib << 20, pings)
@@ -202,4 +228,13 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `bench terminate`: no engine, no image, the terminator alone.
+async fn terminate(ctx: &Ctx, requests: usize, runs: usize, mib: u64) -> anyhow::Result<ExitCode> {
+    let report = cordon_proof::bench_terminate::terminate(requests, runs, mib << 20)
+        .await
+        .context("benchmarking the terminator")?;
+    print(ctx.json, &report, || report.text())?;
+    Ok(ExitCode::SUCCESS)
 }

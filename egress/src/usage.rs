@@ -60,7 +60,7 @@ pub struct StreamUsage {
 impl StreamUsage {
     /// Read `chunk`, the next bytes of the response body.
     pub fn feed(&mut self, mut chunk: &[u8]) {
-        while let Some(at) = chunk.iter().position(|b| *b == b'\n') {
+        while let Some(at) = memchr::memchr(b'\n', chunk) {
             self.extend_line(&chunk[..at]);
             self.end_line();
             chunk = &chunk[at + 1..];
@@ -165,7 +165,7 @@ impl BodyUsage {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 #[cfg(test)]

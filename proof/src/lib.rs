@@ -20,6 +20,7 @@ pub mod bench_audit;
 pub mod bench_check;
 pub mod bench_claude;
 pub mod bench_egress;
+pub mod bench_terminate;
 pub mod doctor;
 pub mod fake_api;
 pub mod gate;
