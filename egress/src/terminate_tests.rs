@@ -3,6 +3,7 @@
 //! hand-written HTTP/1.1) on 127.0.0.1 that records every request that reached it. Nothing leaves
 //! the host.
 
+use super::watch::Framing;
 use super::*;
 use crate::vendor::Route;
 use cordon_fake_vendor::ca::{self, TestCa};
