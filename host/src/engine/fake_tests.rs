@@ -511,6 +511,14 @@ async fn a_new_uid_is_none_a_live_object_carries() {
         assert_eq!(uid.get(), first + 2);
         assert_eq!(uid.proxy(), first + 3);
     }
+    // Anywhere in a wide range, an allocation's uid is even: its pair is never split.
+    let empty = Arc::new(Recording::new(vec![], Script::default()));
+    for _ in 0..64 {
+        let uid = storage::pick_uid(&engine(&empty), &UidRange::default())
+            .await
+            .expect("a free uid");
+        assert_eq!(uid.get() % 2, 0, "{uid}");
+    }
     for live in [
         // Both pairs held.
         vec![taken(first), taken(first + 2)],

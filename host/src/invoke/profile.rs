@@ -176,7 +176,13 @@ pub(super) fn vendor_target(
             let rest = url.strip_prefix("https://").unwrap_or(url);
             let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
             match authority.rsplit_once(':') {
-                Some((host, port)) => (host.to_owned(), port.parse().unwrap_or(443)),
+                Some((host, port)) => (
+                    host.to_owned(),
+                    // Checked above; refused again rather than guessed.
+                    cordon_egress::allowlist::parse_port(port).map_err(|_| {
+                        Error::Invalid(format!("the API base URL {url:?} has a bad port"))
+                    })?,
+                ),
                 None => (authority.to_owned(), 443),
             }
         }
