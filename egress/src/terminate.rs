@@ -681,6 +681,19 @@ fn model(body: &[u8], sentinel: &str) -> Option<String> {
     (fits && !holds(&model, sentinel)).then_some(model)
 }
 
+/// The header names a message's `connection` fields list (lowercase): options of this hop alone
+/// (RFC 9110 7.6.1), never forwarded either way.
+fn connection_options(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
 /// The request to the vendor: the same method and target, HTTP/1.1, the headers in order but
 /// the ones [`NOT_FORWARDED`], the credential header's value the key, `accept-encoding:
 /// identity`, `content-length` the body's.
@@ -691,13 +704,16 @@ fn outgoing(
     body: Bytes,
 ) -> Option<Request<Full<Bytes>>> {
     let mut headers = HeaderMap::with_capacity(parts.headers.len() + 2);
+    let this_hop = connection_options(&parts.headers);
     for (at, (name, value)) in parts.headers.iter().enumerate() {
         if at == admitted.swap() {
             headers.append(
                 name.clone(),
                 terminator.key.header_value(terminator.header)?,
             );
-        } else if !NOT_FORWARDED.contains(&name.as_str()) {
+        } else if !NOT_FORWARDED.contains(&name.as_str())
+            && !this_hop.iter().any(|hop| hop == name.as_str())
+        {
             headers.append(name.clone(), value.clone());
         }
     }

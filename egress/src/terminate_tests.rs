@@ -717,6 +717,8 @@ async fn the_forwarded_head_drops_hop_by_hop_headers_and_sets_identity_and_lengt
     let mut session = Session::open(&terminator, &vendor).await;
     let extra = [
         ("connection", "keep-alive, x-hop"),
+        // Named by `connection`: this hop's alone (RFC 9110 7.6.1), never forwarded.
+        ("x-hop", "this-hop-only"),
         ("keep-alive", "timeout=5"),
         ("proxy-connection", "keep-alive"),
         ("te", "trailers"),
@@ -746,6 +748,25 @@ async fn the_forwarded_head_drops_hop_by_hop_headers_and_sets_identity_and_lengt
     assert_eq!(seen.values("accept-encoding"), ["identity"]);
     assert_eq!(seen.values("content-length"), [BODY.len().to_string()]);
     assert_eq!(seen.values("x-api-key"), [KEY]);
+    session.finish().await;
+}
+
+/// The vendor's own hop-by-hop headers, and those its `connection` names, stop at the proxy.
+#[tokio::test]
+async fn the_relayed_head_drops_the_vendors_hop_by_hop_headers() {
+    let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nrequest-id: req_test\r\n\
+                 connection: keep-alive, x-vendor-hop\r\nx-vendor-hop: this-hop-only\r\n\
+                 keep-alive: timeout=5\r\ncontent-length: 2\r\n\r\n{}";
+    let vendor = Vendor::start(always(reply.as_bytes().to_vec())).await;
+    let terminator = terminator(ApiKey, Budget::default(), limits());
+    let mut session = Session::open(&terminator, &vendor).await;
+    session.agent.send(&messages(ApiKey)).await;
+    let response = session.agent.response().await.unwrap();
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("request-id"), Some("req_test"));
+    for hop in ["x-vendor-hop", "keep-alive"] {
+        assert_eq!(response.header(hop), None, "{hop}: {:?}", response.headers);
+    }
     session.finish().await;
 }
 

@@ -23,9 +23,12 @@ pub(super) fn relay<U>(
             .is_ok_and(|v| v.to_ascii_lowercase().contains("close"))
     });
     let mut headers = HeaderMap::with_capacity(parts.headers.len());
+    let this_hop = connection_options(&parts.headers);
     for (name, value) in &parts.headers {
         let framing = chunked && name == header::CONTENT_LENGTH;
-        if !HOP_BY_HOP.contains(&name.as_str()) && !framing {
+        let hop = HOP_BY_HOP.contains(&name.as_str())
+            || this_hop.iter().any(|option| option == name.as_str());
+        if !hop && !framing {
             headers.append(name.clone(), value.clone());
         }
     }
