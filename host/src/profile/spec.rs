@@ -23,7 +23,8 @@ pub const ENV_ALLOWED_EXTRA: &[&str] = &[
 ];
 
 /// Everything a profile is built from. Its `Debug` names environment variables but never shows
-/// their values (a credential travels there).
+/// their values (the credential's variable holds only the invocation's sentinel, which is still
+/// not for logs).
 #[derive(Clone)]
 pub struct ProfileSpec {
     pub phase: Phase,

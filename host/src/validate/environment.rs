@@ -1,5 +1,5 @@
 //! The environment: exactly the profile's variables (the refusal names them, never their values:
-//! a credential travels there).
+//! the credential's variable holds the invocation's sentinel, which is still not for logs).
 
 use std::collections::BTreeSet;
 
