@@ -72,21 +72,8 @@ const SHOWN_METHOD: usize = 16;
 const SHOWN_PATH: usize = 256;
 /// The longest model name recorded.
 const MAX_MODEL: usize = 128;
-/// Request headers never forwarded: the hop-by-hop ones (this connection's, not the vendor's),
-/// `accept-encoding` (set to `identity`: the usage reader reads plain bytes) and
-/// `content-length` (set to the body's length).
-const NOT_FORWARDED: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "accept-encoding",
-    "content-length",
-];
-/// Response headers never passed back (hop-by-hop).
+/// Headers of this connection alone, never passed on either way (hop-by-hop; and those a
+/// `connection` field names, [`connection_options`]).
 const HOP_BY_HOP: [&str; 7] = [
     "connection",
     "keep-alive",
@@ -96,6 +83,9 @@ const HOP_BY_HOP: [&str; 7] = [
     "transfer-encoding",
     "upgrade",
 ];
+/// Request headers the forwarded request sets itself: `accept-encoding` (`identity`: the usage
+/// reader reads plain bytes) and `content-length` (the body's length).
+const SET_ON_FORWARD: [&str; 2] = ["accept-encoding", "content-length"];
 /// Request headers refused outright (`vendor-malformed`): another body framing than
 /// `Content-Length` (smuggling), a protocol switch (h2c, websockets), an interim response.
 const REFUSED_HEADERS: [&str; 4] = ["transfer-encoding", "upgrade", "http2-settings", "expect"];
@@ -695,7 +685,7 @@ fn connection_options(headers: &HeaderMap) -> Vec<String> {
 }
 
 /// The request to the vendor: the same method and target, HTTP/1.1, the headers in order but
-/// the ones [`NOT_FORWARDED`], the credential header's value the key, `accept-encoding:
+/// the [`HOP_BY_HOP`] and [`SET_ON_FORWARD`] ones, the credential header's value the key, `accept-encoding:
 /// identity`, `content-length` the body's.
 fn outgoing(
     parts: &Parts,
@@ -711,7 +701,8 @@ fn outgoing(
                 name.clone(),
                 terminator.key.header_value(terminator.header)?,
             );
-        } else if !NOT_FORWARDED.contains(&name.as_str())
+        } else if !HOP_BY_HOP.contains(&name.as_str())
+            && !SET_ON_FORWARD.contains(&name.as_str())
             && !this_hop.iter().any(|hop| hop == name.as_str())
         {
             headers.append(name.clone(), value.clone());
