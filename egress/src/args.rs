@@ -40,7 +40,8 @@ usage: cordon-egress proxy --listen unix:PATH [--allow NAME[:PORT]]... [--map NA
   --host-address IP      an address of the host's, never dialed
   --max-tunnels N        the most connections at once (32 by default)
   --lifetime-s N         end every tunnel and exit after N seconds (no limit by default)
-  --skip RULE            leave out one rule (allowlist, address, sni, method, cname): gate cases
+  --skip RULE            leave out one rule (allowlist, address, sni, method, cname, terminate,
+                         vendor-path, vendor-credential, vendor-budget, host-bound): gate cases
                          only
   --terminate NAME:PORT  terminate TLS for this allowed vendor host and check, swap and record
                          each request (with --vault and --credential-header)
@@ -329,7 +330,8 @@ fn proxy(mut args: impl Iterator<Item = String>) -> Result<Command, ArgError> {
             "--skip" => {
                 let rule = Rule::parse(&value).ok_or_else(|| {
                     ArgError(format!(
-                        "--skip {value:?}: not a rule (allowlist, address, sni, method, cname)"
+                        "--skip {value:?}: not a rule ({})",
+                        Rule::ALL.map(Rule::as_str).join(", ")
                     ))
                 })?;
                 if !skip.insert(rule) {
@@ -491,18 +493,12 @@ mod tests {
             [Rule::Allowlist, Rule::Sni]
         );
         // Every rule may be skipped, and the set keeps the rules' order.
-        let all = proxy_args(&[
-            "--skip",
-            "cname",
-            "--skip",
-            "method",
-            "--skip",
-            "sni",
-            "--skip",
-            "address",
-            "--skip",
-            "allowlist",
-        ]);
+        let reversed: Vec<&str> = Rule::ALL
+            .iter()
+            .rev()
+            .flat_map(|rule| ["--skip", rule.as_str()])
+            .collect();
+        let all = proxy_args(&reversed);
         assert_eq!(all.rules.skip.into_iter().collect::<Vec<_>>(), Rule::ALL);
         // The flags may come in any order, --listen last too.
         assert!(matches!(

@@ -20,6 +20,19 @@
 //! - [`Rule::Cname`]: the resolver asks for a CNAME's target when the answer holds nothing for
 //!   it, as a caching client does (at most [`crate::chain::MAX_CHAIN`] times per type); every other
 //!   part of the chain rule, and the classifier, still hold.
+//!
+//! The vendor host's rules (issue 22), when the proxy terminates it:
+//!
+//! - [`Rule::Terminate`]: a CONNECT to the terminated host is an opaque tunnel like any other
+//!   (the ClientHello rule still holds); nothing is swapped, checked or counted.
+//! - [`Rule::VendorPath`]: any method, path, query and `Host` is forwarded (the target stays in
+//!   origin form, and every other rule holds).
+//! - [`Rule::VendorCredential`]: the head's credentials are not checked; the sentinel is still
+//!   swapped where the rule would have swapped it (its header, exactly once), and anything else
+//!   is forwarded as it came.
+//! - [`Rule::VendorBudget`]: nothing is counted against the budgets, nothing refused or cut.
+//! - [`Rule::HostBound`]: the terminated host is matched by its name alone, on any allowed port,
+//!   so the sentinel is swapped at another port of it too.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
@@ -44,16 +57,31 @@ pub enum Rule {
     Method,
     /// The chain rule: a CNAME's target is never asked for.
     Cname,
+    /// The vendor host is terminated: never an opaque tunnel (issue 22).
+    Terminate,
+    /// The vendor host's routes and `Host`: only what the CLI needs reaches the vendor.
+    VendorPath,
+    /// The credential: exactly the sentinel, once, in its header, and nowhere else.
+    VendorCredential,
+    /// The invocation's budgets: requests, request bytes, response bytes.
+    VendorBudget,
+    /// The sentinel is swapped only at its bound host *and port*.
+    HostBound,
 }
 
 impl Rule {
     /// Every rule, in order (the order a set of them is shown in).
-    pub const ALL: [Rule; 5] = [
+    pub const ALL: [Rule; 10] = [
         Rule::Allowlist,
         Rule::Address,
         Rule::Sni,
         Rule::Method,
         Rule::Cname,
+        Rule::Terminate,
+        Rule::VendorPath,
+        Rule::VendorCredential,
+        Rule::VendorBudget,
+        Rule::HostBound,
     ];
 
     /// The name `--skip` takes and the attestation shows.
@@ -64,6 +92,11 @@ impl Rule {
             Rule::Sni => "sni",
             Rule::Method => "method",
             Rule::Cname => "cname",
+            Rule::Terminate => "terminate",
+            Rule::VendorPath => "vendor-path",
+            Rule::VendorCredential => "vendor-credential",
+            Rule::VendorBudget => "vendor-budget",
+            Rule::HostBound => "host-bound",
         }
     }
 
@@ -297,7 +330,21 @@ mod tests {
     #[test]
     fn rules_have_stable_names_in_one_order() {
         let names: Vec<&str> = Rule::ALL.iter().map(|r| r.as_str()).collect();
-        assert_eq!(names, ["allowlist", "address", "sni", "method", "cname"]);
+        assert_eq!(
+            names,
+            [
+                "allowlist",
+                "address",
+                "sni",
+                "method",
+                "cname",
+                "terminate",
+                "vendor-path",
+                "vendor-credential",
+                "vendor-budget",
+                "host-bound"
+            ]
+        );
         for rule in Rule::ALL {
             assert_eq!(Rule::parse(rule.as_str()), Some(rule));
             assert_eq!(rule.to_string(), rule.as_str());

@@ -463,10 +463,12 @@ async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
     let first = client_hello(client, config, stop, &admitted).await?;
 
     // 6. The terminated vendor host: never an opaque tunnel.
+    let by_name_alone = config.rules.skips(Rule::HostBound);
     if let Some(termination) = config
         .terminate
         .as_ref()
-        .filter(|t| t.is(admitted.name(), admitted.port()))
+        .filter(|_| !config.rules.skips(Rule::Terminate))
+        .filter(|t| t.is(admitted.name(), admitted.port(), by_name_alone))
     {
         tracing::info!(name = %admitted.name(), port = admitted.port(), "egress terminated");
         return Ok(Next::Terminate {

@@ -1110,6 +1110,11 @@ mod terminated {
     }
 
     async fn world() -> World {
+        world_skipping(&[]).await
+    }
+
+    /// The world with `skip` left out of the proxy's rules (a gate case's removal).
+    async fn world_skipping(skip: &[Rule]) -> World {
         let vendor = cordon_fake_vendor::ca::generate(&[API, OTHER]).unwrap();
         let identity = Identity {
             cert_pem: vendor.cert_pem.clone(),
@@ -1134,13 +1139,13 @@ mod terminated {
             client_config(Some(vendor.ca_pem.as_bytes())).unwrap(),
         );
         let rules = Rules {
-            allowlist: Allowlist::parse(&[API, OTHER]).unwrap(),
+            allowlist: Allowlist::parse(&[API, &format!("{API}:8443"), OTHER]).unwrap(),
             mappings: vec![
                 Mapping::parse(&format!("{API}={}", api.addr())).unwrap(),
                 Mapping::parse(&format!("{OTHER}={}", other.addr())).unwrap(),
             ],
             host_own: vec![],
-            skip: Default::default(),
+            skip: skip.iter().copied().collect(),
         };
         let config = Config {
             terminate: Some(Termination {
@@ -1167,12 +1172,21 @@ mod terminated {
         name: &str,
         ca: &str,
     ) -> std::io::Result<tokio_rustls::client::TlsStream<DuplexStream>> {
+        open_at(world, name, 443, ca).await
+    }
+
+    async fn open_at(
+        world: &World,
+        name: &str,
+        port: u16,
+        ca: &str,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<DuplexStream>> {
         let (mut client, proxy_side) = tokio::io::duplex(64 * 1024);
         let config = world.config.clone();
         tokio::spawn(async move { handle(proxy_side, &config, &NoResolver).await });
         client
             .write_all(
-                format!("CONNECT {name}:443 HTTP/1.1\r\nHost: {name}:443\r\n\r\n").as_bytes(),
+                format!("CONNECT {name}:{port} HTTP/1.1\r\nHost: {name}:{port}\r\n\r\n").as_bytes(),
             )
             .await?;
         let mut answer = [0u8; 39];
@@ -1249,5 +1263,33 @@ mod terminated {
         assert_eq!(status, 200);
         // The invocation's CA vouches for nothing there.
         assert!(open(&w, OTHER, &w.invocation_ca).await.is_err());
+    }
+
+    /// The sentinel is swapped at its host and port alone: another allowed port of the same name
+    /// is an opaque tunnel, where the vendor sees the sentinel. With the port binding left out
+    /// (`host-bound`) that port is terminated and the vendor there gets the key.
+    #[tokio::test]
+    async fn another_port_of_the_vendor_host_is_a_tunnel_unless_the_binding_is_left_out() {
+        let w = world().await;
+        let mut tls = open_at(&w, API, 8443, &w.vendor_ca).await.unwrap();
+        let (status, text) = ask(&mut tls, API, "/api/claude_code/settings", SENTINEL).await;
+        // The fake at API takes only the key: 401 means the sentinel arrived as sent.
+        assert_eq!(status, 401, "{text}");
+        let w = world_skipping(&[Rule::HostBound]).await;
+        let mut tls = open_at(&w, API, 8443, &w.invocation_ca).await.unwrap();
+        let (status, text) = ask(&mut tls, API, "/api/claude_code/settings", SENTINEL).await;
+        assert_eq!(status, 200, "{text}");
+    }
+
+    /// With termination left out the vendor host is an opaque tunnel: its own certificate, and
+    /// the sentinel reaches it unchanged (refused there).
+    #[tokio::test]
+    async fn with_termination_left_out_the_vendor_host_is_a_tunnel() {
+        let w = world_skipping(&[Rule::Terminate]).await;
+        assert!(open(&w, API, &w.invocation_ca).await.is_err());
+        let mut tls = open(&w, API, &w.vendor_ca).await.unwrap();
+        let (status, text) = ask(&mut tls, API, "/api/claude_code/settings", SENTINEL).await;
+        assert_eq!(status, 401, "{text}");
+        assert!(!text.contains("x-cordon-refusal"), "{text}");
     }
 }

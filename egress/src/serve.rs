@@ -19,6 +19,7 @@ use crate::journal;
 use crate::proxy::{self, Config, NoResolver, Observe, Report, Resolve};
 use crate::resolver::UpstreamResolver;
 use crate::terminate::Call;
+use crate::vendor::Skipped;
 
 /// Serve until stopped: 0 when stopped, 1 when it could not serve.
 pub async fn serve(args: ProxyArgs) -> ExitCode {
@@ -55,7 +56,7 @@ pub async fn serve(args: ProxyArgs) -> ExitCode {
     if let Some(terminate) = &args.terminate {
         // A vault that cannot be read stops the proxy before it attests: the host then starts
         // nothing of the agent's.
-        match crate::vault::load(terminate) {
+        match crate::vault::load(terminate, Skipped::of(&args.rules)) {
             Ok(termination) => config.terminate = Some(termination),
             Err(error) => {
                 eprintln!("cordon-egress: the vault: {error}");

@@ -54,7 +54,7 @@ use watch::{Due, HeadSeen, Prefixed, Watch, Watched};
 
 use crate::usage::{BodyUsage, StreamUsage, Usage};
 use crate::vendor::{
-    self, Admitted, Budget, CredentialHeader, Head, Spent, Terminated, VendorRejection,
+    self, Admitted, Budget, CredentialHeader, Head, Skipped, Spent, Terminated, VendorRejection,
     VENDOR_ROUTES,
 };
 
@@ -194,6 +194,8 @@ pub struct Terminator {
     /// The vendor-facing side: the roots the vendor is verified against.
     pub client: Arc<rustls::ClientConfig>,
     pub limits: Limits,
+    /// The vendor rules a gate case left out (none for every real invocation).
+    pub skip: Skipped,
 }
 
 impl Terminator {
@@ -217,6 +219,7 @@ impl Terminator {
             server,
             client,
             limits: Limits::default(),
+            skip: Skipped::default(),
         }
     }
 
@@ -226,6 +229,7 @@ impl Terminator {
             header: self.header,
             sentinel: &self.sentinel,
             routes: &VENDOR_ROUTES,
+            skip: self.skip,
         }
     }
 
@@ -584,7 +588,11 @@ where
     if declared > terminator.limits.max_request_body {
         return Err(Fault::Refused(Refusal::malformed(413)));
     }
-    if let Err(rejection) = terminator.spending().request(&terminator.budget, declared) {
+    let spent = match terminator.skip.budget {
+        true => Ok(()),
+        false => terminator.spending().request(&terminator.budget, declared),
+    };
+    if let Err(rejection) = spent {
         if let VendorRejection::Budget(spend) = rejection {
             recording.call.budget = Some(spend.as_str());
         }
@@ -696,7 +704,7 @@ fn outgoing(
     let mut headers = HeaderMap::with_capacity(parts.headers.len() + 2);
     let this_hop = connection_options(&parts.headers);
     for (at, (name, value)) in parts.headers.iter().enumerate() {
-        if at == admitted.swap() {
+        if Some(at) == admitted.swap() {
             headers.append(
                 name.clone(),
                 terminator.key.header_value(terminator.header)?,

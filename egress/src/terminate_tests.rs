@@ -1782,3 +1782,87 @@ fn framing_follows_heads_and_bodies_and_loses_itself_at_a_malformed_head() {
     let chunked = b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n".to_vec();
     assert_eq!(framed(&chunked, 1), (vec![false], true));
 }
+
+// ---- A gate case's removals ----
+
+/// Each vendor rule a gate case leaves out lets through exactly what that rule refuses: a path,
+/// a foreign credential (forwarded as it came, never swapped), a request past the budget; and
+/// leaves the other two in force.
+#[tokio::test]
+async fn each_vendor_rule_left_out_opens_only_itself() {
+    let other_path = request("GET", "/api/event_logging/batch", ApiKey, "");
+    let foreign = raw(
+        "GET",
+        "/api/claude_code/settings",
+        &[("host", HOST), ("x-api-key", "sk-ant-api03-foreign")],
+        "",
+    );
+    let budget = Budget {
+        requests: 1,
+        ..Budget::default()
+    };
+    for skip in [
+        Skipped::default(),
+        Skipped {
+            path: true,
+            ..Skipped::default()
+        },
+        Skipped {
+            credential: true,
+            ..Skipped::default()
+        },
+        Skipped {
+            budget: true,
+            ..Skipped::default()
+        },
+    ] {
+        let vendor = Vendor::start(always(json_reply("200 OK", "{}"))).await;
+        let mut terminator = Terminator {
+            skip,
+            ..Terminator::new(
+                HOST,
+                ApiKey,
+                SENTINEL.to_owned(),
+                Key::new(KEY.to_owned()).unwrap(),
+                budget,
+                server_config(cas().1.cert_pem.as_bytes(), cas().1.key_pem.as_bytes()).unwrap(),
+                client_config(Some(cas().0.ca_pem.as_bytes())).unwrap(),
+            )
+        };
+        terminator.limits = limits();
+        let terminator = Arc::new(terminator);
+        let mut session = Session::open(&terminator, &vendor).await;
+        let mut statuses = Vec::new();
+        for sent in [&other_path, &foreign, &settings(ApiKey), &settings(ApiKey)] {
+            session.agent.send(sent).await;
+            statuses.push(session.agent.response().await.unwrap().status);
+        }
+        session.finish().await;
+        // Refused: a path 403, a credential 401; the first admitted request spends the budget.
+        let expected = match skip {
+            Skipped { path: true, .. } => [200, 401, 429, 429],
+            Skipped {
+                credential: true, ..
+            } => [403, 200, 429, 429],
+            Skipped { budget: true, .. } => [403, 401, 200, 200],
+            _ => [403, 401, 200, 429],
+        };
+        assert_eq!(statuses, expected, "{skip:?}");
+        let seen = vendor.seen();
+        let keys: Vec<Option<&str>> = seen
+            .iter()
+            .map(|s| s.values("x-api-key").first().copied())
+            .collect();
+        let key = Some(KEY);
+        let expected_keys = match skip {
+            Skipped { path: true, .. } => vec![key],
+            // A credential that is not the sentinel arrives as it was sent.
+            Skipped {
+                credential: true, ..
+            } => vec![Some("sk-ant-api03-foreign")],
+            Skipped { budget: true, .. } => vec![key, key],
+            _ => vec![key],
+        };
+        assert_eq!(keys, expected_keys, "{skip:?}");
+    }
+}

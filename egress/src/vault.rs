@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 use crate::host::Name;
 use crate::terminate::{client_config, server_config, Key, Terminator};
-use crate::vendor::{Budget, CredentialHeader};
+use crate::vendor::{Budget, CredentialHeader, Skipped};
 
 /// The most bytes one vault file may hold.
 pub const MAX_FILE: u64 = 64 * 1024;
@@ -43,9 +43,10 @@ pub struct Termination {
 }
 
 impl Termination {
-    /// Whether a CONNECT to `name:port` is the terminated host's.
-    pub fn is(&self, name: &Name, port: u16) -> bool {
-        self.name == *name && self.port == port
+    /// Whether a CONNECT to `name:port` is the terminated host's. `by_name_alone` is a gate
+    /// case's removal of the port binding ([`crate::decide::Rule::HostBound`]).
+    pub fn is(&self, name: &Name, port: u16, by_name_alone: bool) -> bool {
+        self.name == *name && (self.port == port || by_name_alone)
     }
 
     pub fn header(&self) -> CredentialHeader {
@@ -58,7 +59,7 @@ impl Termination {
 }
 
 /// Read the vault `args` names and build the terminator.
-pub fn load(args: &TerminateArgs) -> Result<Termination, String> {
+pub fn load(args: &TerminateArgs, skip: Skipped) -> Result<Termination, String> {
     let dir = &args.vault;
     let required = |name: &str| -> Result<Vec<u8>, String> {
         read(&dir.join(name))?.ok_or_else(|| format!("the vault has no {name}"))
@@ -86,15 +87,18 @@ pub fn load(args: &TerminateArgs) -> Result<Termination, String> {
         name: args.name.clone(),
         port: args.port,
         ca_sha256: hex(&Sha256::digest(ca_der.as_ref())),
-        terminator: Arc::new(Terminator::new(
-            args.name.as_str(),
-            args.header,
-            sentinel,
-            key,
-            args.budget,
-            server,
-            client,
-        )),
+        terminator: Arc::new(Terminator {
+            skip,
+            ..Terminator::new(
+                args.name.as_str(),
+                args.header,
+                sentinel,
+                key,
+                args.budget,
+                server,
+                client,
+            )
+        }),
     })
 }
 

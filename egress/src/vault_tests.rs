@@ -55,20 +55,25 @@ fn args(dir: &Dir) -> TerminateArgs {
 #[test]
 fn a_whole_vault_loads_and_attests_the_ca_it_holds() {
     let (dir, ca) = vault();
-    let loaded = load(&args(&dir)).unwrap();
+    let loaded = load(&args(&dir), Skipped::default()).unwrap();
     let der = CertificateDer::from_pem_slice(ca.ca_pem.as_bytes()).unwrap();
     assert_eq!(loaded.ca_sha256, hex(&Sha256::digest(der.as_ref())));
     assert_eq!(loaded.ca_sha256.len(), 64);
-    assert!(loaded.is(&Name::parse("api.vendor.test").unwrap(), 443));
-    assert!(!loaded.is(&Name::parse("api.vendor.test").unwrap(), 8443));
-    assert!(!loaded.is(&Name::parse("other.vendor.test").unwrap(), 443));
+    let vendor = Name::parse("api.vendor.test").unwrap();
+    let other = Name::parse("other.vendor.test").unwrap();
+    assert!(loaded.is(&vendor, 443, false));
+    assert!(!loaded.is(&vendor, 8443, false));
+    assert!(!loaded.is(&other, 443, false));
+    // The port binding left out (a gate case): another port of the name, never another name.
+    assert!(loaded.is(&vendor, 8443, true));
+    assert!(!loaded.is(&other, 443, true));
     assert_eq!(loaded.terminator.sentinel, "sk-ant-api03-sentinelAA");
     // Nothing printable carries the key.
     let shown = format!("{loaded:?}");
     assert!(!shown.contains("sk-real-key"), "{shown}");
     // An upstream CA is optional, and read when there.
     dir.write("upstream-ca.pem", ca.ca_pem.as_bytes());
-    assert!(load(&args(&dir)).is_ok());
+    assert!(load(&args(&dir), Skipped::default()).is_ok());
 }
 
 #[test]
@@ -82,7 +87,7 @@ fn a_vault_missing_a_file_is_refused_naming_it() {
     ] {
         let (dir, _) = vault();
         std::fs::remove_file(dir.0.join(name)).unwrap();
-        let error = load(&args(&dir)).unwrap_err();
+        let error = load(&args(&dir), Skipped::default()).unwrap_err();
         assert!(error.contains(name), "{name}: {error}");
     }
 }
@@ -95,7 +100,7 @@ fn a_link_a_fifo_a_directory_or_an_oversized_file_is_refused() {
     elsewhere.write("credential", b"sk-real-key");
     std::fs::remove_file(dir.0.join("credential")).unwrap();
     std::os::unix::fs::symlink(elsewhere.0.join("credential"), dir.0.join("credential")).unwrap();
-    assert!(load(&args(&dir)).is_err());
+    assert!(load(&args(&dir), Skipped::default()).is_err());
     std::fs::remove_file(dir.0.join("credential")).unwrap();
     // A FIFO: refused without blocking on it.
     nix::unistd::mkfifo(
@@ -103,16 +108,16 @@ fn a_link_a_fifo_a_directory_or_an_oversized_file_is_refused() {
         nix::sys::stat::Mode::from_bits_truncate(0o600),
     )
     .unwrap();
-    let error = load(&args(&dir)).unwrap_err();
+    let error = load(&args(&dir), Skipped::default()).unwrap_err();
     assert!(error.contains("regular file"), "{error}");
     std::fs::remove_file(dir.0.join("credential")).unwrap();
     // A directory.
     std::fs::create_dir(dir.0.join("credential")).unwrap();
-    assert!(load(&args(&dir)).is_err());
+    assert!(load(&args(&dir), Skipped::default()).is_err());
     std::fs::remove_dir(dir.0.join("credential")).unwrap();
     // Over the bound.
     dir.write("credential", &vec![b'k'; MAX_FILE as usize + 1]);
-    let error = load(&args(&dir)).unwrap_err();
+    let error = load(&args(&dir), Skipped::default()).unwrap_err();
     assert!(error.contains("regular file"), "{error}");
     // Put right, it loads again.
     std::fs::set_permissions(
@@ -122,7 +127,7 @@ fn a_link_a_fifo_a_directory_or_an_oversized_file_is_refused() {
     .unwrap();
     dir.write("credential", b"sk-real-key");
     let _ = ca;
-    assert!(load(&args(&dir)).is_ok());
+    assert!(load(&args(&dir), Skipped::default()).is_ok());
 }
 
 #[test]
@@ -141,6 +146,9 @@ fn a_credential_or_sentinel_that_is_not_visible_ascii_or_a_bad_pem_is_refused() 
         let (dir, _) = vault();
         std::fs::remove_file(dir.0.join(name)).ok();
         dir.write(name, bytes);
-        assert!(load(&args(&dir)).is_err(), "{name}: {bytes:?}");
+        assert!(
+            load(&args(&dir), Skipped::default()).is_err(),
+            "{name}: {bytes:?}"
+        );
     }
 }

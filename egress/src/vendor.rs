@@ -133,7 +133,40 @@ pub struct Terminated<'a> {
     /// This invocation's sentinel: what the agent holds in place of the key.
     pub sentinel: &'a str,
     pub routes: &'a [Route],
+    /// The rules a gate case left out (none for every real invocation).
+    pub skip: Skipped,
 }
+
+/// The vendor rules a gate case may leave out ([`crate::decide::Rule`]'s vendor ones), each
+/// opening only itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Any route and `Host` pass ([`crate::decide::Rule::VendorPath`]).
+    pub path: bool,
+    /// The credentials are not checked ([`crate::decide::Rule::VendorCredential`]).
+    pub credential: bool,
+    /// Nothing is counted or refused by a budget ([`crate::decide::Rule::VendorBudget`]).
+    pub budget: bool,
+}
+
+impl Skipped {
+    /// The vendor rules `rules` leaves out.
+    pub fn of(rules: &crate::decide::Rules) -> Skipped {
+        use crate::decide::Rule;
+        Skipped {
+            path: rules.skips(Rule::VendorPath),
+            credential: rules.skips(Rule::VendorCredential),
+            budget: rules.skips(Rule::VendorBudget),
+        }
+    }
+}
+
+/// The route a request takes when [`Skipped::path`] let it through unrouted.
+const UNROUTED: Route = Route {
+    method: "",
+    path: "",
+    queries: &[],
+};
 
 /// A request's head as the HTTP implementation parsed it: header names lowercase, in order.
 #[derive(Debug, Clone, Copy)]
@@ -148,13 +181,14 @@ pub struct Head<'a> {
 /// key (its index in [`Head::headers`]). Only [`admit`] makes one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admitted {
-    swap: usize,
+    swap: Option<usize>,
     route: Route,
 }
 
 impl Admitted {
-    /// The index of the credential header to swap.
-    pub const fn swap(&self) -> usize {
+    /// The index of the credential header to swap (always one, unless a gate case left the
+    /// credential rule out and the head had no admissible credential).
+    pub const fn swap(&self) -> Option<usize> {
         self.swap
     }
 
@@ -168,9 +202,17 @@ impl Admitted {
 /// `Host`, its credential.
 pub fn admit(to: &Terminated<'_>, head: &Head<'_>) -> Result<Admitted, VendorRejection> {
     bounded(head)?;
-    let route = route_of(to.routes, head.method, head.target)?;
-    host_is(to.host, head.headers)?;
-    let swap = credential(to, head)?;
+    let route = match route_of(to.routes, head.method, head.target) {
+        Err(_) if to.skip.path => UNROUTED,
+        routed => routed?,
+    };
+    if !to.skip.path {
+        host_is(to.host, head.headers)?;
+    }
+    let swap = match credential(to, head) {
+        Err(_) if to.skip.credential => None,
+        found => Some(found?),
+    };
     Ok(Admitted { swap, route })
 }
 

@@ -90,6 +90,7 @@ where
         io,
         bound,
         buf: Vec::new(),
+        echo: String::new(),
     };
     for served in 1..=MAX_REQUESTS {
         let head_end = match timeout(bound, conn.read_head()).await {
@@ -115,6 +116,7 @@ where
             }
         };
         conn.buf.drain(..head_end);
+        conn.echo = credentials_echo(&head.credentials);
         observer.request(&head.method, &head.target);
         let (path, query) = head
             .target
@@ -218,6 +220,8 @@ struct Conn<S> {
     io: S,
     bound: Duration,
     buf: Vec<u8>,
+    /// The current request's [`credentials_echo`] line.
+    echo: String,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
@@ -390,9 +394,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                     self.write(head.as_bytes()).await?;
                     return Ok(false);
                 }
-                let mut out =
-                    response_head(status, content_type, Some(body.len() as u64), keep_alive)
-                        .into_bytes();
+                let mut out = response_head(
+                    status,
+                    content_type,
+                    Some(body.len() as u64),
+                    keep_alive,
+                    &self.echo,
+                )
+                .into_bytes();
                 if !head_only {
                     out.extend_from_slice(&body);
                 }
@@ -400,7 +409,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 Ok(true)
             }
             Body::Source(n) => {
-                let out = response_head(200, "text/plain", Some(n), keep_alive);
+                let out = response_head(200, "text/plain", Some(n), keep_alive, &self.echo);
                 if head_only {
                     self.write(out.as_bytes()).await?;
                     return Ok(true);
@@ -421,8 +430,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 hang,
             }) => {
                 let keep_alive = keep_alive && !hang;
-                self.write(response_head(200, content_type, None, keep_alive).as_bytes())
-                    .await?;
+                self.write(
+                    response_head(200, content_type, None, keep_alive, &self.echo).as_bytes(),
+                )
+                .await?;
                 for piece in pieces.filter(|p| !p.is_empty()) {
                     let mut chunk = format!("{:x}\r\n", piece.len()).into_bytes();
                     chunk.extend_from_slice(&piece);
@@ -546,16 +557,45 @@ fn reason(status: u16) -> &'static str {
 }
 
 /// The status line and headers; `length` `None` is a chunked body.
-fn response_head(status: u16, content_type: &str, length: Option<u64>, keep_alive: bool) -> String {
+fn response_head(
+    status: u16,
+    content_type: &str,
+    length: Option<u64>,
+    keep_alive: bool,
+    echo: &str,
+) -> String {
     let connection = if keep_alive { "keep-alive" } else { "close" };
     let framing = match length {
         Some(length) => format!("Content-Length: {length}"),
         None => "Transfer-Encoding: chunked".to_owned(),
     };
     format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\n{framing}\r\nConnection: {connection}\r\n\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\n{framing}\r\n{echo}Connection: {connection}\r\n\r\n",
         reason(status)
     )
+}
+
+/// The header that echoes the request's credential fields: each one's name and the SHA-256 of
+/// its value (never the value: a log line or a probe's evidence may show it), in order.
+pub(crate) const ECHO_HEADER: &str = "x-fake-vendor-credentials";
+
+/// The [`ECHO_HEADER`] line for `credentials` (empty when there are none).
+fn credentials_echo(credentials: &[(String, Vec<u8>)]) -> String {
+    use sha2::Digest;
+    if credentials.is_empty() {
+        return String::new();
+    }
+    let fields: Vec<String> = credentials
+        .iter()
+        .map(|(name, value)| {
+            let digest: String = sha2::Sha256::digest(value)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            format!("{name}={digest}")
+        })
+        .collect();
+    format!("{ECHO_HEADER}: {}\r\n", fields.join(", "))
 }
 
 #[cfg(test)]

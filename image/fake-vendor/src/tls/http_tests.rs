@@ -259,3 +259,31 @@ async fn h9_bad_chunked_framing_is_refused_with_400() {
     client.write_all(&request).await.unwrap();
     assert!(all_output(&mut client).await.starts_with("HTTP/1.1 400 "));
 }
+
+#[test]
+fn the_credentials_are_echoed_as_names_and_digests_never_values() {
+    use sha2::Digest;
+    let hex = |value: &[u8]| -> String {
+        sha2::Sha256::digest(value)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    assert_eq!(credentials_echo(&[]), "");
+    let line = credentials_echo(&[
+        ("x-api-key".to_owned(), b"abc".to_vec()),
+        ("authorization".to_owned(), b"Bearer abc".to_vec()),
+    ]);
+    assert_eq!(
+        line,
+        format!(
+            "x-fake-vendor-credentials: x-api-key={}, authorization={}\r\n",
+            hex(b"abc"),
+            hex(b"Bearer abc")
+        )
+    );
+    assert_eq!(
+        hex(b"abc"),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+}
