@@ -146,6 +146,18 @@ protections! {
         "the egress proxy answers only CONNECT in authority form; every other method and target form is refused";
     EgressCname = "egress-cname", validator: false, init: false, probe: true,
         "the egress proxy asks for the admitted name alone and counts only address records of a CNAME chain the same answer holds; a chain whose target the answer holds nothing for is no answer, and the target is never asked";
+    CredentialAbsent = "credential-absent", validator: true, init: true, probe: true,
+        "the vendor credential is nowhere the agent can read: every credential variable is absent or exactly the policy's sentinel, and nothing credential-shaped but the sentinel is in the environment, /proc or a readable file";
+    VendorTerminated = "vendor-terminated", validator: false, init: false, probe: true,
+        "the proxy terminates TLS for the vendor host with this invocation's CA (the agent never sees the vendor's own certificate there); every other allowed host stays an opaque tunnel";
+    VendorPath = "vendor-path", validator: false, init: false, probe: true,
+        "only the measured method, path and query pairs, with the vendor host as Host, reach the vendor; anything else is answered 403 vendor-path";
+    VendorCredential = "vendor-credential", validator: false, init: false, probe: true,
+        "a request reaches the vendor only with exactly the sentinel, once, in its kind's header and nowhere else; anything else is answered 401 vendor-credential";
+    VendorBudget = "vendor-budget", validator: false, init: false, probe: true,
+        "past the invocation's request, request-byte or response-byte budget the vendor host answers 429 vendor-budget";
+    CredentialHostBound = "credential-host-bound", validator: false, init: false, probe: true,
+        "the sentinel is swapped for the key only at its bound host and port: sent to any other host or port it arrives unchanged";
     ProxyContainer = "proxy-container", validator: true, init: false, probe: false,
         "the proxy's container and the invocation network read back exactly as their profile: the agent's hardening, the invocation network only, the egress volume its only mount, no published port";
     FdHygiene = "fd-hygiene", validator: false, init: true, probe: false,

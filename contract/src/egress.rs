@@ -22,12 +22,17 @@ pub fn proxy_url(port: u16) -> String {
 
 /// The proxy rules a removal case may leave out, each by its catalogue id and the name the proxy's
 /// `--skip` takes (and its attestation line shows).
-pub const PROXY_RULES: [(Id, &str); 5] = [
+pub const PROXY_RULES: [(Id, &str); 10] = [
     (Id::EgressAllowlist, "allowlist"),
     (Id::EgressAddress, "address"),
     (Id::EgressSni, "sni"),
     (Id::EgressMethod, "method"),
     (Id::EgressCname, "cname"),
+    (Id::VendorTerminated, "terminate"),
+    (Id::VendorPath, "vendor-path"),
+    (Id::VendorCredential, "vendor-credential"),
+    (Id::VendorBudget, "vendor-budget"),
+    (Id::CredentialHostBound, "host-bound"),
 ];
 
 /// The `--skip` name of a proxy rule's id.
@@ -66,4 +71,31 @@ pub struct ProbeFixture {
     pub proxy: Ipv4Addr,
     pub endpoint: Ipv4Addr,
     pub endpoint_port: u16,
+    /// The terminated vendor host, when the invocation holds a credential (issue 22).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<TerminatedFixture>,
 }
+
+/// What the egress probe needs to know about the terminated vendor host. The fake vendor behind
+/// it takes only the key, and echoes the credential fields it receives as digests
+/// ([`CREDENTIALS_ECHO`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminatedFixture {
+    pub host: String,
+    pub port: u16,
+    /// Another allowed port of the same host, not terminated: the sentinel arrives there as sent.
+    pub other_port: u16,
+    /// The invocation CA's certificate (PEM) in the input dir: what the agent trusts there.
+    pub ca_file: String,
+    /// The variable holding the sentinel, and the header it travels in (`x-api-key` or
+    /// `authorization`, as `Bearer`).
+    pub variable: String,
+    pub header: String,
+    /// The proxy's request budget: one request past it must be refused.
+    pub max_requests: u64,
+}
+
+/// The fake vendor's response header naming each credential field it received and the SHA-256
+/// of its value: `x-api-key=HEX, authorization=HEX`.
+pub const CREDENTIALS_ECHO: &str = "x-fake-vendor-credentials";

@@ -58,6 +58,11 @@ pub struct Policy {
     /// no egress (then nothing listens and the agent has no way out at all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<EgressForward>,
+    /// The invocation's sentinel: what the agent holds in place of the vendor credential (absent
+    /// when it holds none). Public by design; the init checks that nothing else credential-shaped
+    /// is in the environment ([`crate::credential`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel: Option<String>,
 }
 
 /// Where the init's forwarder listens (127.0.0.1 only) and the socket it forwards each connection
@@ -807,6 +812,7 @@ mod consistency_tests {
             grace_ms: 1,
             skip: vec![],
             egress: None,
+            sentinel: None,
         }
     }
 

@@ -253,6 +253,18 @@ pub mod ops {
         EGRESS_OTHER_SNI = "egress" / "other-sni" => [EgressSni];
         EGRESS_NO_TLS = "egress" / "no-tls" => [EgressSni];
         EGRESS_CNAME_CHASE = "egress" / "connect-cname-chase" => [EgressCname];
+        VENDOR_UNTERMINATED = "egress" / "vendor-unterminated" => [VendorTerminated];
+        VENDOR_OTHER_PATH = "egress" / "vendor-other-path" => [VendorPath];
+        VENDOR_OTHER_QUERY = "egress" / "vendor-other-query" => [VendorPath];
+        VENDOR_OTHER_HOST = "egress" / "vendor-other-host" => [VendorPath];
+        VENDOR_FOREIGN_CREDENTIAL = "egress" / "vendor-foreign-credential" => [VendorCredential];
+        VENDOR_SECOND_CREDENTIAL = "egress" / "vendor-second-credential" => [VendorCredential];
+        VENDOR_SENTINEL_ELSEWHERE = "egress" / "vendor-sentinel-elsewhere" => [VendorCredential];
+        VENDOR_NO_CREDENTIAL = "egress" / "vendor-no-credential" => [VendorCredential];
+        VENDOR_OVER_BUDGET = "egress" / "vendor-over-budget" => [VendorBudget];
+        SENTINEL_ELSEWHERE = "egress" / "sentinel-elsewhere" => [CredentialHostBound];
+
+        CREDENTIAL_READABLE = "credential" / "credential-readable" => [CredentialAbsent];
 
         LINK_ESCAPE = "hostile-repo" / "link-escape" => [RepoLinks];
     }
@@ -272,6 +284,7 @@ pub const PROBES: &[&str] = &[
     "exec-policy",
     "network",
     "egress",
+    "credential",
     "hostile-repo",
 ];
 

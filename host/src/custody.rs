@@ -110,7 +110,7 @@ impl std::fmt::Debug for Custody {
 }
 
 /// What the agent and the proxy are told in the open (container config, argv, attestation).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Termination {
     /// `host:port`, the one host the proxy terminates.
     pub target: String,
@@ -118,6 +118,22 @@ pub struct Termination {
     /// The SHA-256 of the CA certificate's DER, lowercase hex.
     pub ca_sha256: String,
     pub budget: Budget,
+    /// The sentinel the agent holds: its policy names it (the init and the validator check that
+    /// nothing else credential-shaped reaches the agent). Never in the proxy's argv (the proxy
+    /// reads it from its vault) and never shown.
+    pub sentinel: String,
+}
+
+impl std::fmt::Debug for Termination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Termination")
+            .field("target", &self.target)
+            .field("header", &self.header)
+            .field("ca_sha256", &self.ca_sha256)
+            .field("budget", &self.budget)
+            .field("sentinel", &"(withheld)")
+            .finish()
+    }
 }
 
 impl Custody {
@@ -173,6 +189,7 @@ impl Custody {
             header: self.kind.header(),
             ca_sha256: self.ca_sha256.clone(),
             budget: self.budget,
+            sentinel: self.sentinel.clone(),
         }
     }
 

@@ -48,6 +48,7 @@ const CHECKS: &[(&str, Check)] = &[
     ("egress socket dir", egress_dir),
     ("engine masks", engine_masks),
     ("host files masked", host_files_masked),
+    ("no credential but the sentinel", no_credential),
     ("environment", environment),
     ("cgroup limits", cgroup_limits),
     ("exec allowlist", exec_allowlist),
@@ -406,6 +407,34 @@ fn host_files_masked(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Ref
         }
     }
     Ok(vec![Id::HostInfoMasked])
+}
+
+/// Nothing the workload starts with holds a vendor credential but the policy's sentinel: not
+/// its environment (this process's, which it inherits) and not its argv. Before the environment
+/// check, so a credential put into both the environment and the policy's copy of it is refused
+/// as what it is.
+fn no_credential(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    use cordon_contract::credential;
+    let sentinel = policy.sentinel.as_deref();
+    let in_env: Vec<&str> = obs
+        .env
+        .iter()
+        .filter(|entry| credential::foreign_entry(entry, sentinel))
+        .map(|entry| entry.split('=').next().unwrap_or(""))
+        .collect();
+    let in_argv = policy
+        .command
+        .iter()
+        .position(|arg| !credential::foreign_tokens(arg.as_bytes(), sentinel).is_empty());
+    if in_env.is_empty() && in_argv.is_none() {
+        return Ok(vec![Id::CredentialAbsent]);
+    }
+    // Names and positions only: the value may be the key.
+    Err(refuse(
+        Id::CredentialAbsent,
+        "no credential but the sentinel in the environment or argv",
+        format!("variables {in_env:?}, argv index {in_argv:?}"),
+    ))
 }
 
 /// The environment is exactly the policy's.

@@ -101,6 +101,7 @@ pub(crate) fn good_policy() -> Policy {
         grace_ms: 100,
         skip: vec![],
         egress: None,
+        sentinel: None,
     }
 }
 
@@ -247,6 +248,7 @@ fn the_good_observations_pass_every_check() {
         Id::MetadataReadonly,
         Id::WorkBytes,
         Id::TmpInodes,
+        Id::CredentialAbsent,
         Id::EnvAllowlist,
         Id::PidsLimit,
         Id::MemoryLimit,
@@ -562,6 +564,15 @@ fn each_change_is_refused_with_its_own_id() {
                     },
                 );
             }),
+        ),
+        // A credential in the environment is refused as one, not as an unexpected variable.
+        (
+            Id::CredentialAbsent,
+            Box::new(|o| o.env.push("ANTHROPIC_API_KEY=sk-ant-api03-key".into())),
+        ),
+        (
+            Id::CredentialAbsent,
+            Box::new(|o| o.env[0] = "PATH=/bin:sk-ant-oat01-key".into()),
         ),
         (
             Id::EnvAllowlist,
@@ -881,4 +892,32 @@ fn skipped_pins_are_passed_over() {
     assert!(passed.contains(&Id::ExecAllowlist));
     o.env.push("SECRET=x".into());
     assert_eq!(preflight(&p, &o).unwrap_err().id, Id::EnvAllowlist);
+}
+
+/// The policy's sentinel is the one credential the workload may hold, in its variable; the key
+/// put into both the environment and the policy's copy of it (so the environment check passes)
+/// is still refused, and so is one in the workload's argv.
+#[test]
+fn only_the_policys_sentinel_may_be_held() {
+    let sentinel = "sk-ant-api03-sentinel-AA";
+    let mut p = good_policy();
+    p.sentinel = Some(sentinel.to_owned());
+    p.env.push(format!("ANTHROPIC_API_KEY={sentinel}"));
+    let mut o = good_observations();
+    o.env.push(format!("ANTHROPIC_API_KEY={sentinel}"));
+    assert!(preflight(&p, &o).unwrap().contains(&Id::CredentialAbsent));
+    let key = "ANTHROPIC_API_KEY=sk-ant-api03-the-key-AA".to_owned();
+    let (mut keyed_p, mut keyed_o) = (p.clone(), o.clone());
+    *keyed_p.env.last_mut().unwrap() = key.clone();
+    *keyed_o.env.last_mut().unwrap() = key;
+    assert_eq!(
+        preflight(&keyed_p, &keyed_o).unwrap_err().id,
+        Id::CredentialAbsent
+    );
+    let mut argv = p.clone();
+    argv.command.push("--key=sk-ant-api03-the-key-AA".into());
+    assert_eq!(preflight(&argv, &o).unwrap_err().id, Id::CredentialAbsent);
+    argv.command.push(format!("--sentinel={sentinel}"));
+    argv.command.remove(argv.command.len() - 2);
+    assert!(preflight(&argv, &o).is_ok());
 }

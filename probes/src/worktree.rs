@@ -342,6 +342,7 @@ mod tests {
                 grace_ms: 100,
                 skip: vec![],
                 egress: None,
+                sentinel: None,
             },
             without_init,
             token: "t0k".into(),

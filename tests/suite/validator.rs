@@ -106,6 +106,19 @@ fn changes() -> Vec<(&'static str, Vec<Id>, Change)> {
             Box::new(|o| config(o).env.as_mut().unwrap()[0] = "PATH=/tmp".into()),
         ),
         c(
+            "a credential in the environment",
+            vec![CredentialAbsent],
+            Box::new(|o| {
+                let env = config(o).env.as_mut().unwrap();
+                env.push("ANTHROPIC_API_KEY=sk-ant-api03-the-real-key".into());
+            }),
+        ),
+        c(
+            "a credential-shaped value in another variable",
+            vec![CredentialAbsent],
+            Box::new(|o| config(o).env.as_mut().unwrap()[0] = "PATH=sk-ant-oat01-x".into()),
+        ),
+        c(
             "entrypoint",
             vec![InitEntrypoint],
             Box::new(|o| config(o).entrypoint = Some(vec![paths::CLAUDE_CLI.into()])),

@@ -418,6 +418,7 @@ mod tests {
             target: "api.vendor.test:443".into(),
             header: CredentialHeader::ApiKey,
             ca_sha256: "cd".repeat(32),
+            sentinel: "sk-ant-api03-sentinel".into(),
             budget: Budget::default(),
         };
         let line = |terminate: &str| {

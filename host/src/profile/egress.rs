@@ -387,6 +387,7 @@ mod tests {
             target: "api.vendor.test:443".into(),
             header: CredentialHeader::Bearer,
             ca_sha256: "ab".repeat(32),
+            sentinel: "sk-ant-api03-sentinel".into(),
             budget: cordon_egress::vendor::Budget {
                 requests: 5,
                 request_bytes: 6,

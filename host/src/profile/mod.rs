@@ -179,6 +179,11 @@ impl Profile {
     pub fn egress(&self) -> Option<&EgressSpec> {
         self.spec.egress.as_ref()
     }
+    /// The sentinel the agent holds in place of the vendor credential, when the proxy terminates
+    /// its vendor host (else the agent holds no credential at all).
+    pub fn sentinel(&self) -> Option<&str> {
+        self.spec.sentinel()
+    }
     /// The gitlinks the profile masks, relative to /work.
     pub fn gitlinks(&self) -> &[String] {
         &self.spec.gitlinks

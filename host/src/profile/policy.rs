@@ -56,6 +56,7 @@ impl Profile {
                 .egress
                 .as_ref()
                 .map(|_| super::egress::agent_forward().0),
+            sentinel: self.sentinel().map(str::to_owned),
         }
     }
 

@@ -222,8 +222,24 @@ impl ProfileSpec {
     }
 
     /// Only allowed names, no NUL or newline in a value.
+    /// The sentinel of the terminated vendor host, if any.
+    pub(super) fn sentinel(&self) -> Option<&str> {
+        let terminate = self.egress.as_ref()?.terminate.as_ref()?;
+        Some(terminate.sentinel.as_str())
+    }
+
     fn check_env(&self) -> Result<()> {
         for (key, value) in &self.env {
+            // The agent holds no credential but its sentinel (`credential-absent`).
+            if cordon_contract::credential::foreign_entry(
+                &format!("{key}={value}"),
+                self.sentinel(),
+            ) {
+                return Err(Error::Custody(format!(
+                    "environment variable {key:?} holds a credential that is not the \
+                     invocation's sentinel: the agent never holds the key"
+                )));
+            }
             // The proxy variables are the egress forwarder's: never the caller's.
             let proxy = key.to_ascii_lowercase().ends_with("_proxy");
             if !ENV_ALLOWED_EXTRA.contains(&key.as_str())

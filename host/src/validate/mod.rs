@@ -49,6 +49,7 @@ type Check = fn(&ReadBack<'_>, &mut Diff);
 const CHECKS: &[(&str, Check)] = &[
     ("the init's start identity", process::start_identity),
     ("no terminal, no stdin", process::terminal_and_stdin),
+    ("no credential but the sentinel", environment::no_credential),
     ("the environment", environment::allowlisted),
     ("what runs", process::what_runs),
     ("the container's labels", labels::container),
