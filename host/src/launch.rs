@@ -444,20 +444,28 @@ impl Launch {
         }
     }
 
-    /// Start the container (whatever the validator said: callers decide).
-    pub async fn start(&mut self, engine: &Engine) -> Result<()> {
-        if let Some((ctl, allocation)) = &self.launched_by {
-            ctl.check_not_retired(allocation)?;
-        }
-        let t = Instant::now();
-        // The proxy first (its vault before it): the agent's forwarder connects to its socket
-        // per connection, and the probes' first CONNECT comes right after the init attests.
+    /// Deliver the proxy's vault and start the proxy, reading its attestation (nothing without
+    /// egress; nothing again once done). [`Launch::start`] does this first; a caller that needs
+    /// the proxy's addresses before the container starts calls it earlier.
+    pub async fn start_proxy(&mut self, engine: &Engine) -> Result<()> {
         if let Some((loader, uploads)) = self.loading.as_mut() {
             volumes::deliver_vault(engine, loader, uploads).await?;
         }
         if let Some(egress) = self.egress.as_mut() {
             egress::start_proxy(engine, egress).await?;
         }
+        Ok(())
+    }
+
+    /// Start the container (whatever the validator said: callers decide).
+    pub async fn start(&mut self, engine: &Engine) -> Result<()> {
+        if let Some((ctl, allocation)) = &self.launched_by {
+            ctl.check_not_retired(allocation)?;
+        }
+        let t = Instant::now();
+        // The proxy first: the agent's forwarder connects to its socket per connection, and the
+        // probes' first CONNECT comes right after the init attests.
+        self.start_proxy(engine).await?;
         let start = objects::start_container(engine, "container", &self.container);
         match self.loading.take() {
             None => start.await?,

@@ -57,7 +57,7 @@ const PLAIN_REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
 
 /// Read `name` from the input dir `dir`: a regular file, not through a link (O_NOFOLLOW), at most
 /// [`MAX_INPUT`] bytes.
-fn read_input(dir: &Path, name: &str) -> io::Result<Vec<u8>> {
+pub(crate) fn read_input(dir: &Path, name: &str) -> io::Result<Vec<u8>> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -74,7 +74,7 @@ fn read_input(dir: &Path, name: &str) -> io::Result<Vec<u8>> {
 }
 
 /// A name the probe puts in a request line: a DNS name's characters only.
-fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name
@@ -155,7 +155,7 @@ fn proxy_from_env() -> Result<SocketAddr, String> {
 }
 
 /// A response head's status line: its version (`HTTP/1.0` or `HTTP/1.1`) and its code.
-fn status(head: &[u8]) -> Option<(&str, u16)> {
+pub(crate) fn status(head: &[u8]) -> Option<(&str, u16)> {
     let line = head.split(|b| *b == b'\n').next()?;
     let line = std::str::from_utf8(line.strip_suffix(b"\r").unwrap_or(line)).ok()?;
     let (version, rest) = line.split_once(' ')?;
@@ -181,7 +181,7 @@ fn tunnel_open(head: &[u8]) -> bool {
 }
 
 /// A head's first line as evidence: printable ASCII only, at most 80 characters.
-fn shown(head: &[u8]) -> String {
+pub(crate) fn shown(head: &[u8]) -> String {
     let line = head
         .split(|b| *b == b'\r' || *b == b'\n')
         .next()
@@ -564,6 +564,7 @@ pub fn run(p: &mut Probe<'_>) {
         Err(e) => p.error(format!("positive control: {e}")),
     }
     rules(p, proxy, &fixture);
+    crate::vendor::run(p, proxy, dir, &fixture);
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ fn fixture() -> ProbeFixture {
         proxy: [172, 30, 0, 2].into(),
         endpoint: [172, 30, 0, 3].into(),
         endpoint_port: 443,
+        terminated: None,
     }
 }
 

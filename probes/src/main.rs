@@ -21,6 +21,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
 mod capacity;
+mod credential;
 mod egress;
 mod exec;
 mod hostile;
@@ -30,6 +31,7 @@ mod metadata;
 mod mounts;
 mod network;
 mod report;
+mod vendor;
 mod workload;
 mod worktree;
 
@@ -76,6 +78,7 @@ fn run_probe(name: &str, ctx: &Ctx) -> Option<cordon_contract::probe::ProbeRepor
         "exec-policy" => exec::run(&mut probe),
         "network" => network::run(&mut probe),
         "egress" => egress::run(&mut probe),
+        "credential" => credential::run(&mut probe),
         "hostile-repo" => hostile::run(&mut probe),
         _ => return None,
     }

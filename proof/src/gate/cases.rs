@@ -43,6 +43,38 @@ pub struct GateEnv {
     pub test_image: String,
     /// The production agent image the `.../agent` rows run.
     pub agent: Option<super::AgentRef>,
+    /// The fake vendor's key for this run: what the proxy's vault holds and the fake vendor
+    /// takes, and what the `credential-absent` removal puts into the agent's environment.
+    pub key: GateKey,
+}
+
+/// The gate's fake vendor key: fresh per run, in the vendor's shape, never shown.
+#[derive(Clone)]
+pub struct GateKey(String);
+
+impl GateKey {
+    pub fn random() -> GateKey {
+        GateKey(format!(
+            "sk-ant-api03-cordon-gate-{}",
+            uuid::Uuid::new_v4().simple()
+        ))
+    }
+
+    /// The key's text (for the removal that puts it where it must never be).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The key as the custody takes it.
+    pub fn credential(&self) -> cordon::error::Result<cordon::custody::Credential> {
+        cordon::custody::Credential::of(cordon::custody::CredentialKind::ApiKey, self.0.clone())
+    }
+}
+
+impl std::fmt::Debug for GateKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GateKey(withheld)")
+    }
 }
 
 /// Which task storage a case mounts.
@@ -594,6 +626,7 @@ pub fn all() -> Vec<Case> {
         cases.extend(group);
     }
     cases.push(hostile_repository_case());
+    cases.push(credential_case());
 
     // Without root, a writable control or input mount changes nothing the agent can do: the
     // probe rows above carry those protections.
@@ -708,7 +741,13 @@ fn egress_cases() -> Vec<Case> {
     let mut cases: Vec<Case> = cordon_contract::egress::PROXY_RULES
         .into_iter()
         .map(|(id, rule)| {
-            case(&format!("proxy/{rule}"), id, |_, _| {}).with_phase(Phase::Questions)
+            let mut c = case(&format!("proxy/{rule}"), id, |_, _| {}).with_phase(Phase::Questions);
+            // Without termination nothing checks the vendor host's requests: its path,
+            // credential and budget rules are gone with it.
+            if id == Id::VendorTerminated {
+                c.also = vec![Id::VendorPath, Id::VendorCredential, Id::VendorBudget];
+            }
+            c
         })
         .collect();
     cases.push(case("proxy-container", Id::ProxyContainer, |m, _| {
@@ -729,6 +768,19 @@ fn egress_cases() -> Vec<Case> {
     on_network.egress = true;
     cases.push(on_network);
     cases
+}
+
+/// The vendor key put back into the agent's environment, as an invocation did before the
+/// custody (and into the policy's copy of it, so only this protection stands in the way).
+fn credential_case() -> Case {
+    case("credential-absent", Id::CredentialAbsent, |m, env| {
+        let entry = format!("ANTHROPIC_API_KEY={}", env.key.as_str());
+        m.create
+            .env
+            .get_or_insert_with(Vec::new)
+            .push(entry.clone());
+        m.policy.env.push(entry);
+    })
 }
 
 /// A repository whose links leave the checkout (what the seeder refuses).

@@ -358,6 +358,10 @@ const CNAME_HOST: &str = "cname.vendor.test";
 const CNAME_TARGET: &str = "target.elsewhere.test";
 /// A port the allowlist names, but not for the vendor's name.
 const OTHER_PORT: u16 = 8443;
+/// The vendor host the proxy terminates in every case with egress (the fake vendor behind it
+/// takes only the run's key), and its request budget there.
+const TERMINATED_HOST: &str = "api.claude.test";
+const TERMINATED_MAX_REQUESTS: u64 = 8;
 
 /// A case's egress: the proxy on an internal network (no route off the machine), the fake vendor
 /// and the DNS server beside it, and the rule the case leaves out.
@@ -374,6 +378,8 @@ fn case_egress(case: &Case) -> Option<cordon::profile::EgressSpec> {
             PRIVATE_HOST.to_owned(),
             format!("{PRIVATE_HOST}:{OTHER_PORT}"),
             CNAME_HOST.to_owned(),
+            TERMINATED_HOST.to_owned(),
+            format!("{TERMINATED_HOST}:{OTHER_PORT}"),
         ])
     })
 }
@@ -385,11 +391,43 @@ fn case_fixtures(env: &GateEnv) -> launch::egress::Fixtures {
         mapped: vec![
             cordon_contract::probe::fixture::VENDOR_HOST.to_owned(),
             UNLISTED_HOST.to_owned(),
+            TERMINATED_HOST.to_owned(),
         ],
         dns: Some(case_dns),
         // The fake vendor is only in the test image.
         image: Some(env.test_image.clone()),
-        api_key_sha256: None,
+        api_key_sha256: Some(cordon_fake_vendor::tls::Auth::hex_of(env.key.as_str())),
+    }
+}
+
+/// The custody of the run's key for a probe case with egress: the proxy terminates
+/// `TERMINATED_HOST`, trusting the test CA upstream, with a small request budget.
+fn case_custody(env: &GateEnv) -> Result<cordon::custody::Custody> {
+    cordon::custody::Custody::new(
+        &env.key.credential()?,
+        TERMINATED_HOST,
+        443,
+        Some(&env.vendor_ca.ca_pem),
+        cordon_egress::vendor::Budget {
+            requests: TERMINATED_MAX_REQUESTS,
+            ..Default::default()
+        },
+        std::time::SystemTime::now() + Duration::from_secs(600),
+    )
+}
+
+/// What the egress probe is told about the terminated host.
+fn terminated_fixture() -> cordon_contract::egress::TerminatedFixture {
+    cordon_contract::egress::TerminatedFixture {
+        host: TERMINATED_HOST.to_owned(),
+        port: 443,
+        other_port: OTHER_PORT,
+        ca_file: cordon::custody::AGENT_CA_FILE.to_owned(),
+        variable: cordon::custody::CredentialKind::ApiKey
+            .variable()
+            .to_owned(),
+        header: "x-api-key".to_owned(),
+        max_requests: TERMINATED_MAX_REQUESTS,
     }
 }
 
@@ -425,6 +463,7 @@ fn probe_inputs(egress: &launch::egress::Egress, env: &GateEnv) -> Result<Vec<(S
         proxy: egress.proxy_ip.ok_or_else(|| missing("proxy"))?,
         endpoint: egress.vendor.ok_or_else(|| missing("endpoint"))?,
         endpoint_port: cordon::profile::egress::VENDOR_PORT,
+        terminated: Some(terminated_fixture()),
     };
     Ok(vec![
         (
@@ -547,6 +586,24 @@ async fn probe_plan(
     } else {
         cordon::audit::Masks::default()
     };
+    // Something in the input dir for the probes to try to map executable.
+    let mut input_files = vec![("note.txt".to_owned(), b"probe input\n".to_vec())];
+    let mut agent_env = vec![];
+    let mut egress = case_egress(case);
+    // With egress the agent holds a sentinel and the proxy the run's key, as an invocation's.
+    let custody = match egress.as_mut() {
+        Some(spec) => {
+            let custody = case_custody(env)?;
+            spec.terminate = Some(custody.termination());
+            agent_env.push(custody.agent_env());
+            input_files.push((
+                cordon::custody::AGENT_CA_FILE.to_owned(),
+                custody.ca_pem().as_bytes().to_vec(),
+            ));
+            Some(custody)
+        }
+        None => None,
+    };
     let profile = Profile::new(ProfileSpec {
         phase: case.phase,
         vendor: case.vendor,
@@ -556,18 +613,20 @@ async fn probe_plan(
         limits: probe_limits(),
         command: vec![probe_path.clone(), "all".to_owned()],
         exec,
-        env: vec![],
+        env: agent_env,
         gitlinks: masks.gitlinks,
         pins: masks.pins,
         pin_mounts: false,
-        // Something in the input dir for the probes to try to map executable.
-        input_files: vec![("note.txt".to_owned(), b"probe input\n".to_vec())],
+        input_files,
         landlock_abi: DEFAULT_LANDLOCK_ABI,
-        egress: case_egress(case),
+        egress,
     })?;
     let mut prepared = Prepared::new(ctl.engine(), &profile)?;
     if let Some(plan) = prepared.egress.as_mut() {
         plan.fixtures = Some(case_fixtures(env));
+    }
+    if let Some(custody) = &custody {
+        prepared.vault = Some(custody.vault().tar(uid.proxy())?);
     }
     apply_probe_mode(case, &mut prepared, env, uid, probe_path);
     Ok((profile, prepared))
@@ -621,8 +680,8 @@ async fn run_probes(
 ) -> Result<(i64, launch::Output)> {
     // Started past the validator on purpose (a container-level case's removal is in
     // the read-back); the probes are what this layer judges.
-    if let Some(egress) = launch.egress.as_mut() {
-        launch::egress::start_proxy(engine, egress).await?;
+    launch.start_proxy(engine).await?;
+    if let Some(egress) = &launch.egress {
         let extra = probe_inputs(egress, env)?;
         launch.add_inputs(profile.input_files(), &extra)?;
     }
@@ -1036,9 +1095,11 @@ pub async fn run_with_progress(
     let engine = ctl.engine();
     let owner = Owner::random("gate");
     // Made first: a CA that cannot be made leaves nothing behind.
-    let vendor_ca =
-        cordon_fake_vendor::ca::generate(&[cordon_contract::probe::fixture::VENDOR_HOST])
-            .map_err(|e| Error::Internal(format!("the gate's test CA: {e}")))?;
+    let vendor_ca = cordon_fake_vendor::ca::generate(&[
+        cordon_contract::probe::fixture::VENDOR_HOST,
+        TERMINATED_HOST,
+    ])
+    .map_err(|e| Error::Internal(format!("the gate's test CA: {e}")))?;
     let host_dir = std::env::temp_dir().join(format!("cordon-gate-{}", owner.as_str()));
     std::fs::create_dir(&host_dir)
         .map_err(|e| Error::io(format!("creating {}", host_dir.display()), e))?;
@@ -1050,6 +1111,7 @@ pub async fn run_with_progress(
         vendor_ca,
         test_image: image_id.to_owned(),
         agent: options.agent.clone(),
+        key: cases::GateKey::random(),
     };
     let result = match probe::fixture_repository(&fixture_repo) {
         Ok(()) => run_owned(ctl, image_id, options, &owner, &env, progress).await,
