@@ -1094,22 +1094,22 @@ mod terminated {
     use cordon_fake_vendor::tls::{self as fake, Auth, Identity};
     use rustls::pki_types::ServerName;
 
-    const KEY: &str = "sk-the-real-key";
-    const SENTINEL: &str = "sk-ant-api03-sentinel-of-this-invocationAA";
-    const API: &str = "api.vendor.test";
-    const OTHER: &str = "other.vendor.test";
+    pub(super) const KEY: &str = "sk-the-real-key";
+    pub(super) const SENTINEL: &str = "sk-ant-api03-sentinel-of-this-invocationAA";
+    pub(super) const API: &str = "api.vendor.test";
+    pub(super) const OTHER: &str = "other.vendor.test";
 
-    struct World {
-        config: Arc<Config>,
-        api: fake::Server,
+    pub(super) struct World {
+        pub(super) config: Arc<Config>,
+        pub(super) api: fake::Server,
         other: fake::Server,
         /// What the vendor's own certificates chain to.
         vendor_ca: String,
         /// What the proxy's leaf for the vendor host chains to.
-        invocation_ca: String,
+        pub(super) invocation_ca: String,
     }
 
-    async fn world() -> World {
+    pub(super) async fn world() -> World {
         world_skipping(&[]).await
     }
 
@@ -1167,7 +1167,7 @@ mod terminated {
 
     /// CONNECT to `name:443` through a proxy task, then a TLS handshake trusting `ca` alone
     /// (besides the public roots, which trust no test certificate).
-    async fn open(
+    pub(super) async fn open(
         world: &World,
         name: &str,
         ca: &str,
@@ -1291,5 +1291,145 @@ mod terminated {
         let (status, text) = ask(&mut tls, API, "/api/claude_code/settings", SENTINEL).await;
         assert_eq!(status, 401, "{text}");
         assert!(!text.contains("x-cordon-refusal"), "{text}");
+    }
+}
+
+/// Hostile requests through the whole path (CONNECT, the ClientHello check, the terminator with
+/// the invocation's leaf): every spelling of the terminated host is terminated, never tunnelled;
+/// each request-level shape is refused with its status and id, and none reaches the vendor.
+mod terminated_hostile {
+    use super::terminated::*;
+    use super::*;
+    use crate::terminate::client_config;
+    use rustls::pki_types::ServerName;
+
+    /// Raw bytes through a fresh terminated connection to `name`; `answers` responses (each
+    /// with a length), or what came before the connection closed.
+    async fn raw_exchange(world: &World, name: &str, bytes: &[u8], answers: usize) -> String {
+        let mut tls = open(world, name, &world.invocation_ca).await.unwrap();
+        tls.write_all(bytes).await.unwrap();
+        let mut answer = Vec::new();
+        let complete = |text: &str| {
+            let mut rest = text;
+            for _ in 0..answers {
+                let Some(end) = rest.find("\r\n\r\n") else {
+                    return false;
+                };
+                let length: usize = rest[..end]
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                let Some(next) = rest.get(end + 4 + length..) else {
+                    return false;
+                };
+                rest = next;
+            }
+            true
+        };
+        let mut buf = [0u8; 4096];
+        while !complete(&String::from_utf8_lossy(&answer)) {
+            match timeout(Duration::from_secs(10), tls.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => answer.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn every_spelling_of_the_vendor_host_is_terminated() {
+        let w = world().await;
+        for spelling in ["API.VENDOR.TEST", "Api.Vendor.Test.", "api.vendor.test."] {
+            // The invocation's CA verifies the leaf (SNI the canonical name): terminated.
+            let (mut client, proxy_side) = tokio::io::duplex(64 * 1024);
+            let config = w.config.clone();
+            tokio::spawn(async move { handle(proxy_side, &config, &NoResolver).await });
+            let connect =
+                format!("CONNECT {spelling}:443 HTTP/1.1\r\nHost: {spelling}:443\r\n\r\n");
+            client.write_all(connect.as_bytes()).await.unwrap();
+            let mut answer = [0u8; 39];
+            client.read_exact(&mut answer).await.unwrap();
+            assert_eq!(
+                &answer[..],
+                b"HTTP/1.1 200 Connection Established\r\n\r\n",
+                "{spelling}"
+            );
+            let name = ServerName::try_from(API.to_owned()).unwrap();
+            let tls = tokio_rustls::TlsConnector::from(
+                client_config(Some(w.invocation_ca.as_bytes())).unwrap(),
+            )
+            .connect(name, client)
+            .await;
+            assert!(tls.is_ok(), "{spelling}: not terminated");
+        }
+    }
+
+    #[tokio::test]
+    async fn request_shapes_are_refused_with_their_id_and_never_reach_the_vendor() {
+        let w = world().await;
+        let key = format!("x-api-key: {SENTINEL}\r\n");
+        let get = |extra: &str| {
+            format!("GET /api/claude_code/settings HTTP/1.1\r\nHost: {API}\r\n{key}{extra}\r\n")
+        };
+        let post = |extra: &str, body: &str| {
+            format!("POST /v1/messages?beta=true HTTP/1.1\r\nHost: {API}\r\n{key}{extra}\r\n{body}")
+        };
+        let cases: Vec<(&str, String, &str)> = vec![
+            ("two equal lengths", post("Content-Length: 2\r\nContent-Length: 2\r\n", "{}"), "400"),
+            ("two lengths", post("Content-Length: 2\r\nContent-Length: 3\r\n", "{}"), "400"),
+            (
+                "length and chunked",
+                post("Content-Length: 2\r\nTransfer-Encoding: chunked\r\n", "2\r\n{}\r\n0\r\n\r\n"),
+                "400",
+            ),
+            ("chunked", post("Transfer-Encoding: chunked\r\n", "2\r\n{}\r\n0\r\n\r\n"), "400"),
+            ("obs-fold", get("X-Fold: a\r\n b\r\n"), "400"),
+            (
+                "bare LF",
+                format!("GET /api/claude_code/settings HTTP/1.1\nHost: {API}\n{key}\n"),
+                "400",
+            ),
+            (
+                "absolute form",
+                format!("GET https://{API}/api/claude_code/settings HTTP/1.1\r\nHost: {API}\r\n{key}\r\n"),
+                "vendor-path",
+            ),
+            (
+                "another Host",
+                format!("GET /api/claude_code/settings HTTP/1.1\r\nHost: {OTHER}\r\n{key}\r\n"),
+                "vendor-path",
+            ),
+            ("two Hosts", get(&format!("Host: {OTHER}\r\n")), "vendor-path"),
+            ("h2c upgrade", get("Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n"), "400"),
+            ("expect", post("Content-Length: 2\r\nExpect: 100-continue\r\n", "{}"), "400"),
+            ("a 64 MiB body", post("Content-Length: 67108864\r\n", ""), "413"),
+            ("HTTP/1.0", format!("GET /api/claude_code/settings HTTP/1.0\r\nHost: {API}\r\n{key}\r\n"), "vendor-malformed"),
+            ("the sentinel in the query", format!("GET /api/claude_code/settings?k={SENTINEL} HTTP/1.1\r\nHost: {API}\r\n{key}\r\n"), "vendor-path"),
+            ("a second key header", get(&format!("X-Api-Key: {SENTINEL}\r\n")), "vendor-credential"),
+            ("the sentinel as a cookie", get(&format!("Cookie: k={SENTINEL}\r\n")), "vendor-credential"),
+        ];
+        let before = w.api.seen().len();
+        for (what, request, expected) in cases {
+            let answer = raw_exchange(&w, API, request.as_bytes(), 1).await;
+            let line = answer.lines().next().unwrap_or("");
+            let refused_as = answer
+                .lines()
+                .find_map(|l| l.strip_prefix("x-cordon-refusal: "))
+                .unwrap_or("");
+            let matches = if expected.starts_with("vendor-") {
+                refused_as == expected
+            } else {
+                line.starts_with(&format!("HTTP/1.1 {expected}"))
+            };
+            assert!(matches, "{what}: {answer:?}");
+            assert!(!answer.contains(KEY), "{what}");
+        }
+        assert_eq!(w.api.seen().len(), before, "{:?}", w.api.seen());
+        // Pipelined: both answered, in order, each swapped.
+        let two = format!("{}{}", get(""), get("Connection: close\r\n"));
+        let answer = raw_exchange(&w, API, two.as_bytes(), 2).await;
+        assert_eq!(answer.matches("HTTP/1.1 200").count(), 2, "{answer}");
+        assert_eq!(w.api.seen().len(), before + 2);
     }
 }

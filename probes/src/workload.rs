@@ -16,6 +16,9 @@
 //!   one JSON line `{"upload_mib_s":[..],"download_mib_s":[..],"ping_median_us","ping_p90_us",
 //!   "pings"}`. With `--hold K`: opens K connections at once, one `/ping` on each, prints
 //!   `{"holding":K}`, keeps them open [`HOLD_FOR`], then closes them. Every read has a deadline.
+//!   With `--credential-env NAME` it speaks the Messages API, as through a terminated vendor host
+//!   (`x-api-key` the variable's value): each run's download is a streamed answer of N bytes of
+//!   text (no upload), and each ping a whole answer to a 1 KiB prompt.
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -160,6 +163,9 @@ struct Load {
     pings: u64,
     warmup: u64,
     hold: Option<u64>,
+    /// Speak the Messages API instead (a terminated vendor host takes nothing else): the
+    /// credential field, its value read from the variable `--credential-env` names.
+    messages: Option<(String, String)>,
 }
 
 enum Via {
@@ -202,6 +208,13 @@ fn load_args(args: &[String]) -> Result<Load, String> {
         pings: num("--pings", 500)?,
         warmup: num("--warmup", 50)?,
         hold: get("--hold").map(|_| num("--hold", 0)).transpose()?,
+        messages: match get("--credential-env") {
+            None => None,
+            Some(var) => {
+                let value = std::env::var(var).map_err(|e| format!("{var}: {e}"))?;
+                Some(("x-api-key".to_owned(), value))
+            }
+        },
     })
 }
 
@@ -253,15 +266,20 @@ fn response(tls: &mut Tls, buf: &mut Vec<u8>, keep: usize) -> Result<(u16, Vec<u
         .nth(1)
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("no status in {:?}", head.lines().next()))?;
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
+    let field = |name: &str| {
+        head.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
         })
-        .ok_or("no Content-Length")?;
+    };
     buf.drain(..head_end);
+    if field("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        let read = chunked(tls, buf)?;
+        return Ok((code, read.to_string().into_bytes()));
+    }
+    let length: usize = field("content-length")
+        .and_then(|v| v.parse().ok())
+        .ok_or("no Content-Length")?;
     let mut kept = Vec::new();
     let mut left = length;
     let take = |from: &[u8], kept: &mut Vec<u8>| {
@@ -287,6 +305,53 @@ fn response(tls: &mut Tls, buf: &mut Vec<u8>, keep: usize) -> Result<(u16, Vec<u
         }
     }
     Ok((code, kept))
+}
+
+/// Read more into `buf` (at least one byte, or an error).
+fn fill(tls: &mut Tls, buf: &mut Vec<u8>, chunk: &mut [u8]) -> Result<(), String> {
+    tls.sock.step();
+    match tls.read(chunk).map_err(|e| format!("chunked body: {e}"))? {
+        0 => Err("the chunked body ended early".into()),
+        n => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
+    }
+}
+
+/// A chunked body, read and dropped: how many data bytes it held.
+fn chunked(tls: &mut Tls, buf: &mut Vec<u8>) -> Result<u64, String> {
+    let mut chunk = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        let line_end = loop {
+            if let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
+                break at;
+            }
+            if buf.len() > 1024 {
+                return Err("a chunk size line over 1 KiB".into());
+            }
+            fill(tls, buf, &mut chunk)?;
+        };
+        let line = String::from_utf8_lossy(&buf[..line_end]).into_owned();
+        let size = u64::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|e| format!("chunk size {line:?}: {e}"))?;
+        buf.drain(..line_end + 2);
+        // The data and its CRLF (the last chunk: the trailer's empty line).
+        let mut left = size + 2;
+        while left > 0 {
+            if buf.is_empty() {
+                fill(tls, buf, &mut chunk)?;
+            }
+            let take = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+            buf.drain(..take);
+            left -= take as u64;
+        }
+        if size == 0 {
+            return Ok(total);
+        }
+        total += size;
+    }
 }
 
 fn send(tls: &mut Tls, bytes: &[u8]) -> Result<(), String> {
@@ -349,6 +414,74 @@ fn bulk(load: &Load) -> Result<(f64, f64), String> {
     Ok((up, down))
 }
 
+/// A Messages request with the credential: a streamed answer of `huge` bytes of text (a tool
+/// offered, as the fake streams only then), or a whole answer to a 1 KiB prompt.
+fn messages_request(load: &Load, field: &(String, String), huge: Option<u64>) -> Vec<u8> {
+    let mut body = match huge {
+        Some(n) => serde_json::json!({
+            "model": "claude-bench", "max_tokens": 1024, "stream": true,
+            "messages": [{"role": "user", "content": format!("[[cordon-scenario huge:{n}]] go")}],
+            "tools": [{"name": "Read", "description": "Read a file",
+                       "input_schema": {"type": "object"}}],
+        }),
+        None => serde_json::json!({
+            "model": "claude-bench", "max_tokens": 1024,
+            "messages": [{"role": "user",
+                          "content": format!("[[cordon-scenario default]] {}", "x".repeat(1024))}],
+        }),
+    };
+    if huge.is_none() {
+        body["stream"] = serde_json::Value::Bool(false);
+    }
+    let body = body.to_string();
+    let mut request = format!(
+        "POST /v1/messages?beta=true HTTP/1.1\r\nHost: {}\r\n{}: {}\r\n\
+         content-type: application/json\r\nContent-Length: {}\r\n\r\n",
+        load.name,
+        field.0,
+        field.1,
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body.as_bytes());
+    request
+}
+
+/// One streamed Messages download of `load.bytes` on a fresh connection: MiB/s.
+fn messages_download(load: &Load, field: &(String, String)) -> Result<f64, String> {
+    let mut tls = connect(load)?;
+    let mut buf = Vec::new();
+    let t = Instant::now();
+    send(&mut tls, &messages_request(load, field, Some(load.bytes)))?;
+    let (code, read) = response(&mut tls, &mut buf, 32)?;
+    let took = t.elapsed();
+    let read: u64 = String::from_utf8_lossy(&read).parse().unwrap_or(0);
+    if code != 200 || read < load.bytes {
+        return Err(format!(
+            "the streamed answer: {code}, {read} of {} bytes",
+            load.bytes
+        ));
+    }
+    Ok(mib_s(read, took))
+}
+
+/// One whole Messages answer, timed (the latency sample when speaking Messages).
+fn messages_ping(
+    tls: &mut Tls,
+    buf: &mut Vec<u8>,
+    load: &Load,
+    field: &(String, String),
+) -> Result<Duration, String> {
+    let t = Instant::now();
+    send(tls, &messages_request(load, field, None))?;
+    let (code, _) = response(tls, buf, 0)?;
+    let took = t.elapsed();
+    if code != 200 {
+        return Err(format!("POST /v1/messages answered {code}"));
+    }
+    Ok(took)
+}
+
 /// One `GET /ping` on `tls`, timed.
 fn ping(tls: &mut Tls, buf: &mut Vec<u8>, name: &str) -> Result<Duration, String> {
     let t = Instant::now();
@@ -381,18 +514,28 @@ fn egress_load(args: &[String]) -> Result<String, String> {
     }
     let (mut up, mut down) = (Vec::new(), Vec::new());
     for _ in 0..load.runs {
-        let (u, d) = bulk(&load)?;
-        up.push(u);
-        down.push(d);
+        match &load.messages {
+            // A terminated host takes Messages alone: its download is a streamed answer.
+            Some(field) => down.push(messages_download(&load, field)?),
+            None => {
+                let (u, d) = bulk(&load)?;
+                up.push(u);
+                down.push(d);
+            }
+        }
     }
     let mut tls = connect(&load)?;
     let mut buf = Vec::new();
+    let sample = |tls: &mut Tls, buf: &mut Vec<u8>| match &load.messages {
+        Some(field) => messages_ping(tls, buf, &load, field),
+        None => ping(tls, buf, &load.name),
+    };
     for _ in 0..load.warmup {
-        ping(&mut tls, &mut buf, &load.name)?;
+        sample(&mut tls, &mut buf)?;
     }
     let mut us: Vec<f64> = Vec::new();
     for _ in 0..load.pings {
-        us.push(ping(&mut tls, &mut buf, &load.name)?.as_secs_f64() * 1e6);
+        us.push(sample(&mut tls, &mut buf)?.as_secs_f64() * 1e6);
     }
     us.sort_by(|a, b| a.total_cmp(b));
     // q is in [0, 1], so the rounded index is in [0, len - 1]: it fits usize.

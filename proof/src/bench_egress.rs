@@ -84,6 +84,40 @@ pub struct EgressReport {
     /// proxied − direct of the medians (target: under 1000 µs).
     pub added_latency_us: f64,
     pub memory: ProxyMemory,
+    /// The terminated vendor host's arm (issue 22).
+    pub terminated: TerminatedFigures,
+}
+
+/// The terminated arm against the same direct baseline, both speaking the Messages API: the agent
+/// holds the sentinel and trusts the invocation's CA, the proxy terminates the vendor host and
+/// swaps in the key; the direct container holds the key and dials the fake vendor itself.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TerminatedFigures {
+    /// Interleaved pairs, and the bytes of text each streamed answer carries.
+    pub runs: usize,
+    pub bytes: u64,
+    /// Per pair, each container's median whole Messages answer (µs) and streamed download.
+    pub terminated_messages_us: Vec<f64>,
+    pub direct_messages_us: Vec<f64>,
+    pub terminated_download_mib_s: Vec<f64>,
+    pub direct_download_mib_s: Vec<f64>,
+    pub terminated_messages_median_us: f64,
+    pub direct_messages_median_us: f64,
+    /// terminated − direct of the medians (target: under 1000 µs).
+    pub added_messages_us: f64,
+    pub terminated_download_median_mib_s: f64,
+    pub direct_download_median_mib_s: f64,
+    /// terminated / direct of the medians (target: at least 0.8).
+    pub download_ratio: f64,
+}
+
+/// Which way an agent reaches the fake vendor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arm {
+    /// An opaque tunnel through the proxy: `/sink`, `/source`, `/ping`.
+    Tunnel,
+    /// The proxy terminates the vendor host: the Messages API with the sentinel.
+    Terminated,
 }
 
 /// The proxy container's memory as the engine reports it.
@@ -118,9 +152,21 @@ struct Setup<'a> {
     image_id: &'a str,
     storage: &'a TaskStorage,
     ca: cordon_fake_vendor::ca::TestCa,
+    /// The fake vendor's key: the direct arm's and the terminated arm's proxy vault's.
+    key: String,
     bytes: u64,
     pings: usize,
     warmup: usize,
+}
+
+/// The variable the direct container's key is in (the agent's sentinel is in the CLI's own).
+const KEY_ENV: &str = "BENCH_VENDOR_KEY";
+/// The fake vendor's key for this run.
+fn bench_key() -> String {
+    format!(
+        "sk-ant-api03-cordon-bench-{}",
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 fn load_args(bytes: u64, pings: usize, warmup: usize) -> Vec<String> {
@@ -140,7 +186,31 @@ fn load_args(bytes: u64, pings: usize, warmup: usize) -> Vec<String> {
 }
 
 impl Setup<'_> {
-    fn profile(&self, workload: Vec<String>) -> Result<Profile> {
+    /// The custody of the run's key for the vendor host (the terminated arm).
+    fn custody(&self) -> Result<cordon::custody::Custody> {
+        let credential = cordon::custody::Credential::of(
+            cordon::custody::CredentialKind::ApiKey,
+            self.key.clone(),
+        )?;
+        cordon::custody::Custody::new(
+            &credential,
+            VENDOR_HOST,
+            VENDOR_PORT,
+            Some(&self.ca.ca_pem),
+            cordon_egress::vendor::Budget {
+                requests: cordon_egress::vendor::MAX_BUDGET,
+                request_bytes: cordon_egress::vendor::MAX_BUDGET,
+                response_bytes: cordon_egress::vendor::MAX_BUDGET,
+            },
+            std::time::SystemTime::now() + RUN_LIMIT * 2,
+        )
+    }
+
+    fn profile(
+        &self,
+        workload: Vec<String>,
+        custody: Option<&cordon::custody::Custody>,
+    ) -> Result<Profile> {
         let allocation = Allocation::new(self.owner, "bench", self.storage.allocation.uid)?;
         let mut command = vec![paths::PROBE.to_owned(), "workload".to_owned()];
         command.extend(workload);
@@ -158,14 +228,20 @@ impl Setup<'_> {
             },
             command,
             exec: vec![paths::PROBE.to_owned()],
-            env: vec![],
+            env: custody.map(|c| vec![c.agent_env()]).unwrap_or_default(),
             gitlinks: vec![],
             pins: vec![],
             pin_mounts: false,
-            input_files: vec![],
+            input_files: custody
+                .map(|c| {
+                    let ca = c.ca_pem().as_bytes().to_vec();
+                    vec![(cordon::custody::AGENT_CA_FILE.to_owned(), ca)]
+                })
+                .unwrap_or_default(),
             landlock_abi: DEFAULT_LANDLOCK_ABI,
             egress: Some(EgressSpec {
                 internal: true,
+                terminate: custody.map(cordon::custody::Custody::termination),
                 ..EgressSpec::allowing(&[VENDOR_HOST.to_owned()])
             }),
         })
@@ -173,18 +249,34 @@ impl Setup<'_> {
 
     /// An agent invocation of `egress-load` (proxied) with `extra` arguments: created, its proxy
     /// started and the CA delivered; not started.
-    async fn invocation(&self, extra: Vec<String>) -> Result<(Profile, Launch)> {
+    async fn invocation(&self, extra: Vec<String>, arm: Arm) -> Result<(Profile, Launch)> {
+        let custody = match arm {
+            Arm::Tunnel => None,
+            Arm::Terminated => Some(self.custody()?),
+        };
+        // The agent trusts the test CA through a tunnel, the invocation's CA alone when its
+        // vendor host is terminated (and then holds the sentinel and speaks Messages).
+        let ca = match arm {
+            Arm::Tunnel => CA_FILE,
+            Arm::Terminated => cordon::custody::AGENT_CA_FILE,
+        };
         let mut workload = vec![
             "egress-load".to_owned(),
             "--ca".to_owned(),
-            format!("{}/{CA_FILE}", paths::INPUT_DIR),
+            format!("{}/{ca}", paths::INPUT_DIR),
             "--proxy".to_owned(),
             format!("127.0.0.1:{}", cordon_contract::egress::FORWARD_PORT),
         ];
+        if let Some(custody) = &custody {
+            workload.extend(["--credential-env".to_owned(), custody.agent_env().0]);
+        }
         workload.extend(extra);
-        let profile = self.profile(workload)?;
+        let profile = self.profile(workload, custody.as_ref())?;
         let engine = self.ctl.engine();
         let mut prepared = Prepared::new(engine, &profile)?;
+        if let Some(custody) = &custody {
+            prepared.vault = Some(custody.vault().tar(profile.allocation().uid.proxy())?);
+        }
         let plan = prepared
             .egress
             .as_mut()
@@ -195,18 +287,17 @@ impl Setup<'_> {
             mapped: vec![VENDOR_HOST.to_owned()],
             dns: None,
             image: None,
-            api_key_sha256: None,
+            api_key_sha256: Some(cordon_fake_vendor::tls::Auth::hex_of(&self.key)),
         });
         let mut launch = launch::create(self.ctl, &profile, prepared).await?;
         let ready = async {
             if !launch.refusals.is_empty() {
                 return Err(Error::Refused(launch.refusals.clone()));
             }
-            let egress = launch
-                .egress
-                .as_mut()
-                .ok_or_else(|| Error::Internal("the invocation has no egress".into()))?;
-            launch::egress::start_proxy(engine, egress).await?;
+            if launch.egress.is_none() {
+                return Err(Error::Internal("the invocation has no egress".into()));
+            }
+            launch.start_proxy(engine).await?;
             let extra = [(CA_FILE.to_owned(), self.ca.ca_pem.clone().into_bytes())];
             launch.add_inputs(profile.input_files(), &extra)
         }
@@ -236,7 +327,7 @@ impl Setup<'_> {
     }
 
     /// The direct arm: a hardened container on the invocation network dialling the endpoint.
-    async fn direct(&self, profile: &Profile, vendor: Ipv4Addr) -> Result<Figures> {
+    async fn direct(&self, profile: &Profile, vendor: Ipv4Addr, arm: Arm) -> Result<Figures> {
         let engine = self.ctl.engine();
         let allocation = profile.allocation();
         let mut entrypoint = vec![
@@ -248,13 +339,18 @@ impl Setup<'_> {
             "--direct".to_owned(),
             format!("{vendor}:{VENDOR_PORT}"),
         ];
+        let mut env = vec![format!("{CA_ENV}={}", self.ca.ca_pem)];
+        if arm == Arm::Terminated {
+            entrypoint.extend(["--credential-env".to_owned(), KEY_ENV.to_owned()]);
+            env.push(format!("{KEY_ENV}={}", self.key));
+        }
         entrypoint.extend(load_args(self.bytes, self.pings, self.warmup));
         let body = networked_body(
             self.image_id,
             allocation,
             Kind::Probe,
             entrypoint,
-            vec![format!("{CA_ENV}={}", self.ca.ca_pem)],
+            env,
             None,
         );
         let mut created = Created::default();
@@ -284,10 +380,10 @@ impl Setup<'_> {
     }
 
     /// One pair: (proxied, direct), in the order `direct_first` says.
-    async fn pair(&self, direct_first: bool) -> Result<(Figures, Figures)> {
+    async fn pair(&self, direct_first: bool, arm: Arm) -> Result<(Figures, Figures)> {
         let engine = self.ctl.engine();
         let (profile, mut launch) = self
-            .invocation(load_args(self.bytes, self.pings, self.warmup))
+            .invocation(load_args(self.bytes, self.pings, self.warmup), arm)
             .await?;
         let run = async {
             let vendor = launch
@@ -296,14 +392,14 @@ impl Setup<'_> {
                 .and_then(|e| e.vendor)
                 .ok_or_else(|| Error::Internal("no fake vendor address".into()))?;
             let direct = if direct_first {
-                Some(self.direct(&profile, vendor).await?)
+                Some(self.direct(&profile, vendor, arm).await?)
             } else {
                 None
             };
             let proxied = figures(&self.run_agent(&mut launch).await?)?;
             let direct = match direct {
                 Some(d) => d,
-                None => self.direct(&profile, vendor).await?,
+                None => self.direct(&profile, vendor, arm).await?,
             };
             Ok::<_, Error>((proxied, direct))
         }
@@ -316,12 +412,15 @@ impl Setup<'_> {
     async fn memory(&self) -> Result<ProxyMemory> {
         let engine = self.ctl.engine();
         let (_, mut launch) = self
-            .invocation(vec![
-                "--name".to_owned(),
-                VENDOR_HOST.to_owned(),
-                "--hold".to_owned(),
-                TUNNELS.to_string(),
-            ])
+            .invocation(
+                vec![
+                    "--name".to_owned(),
+                    VENDOR_HOST.to_owned(),
+                    "--hold".to_owned(),
+                    TUNNELS.to_string(),
+                ],
+                Arm::Tunnel,
+            )
             .await?;
         let run = async {
             let proxy = launch
@@ -396,7 +495,8 @@ fn figures(stdout: &str) -> Result<Figures> {
         .lines()
         .rev()
         .find_map(|l| serde_json::from_str::<Figures>(l).ok())
-        .filter(|f| !f.upload_mib_s.is_empty() && !f.download_mib_s.is_empty())
+        // A Messages load (the terminated arm and its baseline) has no upload.
+        .filter(|f| !f.download_mib_s.is_empty())
         .ok_or_else(|| {
             Error::Internal(format!(
                 "no egress-load figures in the output: {:?}",
@@ -455,24 +555,46 @@ pub async fn egress(
         image_id,
         storage: &storage,
         ca,
+        key: bench_key(),
         bytes,
         pings,
         warmup: 50,
     };
     let result = async {
-        let mut pairs = Vec::new();
+        let (mut pairs, mut terminated) = (Vec::new(), Vec::new());
         for i in 0..runs {
-            pairs.push(setup.pair(i % 2 == 1).await?);
+            pairs.push(setup.pair(i % 2 == 1, Arm::Tunnel).await?);
+            terminated.push(setup.pair(i % 2 == 0, Arm::Terminated).await?);
         }
         let memory = setup.memory().await?;
-        Ok::<_, Error>((pairs, memory))
+        Ok::<_, Error>((pairs, terminated, memory))
     }
     .await;
     storage.remove(engine).await?;
-    let (pairs, memory) = result?;
+    let (pairs, terminated, memory) = result?;
+    let tcol = |f: fn(&(Figures, Figures)) -> f64| terminated.iter().map(f).collect::<Vec<f64>>();
+    let (tm, dm) = (tcol(|p| p.0.ping_median_us), tcol(|p| p.1.ping_median_us));
+    let (td, dd) = (
+        tcol(|p| p.0.download_mib_s[0]),
+        tcol(|p| p.1.download_mib_s[0]),
+    );
+    let terminated = TerminatedFigures {
+        runs,
+        bytes,
+        terminated_messages_median_us: median(&tm),
+        direct_messages_median_us: median(&dm),
+        added_messages_us: median(&tm) - median(&dm),
+        terminated_download_median_mib_s: median(&td),
+        direct_download_median_mib_s: median(&dd),
+        download_ratio: median(&td) / median(&dd),
+        terminated_messages_us: tm,
+        direct_messages_us: dm,
+        terminated_download_mib_s: td,
+        direct_download_mib_s: dd,
+    };
     let col = |f: fn(&(Figures, Figures)) -> f64| pairs.iter().map(f).collect::<Vec<f64>>();
-    let pu = col(|p| p.0.upload_mib_s[0]);
-    let du = col(|p| p.1.upload_mib_s[0]);
+    let pu = col(|p| p.0.upload_mib_s.first().copied().unwrap_or(f64::NAN));
+    let du = col(|p| p.1.upload_mib_s.first().copied().unwrap_or(f64::NAN));
     let pd = col(|p| p.0.download_mib_s[0]);
     let dd = col(|p| p.1.download_mib_s[0]);
     let pp = col(|p| p.0.ping_median_us);
@@ -500,20 +622,24 @@ pub async fn egress(
         proxied_ping_us: pp,
         direct_ping_us: dp,
         memory,
+        terminated,
     })
 }
 
 impl EgressReport {
     /// Plain text.
     pub fn text(&self) -> String {
-        let m = &self.memory;
+        let (m, t) = (&self.memory, &self.terminated);
         format!(
             "egress: {} interleaved pairs, {:.0} MiB each way, {} pings (after {} warm-up)\n\
              upload   proxied median {:.1} MiB/s, direct {:.1} MiB/s, ratio {:.3} (target >= 0.8)\n\
              download proxied median {:.1} MiB/s, direct {:.1} MiB/s, ratio {:.3} (target >= 0.8)\n\
              /ping    proxied median {:.0} us, direct {:.0} us, added {:.0} us (target < 1000)\n\
              proxy memory, {} tunnels held: before {:.1} MiB, while held {:.1} MiB (usage, {} samples), \
-             peak {} (max_usage)\n",
+             peak {} (max_usage)\n\
+             terminated vendor host, Messages API, {} pairs:\n\
+             streamed download terminated median {:.1} MiB/s, direct {:.1} MiB/s, ratio {:.3} (target >= 0.8)\n\
+             Messages answer   terminated median {:.0} us, direct {:.0} us, added {:.0} us (target < 1000)\n",
             self.runs,
             self.bytes as f64 / MIB,
             self.pings,
@@ -533,6 +659,13 @@ impl EgressReport {
             m.samples,
             m.peak_max_usage_mib
                 .map_or("n/a".to_owned(), |p| format!("{p:.1} MiB")),
+            t.runs,
+            t.terminated_download_median_mib_s,
+            t.direct_download_median_mib_s,
+            t.download_ratio,
+            t.terminated_messages_median_us,
+            t.direct_messages_median_us,
+            t.added_messages_us,
         )
     }
 }
