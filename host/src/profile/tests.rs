@@ -245,3 +245,51 @@ fn the_pins_are_derived_from_the_gitlinks() {
     lone.pins = vec!["src".into()];
     assert!(Profile::new(lone).is_err());
 }
+
+/// The agent holds no credential but the terminated host's sentinel: a profile whose environment
+/// holds anything else credential-shaped is refused before anything is made, and its policy
+/// names the sentinel for the init.
+#[test]
+fn a_profile_holds_no_credential_but_its_sentinel() {
+    let sentinel = "sk-ant-api03-sentinel-AA";
+    let terminating = |s: &mut ProfileSpec| {
+        s.egress = Some(EgressSpec {
+            terminate: Some(crate::custody::Termination {
+                target: "api.anthropic.com:443".into(),
+                header: cordon_egress::vendor::CredentialHeader::ApiKey,
+                ca_sha256: "ab".repeat(32),
+                budget: cordon_egress::vendor::Budget::default(),
+                sentinel: sentinel.into(),
+            }),
+            ..EgressSpec::allowing(&["api.anthropic.com".into()])
+        });
+    };
+    let mut held = spec();
+    terminating(&mut held);
+    held.env = vec![("ANTHROPIC_API_KEY".into(), sentinel.into())];
+    let profile = Profile::new(held).unwrap();
+    assert_eq!(profile.policy().sentinel.as_deref(), Some(sentinel));
+    for (env, with_terminate) in [
+        // The key where the sentinel goes, and a credential-shaped value anywhere.
+        (("ANTHROPIC_API_KEY", "sk-ant-api03-the-real-key"), true),
+        (("NODE_EXTRA_CA_CERTS", "sk-ant-oat01-key"), true),
+        // The sentinel is no credential; without a terminated host there is none to hold.
+        (("CLAUDE_CODE_OAUTH_TOKEN", sentinel), false),
+    ] {
+        for terminate in [true, false] {
+            let mut s = spec();
+            if terminate {
+                terminating(&mut s);
+            }
+            s.env = vec![(env.0.into(), env.1.into())];
+            let refused = !terminate || with_terminate;
+            match Profile::new(s) {
+                Ok(_) => assert!(!refused, "{env:?} with terminate {terminate}: accepted"),
+                Err(e) => assert!(
+                    refused && e.to_string().contains("not the invocation's sentinel"),
+                    "{env:?} with terminate {terminate}: {e}"
+                ),
+            }
+        }
+    }
+}
