@@ -21,13 +21,17 @@ pub const PREFIX: &[u8] = b"sk-ant-";
 
 /// The longest token taken from a match (a credential is at most a few hundred bytes).
 const MAX_TOKEN: usize = 4096;
+/// The shortest token that counts as a credential: the vendor's are about a hundred characters,
+/// and a prompt that merely names the shape (`sk-ant-...`, `sk-ant-api03-<key>`) holds none.
+pub const MIN_TOKEN: usize = 40;
 
 /// A byte of a credential token: URL-safe base64 and the separators Anthropic's shapes use.
 fn token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
 }
 
-/// Every credential-shaped token in `bytes` that is not exactly `sentinel`: where each starts.
+/// Every credential-shaped token in `bytes` (at least [`MIN_TOKEN`] long) that is not exactly
+/// `sentinel`: where each starts.
 pub fn foreign_tokens(bytes: &[u8], sentinel: Option<&str>) -> Vec<usize> {
     let mut found = Vec::new();
     let mut from = 0;
@@ -37,7 +41,8 @@ pub fn foreign_tokens(bytes: &[u8], sentinel: Option<&str>) -> Vec<usize> {
             .take(MAX_TOKEN)
             .position(|b| !token_byte(*b))
             .map_or_else(|| (at + MAX_TOKEN).min(bytes.len()), |n| at + n);
-        if sentinel.is_none_or(|s| &bytes[at..end] != s.as_bytes()) {
+        let long_enough = end - at >= MIN_TOKEN;
+        if long_enough && sentinel.is_none_or(|s| &bytes[at..end] != s.as_bytes()) {
             found.push(at);
         }
         from = end.max(at + PREFIX.len());
@@ -62,23 +67,27 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
 
-    const SENTINEL: &str = "sk-ant-api03-sentinel_0123AA";
+    const SENTINEL: &str = "sk-ant-api03-sentinel_0123456789abcdefghijklmnopqrstuvwxyzAA";
+    const KEY: &str = "sk-ant-oat01-the-real-key-0123456789abcdefghijklmnopqrstuvwxyz";
 
     #[test]
     fn only_the_sentinel_is_not_foreign() {
         let s = Some(SENTINEL);
         assert!(foreign_tokens(SENTINEL.as_bytes(), s).is_empty());
         assert!(foreign_tokens(b"no credential here", s).is_empty());
-        let text = format!("a={SENTINEL} b=sk-ant-oat01-real-key\nc=\"{SENTINEL}\"");
+        let text = format!("a={SENTINEL} b={KEY}\nc=\"{SENTINEL}\"");
         assert_eq!(
             foreign_tokens(text.as_bytes(), s),
-            vec![text.find("sk-ant-oat01").unwrap()]
+            vec![text.find(KEY).unwrap()]
         );
         // The sentinel with more after it is another token.
         let longer = format!("{SENTINEL}x");
         assert_eq!(foreign_tokens(longer.as_bytes(), s), vec![0]);
-        // Without a sentinel every match is foreign, an empty body included.
-        assert_eq!(foreign_tokens(b"sk-ant- sk-ant-x", None), vec![0, 8]);
+        // Without a sentinel every long enough match is foreign; a mere mention of the shape
+        // is not a credential.
+        let two = format!("{KEY} {KEY}");
+        assert_eq!(foreign_tokens(two.as_bytes(), None), vec![0, KEY.len() + 1]);
+        assert!(foreign_tokens(b"keys look like sk-ant-api03-... or sk-ant-", None).is_empty());
         // A token at the end of the bytes, and one longer than the bound.
         let long = format!("sk-ant-{}", "a".repeat(5000));
         assert_eq!(foreign_tokens(long.as_bytes(), s), vec![0]);
@@ -94,7 +103,7 @@ mod tests {
             &format!("CLAUDE_CODE_OAUTH_TOKEN={SENTINEL}"),
             None
         ));
-        assert!(foreign_entry("HOME_NOTE=sk-ant-api03-key", s));
+        assert!(foreign_entry(&format!("HOME_NOTE={KEY}"), s));
         assert!(!foreign_entry(&format!("NOTE=see {SENTINEL}"), s));
         assert!(!foreign_entry("PATH=/bin", None));
     }

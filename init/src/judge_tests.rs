@@ -572,7 +572,7 @@ fn each_change_is_refused_with_its_own_id() {
         ),
         (
             Id::CredentialAbsent,
-            Box::new(|o| o.env[0] = "PATH=/bin:sk-ant-oat01-key".into()),
+            Box::new(|o| o.env[0] = "PATH=/bin:sk-ant-oat01-a-key-of-a-credentials-length-0123456789".into()),
         ),
         (
             Id::EnvAllowlist,
@@ -899,7 +899,7 @@ fn skipped_pins_are_passed_over() {
 /// is still refused, and so is one in the workload's argv.
 #[test]
 fn only_the_policys_sentinel_may_be_held() {
-    let sentinel = "sk-ant-api03-sentinel-AA";
+    let sentinel = "sk-ant-api03-sentinel-of-a-credentials-length-0123456789AA";
     let mut p = good_policy();
     p.sentinel = Some(sentinel.to_owned());
     p.env.push(format!("ANTHROPIC_API_KEY={sentinel}"));
@@ -915,9 +915,12 @@ fn only_the_policys_sentinel_may_be_held() {
         Id::CredentialAbsent
     );
     let mut argv = p.clone();
-    argv.command.push("--key=sk-ant-api03-the-key-AA".into());
+    argv.command
+        .push("--key=sk-ant-api03-the-key-of-a-credentials-length-0123456789AA".into());
     assert_eq!(preflight(&argv, &o).unwrap_err().id, Id::CredentialAbsent);
+    // A prompt that names the shape holds no credential.
+    argv.command.push("keys look like sk-ant-api03-...".into());
     argv.command.push(format!("--sentinel={sentinel}"));
-    argv.command.remove(argv.command.len() - 2);
+    argv.command.remove(argv.command.len() - 3);
     assert!(preflight(&argv, &o).is_ok());
 }

@@ -170,12 +170,16 @@ mod tests {
     fn the_walk_finds_a_foreign_credential_and_passes_over_the_sentinel() {
         let dir = std::env::temp_dir().join(format!("cordon-credential-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("a/b")).unwrap();
-        let sentinel = "sk-ant-api03-sentinelAA";
+        let sentinel = "sk-ant-api03-sentinel-of-a-credentials-length-0123456789AA";
         std::fs::write(dir.join("a/held"), format!("KEY={sentinel}\n")).unwrap();
         let mut scan = Scan::default();
         scan.walk(&dir, 0, Some(sentinel));
         assert!(scan.found.is_empty(), "{:?}", scan.found);
-        std::fs::write(dir.join("a/b/leak"), "token sk-ant-api03-the-key\n").unwrap();
+        std::fs::write(
+            dir.join("a/b/leak"),
+            "token sk-ant-api03-the-key-of-a-credentials-length-0123456789AA\n",
+        )
+        .unwrap();
         // A link to it is never followed: the file itself is found once.
         std::os::unix::fs::symlink(dir.join("a/b/leak"), dir.join("link")).unwrap();
         let mut scan = Scan::default();

@@ -40,6 +40,8 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use crate::network;
 use crate::report::Probe;
 
+mod vendor;
+
 /// Each exchange's deadline: the connect, a response head, a handshake, the wait for bytes back.
 pub(crate) const STEP: Duration = Duration::from_secs(3);
 /// The most an input file may hold.
@@ -564,7 +566,7 @@ pub fn run(p: &mut Probe<'_>) {
         Err(e) => p.error(format!("positive control: {e}")),
     }
     rules(p, proxy, &fixture);
-    crate::vendor::run(p, proxy, dir, &fixture);
+    vendor::run(p, proxy, dir, &fixture);
 }
 
 #[cfg(test)]

@@ -31,7 +31,6 @@ mod metadata;
 mod mounts;
 mod network;
 mod report;
-mod vendor;
 mod workload;
 mod worktree;
 

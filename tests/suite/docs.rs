@@ -92,6 +92,8 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("egress_binary::", "../egress/tests"),
     ("forward::tests::", "../init/src"),
     ("probes::egress::tests::", "../probes/src"),
+    ("probes::credential::tests::", "../probes/src"),
+    ("contract::credential::tests::", "../contract/src"),
     ("probes::network::tests::", "../probes/src"),
     ("fake_vendor::", "../image/fake-vendor"),
     ("profile::egress::tests::", "../host/src/profile"),

@@ -116,7 +116,10 @@ fn changes() -> Vec<(&'static str, Vec<Id>, Change)> {
         c(
             "a credential-shaped value in another variable",
             vec![CredentialAbsent],
-            Box::new(|o| config(o).env.as_mut().unwrap()[0] = "PATH=sk-ant-oat01-x".into()),
+            Box::new(|o| {
+                config(o).env.as_mut().unwrap()[0] =
+                    "PATH=sk-ant-oat01-a-key-of-a-credentials-length-0123456789".into()
+            }),
         ),
         c(
             "entrypoint",

@@ -251,7 +251,7 @@ fn the_pins_are_derived_from_the_gitlinks() {
 /// names the sentinel for the init.
 #[test]
 fn a_profile_holds_no_credential_but_its_sentinel() {
-    let sentinel = "sk-ant-api03-sentinel-AA";
+    let sentinel = "sk-ant-api03-sentinel-of-a-credentials-length-0123456789AA";
     let terminating = |s: &mut ProfileSpec| {
         s.egress = Some(EgressSpec {
             terminate: Some(crate::custody::Termination {
@@ -272,7 +272,13 @@ fn a_profile_holds_no_credential_but_its_sentinel() {
     for (env, with_terminate) in [
         // The key where the sentinel goes, and a credential-shaped value anywhere.
         (("ANTHROPIC_API_KEY", "sk-ant-api03-the-real-key"), true),
-        (("NODE_EXTRA_CA_CERTS", "sk-ant-oat01-key"), true),
+        (
+            (
+                "NODE_EXTRA_CA_CERTS",
+                "sk-ant-oat01-a-key-of-a-credentials-length-0123",
+            ),
+            true,
+        ),
         // The sentinel is no credential; without a terminated host there is none to hold.
         (("CLAUDE_CODE_OAUTH_TOKEN", sentinel), false),
     ] {

@@ -30,7 +30,7 @@ use cordon_contract::probe::{ops, Operation};
 use rustls::pki_types::ServerName;
 use sha2::Digest;
 
-use crate::egress::{client_config, read_input, roots_from_pem, shown, status, tunnel, valid_name};
+use super::{client_config, read_input, roots_from_pem, shown, status, tunnel, valid_name};
 use crate::report::Probe;
 
 /// The most of a response read.
