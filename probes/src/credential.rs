@@ -106,7 +106,12 @@ impl Scan {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
         };
-        let mut children: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+        // A directory the agent filled is read no further than the file bound.
+        let mut children: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .take(MAX_FILES)
+            .collect();
         children.sort();
         for path in children {
             if self.files >= MAX_FILES || self.bytes >= MAX_TOTAL_BYTES {

@@ -239,10 +239,17 @@ fn connect(load: &Load) -> Result<Tls, String> {
     Ok(tls)
 }
 
-/// One HTTP/1.1 exchange's response: its status and the length of its body, read and dropped
-/// (`keep` bytes of it kept). `buf` carries bytes read past the response (none: one request at a
-/// time, but kept honest).
-fn response(tls: &mut Tls, buf: &mut Vec<u8>, keep: usize) -> Result<(u16, Vec<u8>), String> {
+/// One response: its status, the first `keep` bytes of its body, and the body's length.
+struct Response {
+    code: u16,
+    kept: Vec<u8>,
+    length: u64,
+}
+
+/// One HTTP/1.1 exchange's response, its body (sized or chunked) read and dropped but for the
+/// first `keep` bytes. `buf` carries bytes read past the response (none: one request at a time,
+/// but kept honest).
+fn response(tls: &mut Tls, buf: &mut Vec<u8>, keep: usize) -> Result<Response, String> {
     let mut chunk = vec![0u8; CHUNK];
     let head_end = loop {
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -274,8 +281,12 @@ fn response(tls: &mut Tls, buf: &mut Vec<u8>, keep: usize) -> Result<(u16, Vec<u
     };
     buf.drain(..head_end);
     if field("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        let read = chunked(tls, buf)?;
-        return Ok((code, read.to_string().into_bytes()));
+        let length = chunked(tls, buf)?;
+        return Ok(Response {
+            code,
+            kept: Vec::new(),
+            length,
+        });
     }
     let length: usize = field("content-length")
         .and_then(|v| v.parse().ok())
@@ -304,7 +315,11 @@ fn response(tls: &mut Tls, buf: &mut Vec<u8>, keep: usize) -> Result<(u16, Vec<u
             }
         }
     }
-    Ok((code, kept))
+    Ok(Response {
+        code,
+        kept,
+        length: length as u64,
+    })
 }
 
 /// Read more into `buf` (at least one byte, or an error).
@@ -389,7 +404,9 @@ fn bulk(load: &Load) -> Result<(f64, f64), String> {
         left -= k as u64;
     }
     send(&mut tls, &[])?;
-    let (code, answer) = response(&mut tls, &mut buf, 32)?;
+    let Response {
+        code, kept: answer, ..
+    } = response(&mut tls, &mut buf, 32)?;
     let up = mib_s(n, t.elapsed());
     if code != 200 || answer != n.to_string().as_bytes() {
         return Err(format!(
@@ -406,7 +423,7 @@ fn bulk(load: &Load) -> Result<(f64, f64), String> {
         )
         .as_bytes(),
     )?;
-    let (code, _) = response(&mut tls, &mut buf, 0)?;
+    let code = response(&mut tls, &mut buf, 0)?.code;
     let down = mib_s(n, t.elapsed());
     if code != 200 {
         return Err(format!("GET /source answered {code}"));
@@ -453,9 +470,10 @@ fn messages_download(load: &Load, field: &(String, String)) -> Result<f64, Strin
     let mut buf = Vec::new();
     let t = Instant::now();
     send(&mut tls, &messages_request(load, field, Some(load.bytes)))?;
-    let (code, read) = response(&mut tls, &mut buf, 32)?;
+    let Response {
+        code, length: read, ..
+    } = response(&mut tls, &mut buf, 0)?;
     let took = t.elapsed();
-    let read: u64 = String::from_utf8_lossy(&read).parse().unwrap_or(0);
     if code != 200 || read < load.bytes {
         return Err(format!(
             "the streamed answer: {code}, {read} of {} bytes",
@@ -474,7 +492,7 @@ fn messages_ping(
 ) -> Result<Duration, String> {
     let t = Instant::now();
     send(tls, &messages_request(load, field, None))?;
-    let (code, _) = response(tls, buf, 0)?;
+    let code = response(tls, buf, 0)?.code;
     let took = t.elapsed();
     if code != 200 {
         return Err(format!("POST /v1/messages answered {code}"));
@@ -489,7 +507,9 @@ fn ping(tls: &mut Tls, buf: &mut Vec<u8>, name: &str) -> Result<Duration, String
         tls,
         format!("GET /ping HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes(),
     )?;
-    let (code, body) = response(tls, buf, 16)?;
+    let Response {
+        code, kept: body, ..
+    } = response(tls, buf, 16)?;
     let took = t.elapsed();
     if code != 200 || body != b"pong" {
         return Err(format!("GET /ping answered {code}"));
