@@ -18,6 +18,7 @@
 pub mod audit;
 pub mod capabilities;
 pub mod catalogue;
+pub mod command;
 pub mod credential;
 pub mod egress;
 pub mod engine_socket;
