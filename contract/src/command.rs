@@ -20,6 +20,29 @@ pub const MCP_SERVER_NAME: &str = "cordon";
 /// The one tool the server offers.
 pub const TOOL: &str = "run_approved_command";
 
+/// What the MCP server offers, in the agent's input dir: the names and descriptions (never an
+/// argv), as [`Offered`] JSON.
+pub const OFFERED_FILE: &str = "/run/cordon/input/commands.json";
+/// Its name in the input dir.
+pub const OFFERED_NAME: &str = "commands.json";
+
+/// One entry the model is offered: a name and its description, nothing it could change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offered {
+    pub name: String,
+    pub description: String,
+}
+
+impl From<&ApprovedCommand> for Offered {
+    fn from(command: &ApprovedCommand) -> Self {
+        Offered {
+            name: command.name.clone(),
+            description: command.description.clone(),
+        }
+    }
+}
+
 /// At most this many commands in one list.
 pub const MAX_COMMANDS: usize = 32;
 /// A name: `[a-z0-9][a-z0-9_-]*`, at most this long.
