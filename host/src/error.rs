@@ -137,6 +137,10 @@ pub enum Error {
     /// terminating exactly that host with that CA. Nothing of the agent's ran.
     #[error("the vendor credential cannot be kept out of the agent: {0}")]
     Custody(String),
+    /// An approved command's toolchain image cannot serve it: no such local image (cordon never
+    /// pulls), or the argv's program is not an executable regular file in it.
+    #[error("toolchain image {image:?}: {reason}")]
+    CommandImage { image: String, reason: String },
 }
 
 /// `reason "path" (detail)` for one finding of a refusal.
@@ -245,6 +249,7 @@ impl Error {
             Error::BundleTooLarge(_) => "bundle-too-large",
             Error::TooManyHostAddresses { .. } => "egress-host-addresses",
             Error::Custody(_) => "vendor-custody",
+            Error::CommandImage { .. } => "command-image",
         }
     }
 

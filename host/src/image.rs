@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 pub mod agent;
 pub mod elf;
 pub mod pinned;
+pub mod toolchain;
 
 pub use cordon_contract::static_build::{PROFILE, TARGET};
 /// The test image's repository name.

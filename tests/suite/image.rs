@@ -124,3 +124,116 @@ async fn the_interpreter_runs_no_cordon_binary() {
         "{readable:?}"
     );
 }
+
+/// A source image for the toolchain test, FROM scratch: a program, a link to it, a link loop, a
+/// dangling link, a file that is not executable and a directory. Built once per content.
+async fn toolchain_source(engine: &cordon::Engine) -> String {
+    use bollard::query_parameters::BuildImageOptions;
+    use futures_util::StreamExt;
+    let mut ctx = cordon::archive::Archive::in_memory(0, "toolchain source");
+    ctx.file(
+        "Dockerfile",
+        0o644,
+        b"FROM scratch\nCOPY rootfs/ /\nENV PATH=/bin LANG=C\n",
+    )
+    .unwrap();
+    ctx.dir("rootfs/", 0o755).unwrap();
+    ctx.dir("rootfs/bin/", 0o755).unwrap();
+    ctx.file("rootfs/bin/run", 0o755, b"not really a program")
+        .unwrap();
+    ctx.file("rootfs/bin/data", 0o644, b"data").unwrap();
+    ctx.symlink("rootfs/bin/sh", "run").unwrap();
+    ctx.symlink("rootfs/bin/abs", "/bin/sh").unwrap();
+    ctx.symlink("rootfs/bin/loop1", "loop2").unwrap();
+    ctx.symlink("rootfs/bin/loop2", "loop1").unwrap();
+    ctx.symlink("rootfs/bin/dangling", "/nowhere").unwrap();
+    let ctx = ctx.finish().unwrap();
+    let tag = format!(
+        "cordon-test-toolchain-source:{}",
+        &cordon_contract::policy::digest(&ctx).replace("sha256:", "")[..16]
+    );
+    let options = BuildImageOptions {
+        dockerfile: "Dockerfile".to_owned(),
+        t: Some(tag.clone()),
+        rm: true,
+        forcerm: true,
+        nocache: true,
+        version: bollard::query_parameters::BuilderVersion::BuilderV1,
+        ..Default::default()
+    };
+    let mut stream =
+        engine
+            .docker()
+            .build_image(options, None, Some(bollard::body_full(ctx.into())));
+    while let Some(item) = stream.next().await {
+        let info = item.expect("building the toolchain source");
+        assert!(info.error_detail.is_none(), "{info:?}");
+    }
+    tag
+}
+
+/// A toolchain image is derived from a local image without a pull (a missing one is refused
+/// `command-image`), tagged by what it was made of and reused; each program an argv names must be
+/// an executable regular file in it after its links; the look leaves nothing behind.
+#[tokio::test]
+async fn a_toolchain_image_is_derived_locally_and_its_programs_checked() {
+    use cordon::image::toolchain;
+    let owned = cordon_tests::owned("toolchain").await;
+    let engine = owned.engine.clone();
+    let init_path = image::default_workspace()
+        .join("target/static")
+        .join(image::TARGET)
+        .join(image::PROFILE)
+        .join("cordon-init");
+    let init = std::fs::read(&init_path).unwrap();
+    let source = toolchain_source(&engine).await;
+    let first = toolchain::derive(&engine, &source, &init, &|_| {})
+        .await
+        .expect("derive");
+    let again = toolchain::derive(&engine, &source, &init, &|_| {})
+        .await
+        .expect("derive again");
+    assert!(again.reused && again.id == first.id && again.tag == first.tag);
+    assert!(first.tag.starts_with("cordon-toolchain:"), "{}", first.tag);
+    assert_eq!(first.env, vec!["PATH=/bin", "LANG=C"]);
+
+    let missing = toolchain::derive(&engine, "cordon-no-such-image:never", &init, &|_| {}).await;
+    let Err(e) = missing else {
+        panic!("{missing:?}")
+    };
+    assert_eq!(e.id(), "command-image", "{e}");
+    assert!(e.to_string().contains("never pulls"), "{e}");
+
+    let allocation = cordon::storage::new_allocation(&engine, &owned.owner, "test")
+        .await
+        .unwrap();
+    let resolved = toolchain::check_programs(
+        &engine,
+        &first,
+        &allocation,
+        &["/bin/run", "/bin/sh", "/bin/abs", "/sbin/cordon-init"],
+    )
+    .await
+    .expect("programs");
+    assert_eq!(
+        resolved,
+        ["/bin/run", "/bin/run", "/bin/run", "/sbin/cordon-init"]
+    );
+    for (program, reason) in [
+        ("/bin/missing", "no such file"),
+        ("/bin/data", "is not executable"),
+        ("/bin", "is not a regular file"),
+        ("/bin/loop1", "links"),
+        ("/bin/dangling", "no such file"),
+        ("bin/run", "not a clean absolute path"),
+        ("/bin/../bin/run", "not a clean absolute path"),
+    ] {
+        let checked = toolchain::check_programs(&engine, &first, &allocation, &[program]).await;
+        let Err(e) = checked else {
+            panic!("{program}: {checked:?}")
+        };
+        assert_eq!(e.id(), "command-image", "{program}: {e}");
+        assert!(e.to_string().contains(reason), "{program}: {e}");
+    }
+    owned.finish().await;
+}
