@@ -11,11 +11,12 @@ use std::process::{Command, ExitCode};
 use cordon_contract::static_build::{BINARIES, PACKAGES, PROFILE, RUSTFLAGS, TARGET, TARGET_DIR};
 
 /// What the binaries are built from: a change to any of these rebuilds them.
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 9] = [
     "Cargo.toml",
     "Cargo.lock",
     "contract",
     "init",
+    "mcp",
     "probes",
     "egress",
     "image/fake-claude",

@@ -34,6 +34,10 @@ const EMBEDDED: &[(&str, &[u8])] = &[
         include_bytes!(concat!(env!("OUT_DIR"), "/cordon-init")),
     ),
     (
+        "cordon-mcp",
+        include_bytes!(concat!(env!("OUT_DIR"), "/cordon-mcp")),
+    ),
+    (
         "cordon-probe",
         include_bytes!(concat!(env!("OUT_DIR"), "/cordon-probe")),
     ),

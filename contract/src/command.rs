@@ -14,7 +14,7 @@ pub const SOCKET_DIR: &str = "/run/cordon/commands";
 /// The dispatcher's socket, as the agent's MCP server dials it.
 pub const SOCKET: &str = "/run/cordon/commands/socket";
 /// The MCP server in the agent image: the one exec allowlist entry approved commands add.
-pub const MCP_SERVER: &str = "/usr/local/bin/cordon-mcp";
+pub const MCP_SERVER: &str = "/usr/bin/cordon-mcp";
 /// The server's name in the CLI's MCP configuration.
 pub const MCP_SERVER_NAME: &str = "cordon";
 /// The one tool the server offers.
@@ -25,6 +25,8 @@ pub const TOOL: &str = "run_approved_command";
 pub const OFFERED_FILE: &str = "/run/cordon/input/commands.json";
 /// Its name in the input dir.
 pub const OFFERED_NAME: &str = "commands.json";
+/// The offered list's file, at most (the host writes it, the server reads it).
+pub const MAX_OFFERED_BYTES: u64 = 64 * 1024;
 
 /// One entry the model is offered: a name and its description, nothing it could change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,7 +64,8 @@ pub const MAX_DEADLINE_SECS: u64 = 3600;
 pub const MAX_RUNS: u32 = 64;
 /// A call's line on the socket, at most (its newline included).
 pub const MAX_CALL_LINE: usize = 1024;
-/// An answer's line, at most: the escaped output (each byte at most four: `\xNN`) and the rest.
+/// An answer's line, at most (its newline included): the escaped output (each byte at most four:
+/// `\xNN`) and the rest.
 pub const MAX_ANSWER_LINE: usize = 4 * (MAX_OUTPUT as usize) + 16 * 1024;
 
 /// What a command may write.
@@ -150,9 +153,17 @@ fn is_env_name(name: &str) -> bool {
         && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
-/// Text the model sees or a process receives: no control character (a tab aside), no NUL.
+/// Text the model sees or a process receives: no control character (a tab aside), no NUL, no
+/// line or paragraph separator (each description is one line of the tool's).
 fn is_plain(text: &str) -> bool {
-    !text.chars().any(|c| c.is_control() && c != '\t')
+    !text
+        .chars()
+        .any(|c| (c.is_control() && c != '\t') || c == '\u{2028}' || c == '\u{2029}')
+}
+
+/// Whether `text` is a description: one plain line of 1 to [`MAX_DESCRIPTION`] bytes.
+pub fn is_description(text: &str) -> bool {
+    !text.is_empty() && text.len() <= MAX_DESCRIPTION && is_plain(text)
 }
 
 /// Whether `path` is `/work` or a clean absolute path under it (no `.`, `..`, empty component,
@@ -193,10 +204,7 @@ pub fn check(command: &ApprovedCommand, phase: Phase) -> Result<(), ListFault> {
             format!("must be [a-z0-9][a-z0-9_-]* of at most {MAX_NAME} bytes"),
         ));
     }
-    if command.description.is_empty()
-        || command.description.len() > MAX_DESCRIPTION
-        || !is_plain(&command.description)
-    {
+    if !is_description(&command.description) {
         return Err(fault(
             "description",
             format!("must be one line of 1 to {MAX_DESCRIPTION} bytes without control characters"),
@@ -444,7 +452,8 @@ mod tests {
 
     #[test]
     fn each_bound_refuses_with_its_field() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut ApprovedCommand)>)> = vec![
+        type Change = Box<dyn Fn(&mut ApprovedCommand)>;
+        let cases: Vec<(&str, Change)> = vec![
             ("name", Box::new(|c| c.name = "Test".into())),
             ("name", Box::new(|c| c.name = "-x".into())),
             ("name", Box::new(|c| c.name = "a".repeat(65))),
@@ -456,6 +465,10 @@ mod tests {
                 Box::new(|c| c.description = "\u{1b}[31m".into()),
             ),
             ("description", Box::new(|c| c.description = "a".repeat(201))),
+            (
+                "description",
+                Box::new(|c| c.description = "a\u{2028}b".into()),
+            ),
             ("argv", Box::new(|c| c.argv.clear())),
             ("argv", Box::new(|c| c.argv[0] = "sh".into())),
             ("argv", Box::new(|c| c.argv[0] = "/bin/../bin/sh".into())),

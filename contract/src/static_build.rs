@@ -11,16 +11,18 @@ pub const RUSTFLAGS: &str = "-C target-feature=+crt-static";
 /// Where they are built, beneath the workspace.
 pub const TARGET_DIR: [&str; 2] = ["target", "static"];
 /// The packages built.
-pub const PACKAGES: [&str; 5] = [
+pub const PACKAGES: [&str; 6] = [
     "cordon-init",
+    "cordon-mcp",
     "cordon-probe",
     "cordon-egress",
     "cordon-fake-claude",
     "cordon-fake-vendor",
 ];
 /// The binaries they make, by the name cargo gives them.
-pub const BINARIES: [&str; 5] = [
+pub const BINARIES: [&str; 6] = [
     "cordon-init",
+    "cordon-mcp",
     "cordon-probe",
     "cordon-egress",
     "claude",

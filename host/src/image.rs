@@ -48,7 +48,7 @@ pub fn default_workspace() -> PathBuf {
 pub const MAX_BINARY_BYTES: usize = 64 * 1024 * 1024;
 
 /// The in-container binaries by the name cargo gives them: what every [`BinarySource`] provides.
-pub const BINARY_NAMES: [&str; 5] = cordon_contract::static_build::BINARIES;
+pub const BINARY_NAMES: [&str; 6] = cordon_contract::static_build::BINARIES;
 
 /// Where the in-container binaries come from.
 #[derive(Clone)]
@@ -76,6 +76,7 @@ impl std::fmt::Debug for BinarySource {
 /// Which binaries go where.
 const BINARIES: &[(&str, &str)] = &[
     ("cordon-init", paths::INIT),
+    ("cordon-mcp", cordon_contract::command::MCP_SERVER),
     ("cordon-probe", paths::PROBE),
     ("cordon-egress", crate::profile::egress::PROXY_BINARY),
     ("fake-vendor", crate::profile::egress::FAKE_VENDOR_BINARY),

@@ -99,6 +99,15 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("profile::egress::tests::", "../host/src/profile"),
     ("launch::egress::tests::", "../host/src/launch"),
     ("cli_task::", "../cli/tests"),
+    ("contract::command::tests::", "../contract/src"),
+    ("command::output::tests::", "../host/src/command"),
+    ("image::toolchain::tests::", "../host/src/image"),
+    ("mcp::rpc::tests::", "../mcp/src"),
+    ("mcp::stdio::tests::", "../mcp/src"),
+    ("mcp::main::tests::", "../mcp/src"),
+    ("mcp::offered::tests::", "../mcp/src"),
+    ("mcp::socket::tests::", "../mcp/src"),
+    ("mcp_stdio::", "../mcp/tests"),
 ];
 
 /// Every test the doc names (`suite::module::test`, or a unit test by the prefixes above) exists.

@@ -62,8 +62,10 @@ pub const TMPFS_MOUNTPOINTS: [&str; 9] = [
 pub const RUNTIME_MOUNTPOINTS: [&str; 3] = ["/dev", "/proc", "/sys"];
 
 /// cordon's static binaries in the agent image: (cargo name, path in the image).
-const STATIC_BINARIES: [(&str, &str); 3] = [
+const STATIC_BINARIES: [(&str, &str); 4] = [
     ("cordon-init", paths::INIT),
+    // The MCP server of approved commands: on the exec allowlist only when a request has some.
+    ("cordon-mcp", cordon_contract::command::MCP_SERVER),
     ("cordon-probe", paths::PROBE),
     ("cordon-egress", crate::profile::egress::PROXY_BINARY),
 ];
@@ -721,6 +723,7 @@ mod tests {
                 ("/usr/bin", true, 0o755),
                 ("/usr/bin/claude", false, 0o755),
                 ("/usr/bin/cordon-egress", false, 0o711),
+                ("/usr/bin/cordon-mcp", false, 0o711),
                 ("/usr/bin/cordon-probe", false, 0o711),
             ]
         );

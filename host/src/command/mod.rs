@@ -1,0 +1,4 @@
+//! Approved commands: the runner's list checked for an invocation, the command containers the
+//! dispatcher makes, and what each call returns to the model.
+
+pub mod output;
