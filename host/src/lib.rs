@@ -21,8 +21,8 @@
 //!   commit the audit makes.
 //! - [`audit`]: the change audit's reads of task storage (the in-container tree reader): the
 //!   declared-link snapshot, the pre-launch tree check and its one-shot capability.
-//! - [`command`]: approved commands on the host: what a call returns to the model (the output
-//!   held to its bound and escaped).
+//! - [`command`]: approved commands on the host: each call decided and recorded, and what it
+//!   returns to the model (the output held to its bound and escaped).
 //! - [`invoke`]: capture, start, supervise, settle one invocation.
 //!
 //! The proof harness (the gate's truth table, the benchmarks, doctor, the fake vendor's test CA

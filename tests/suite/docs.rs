@@ -101,6 +101,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("cli_task::", "../cli/tests"),
     ("contract::command::tests::", "../contract/src"),
     ("command::output::tests::", "../host/src/command"),
+    ("command::ledger::tests::", "../host/src/command"),
     ("image::toolchain::tests::", "../host/src/image"),
     ("mcp::rpc::tests::", "../mcp/src"),
     ("mcp::stdio::tests::", "../mcp/src"),
