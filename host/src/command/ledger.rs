@@ -40,6 +40,28 @@ pub struct CallRecord {
     pub output_sha256: Option<String>,
 }
 
+impl CallRecord {
+    fn refused(
+        name: &str,
+        argv: Vec<String>,
+        writes: Option<Writes>,
+        refusal: CallRefusal,
+    ) -> Self {
+        CallRecord {
+            name: name.to_owned(),
+            argv,
+            writes,
+            refused: Some(refusal.id()),
+            exit: None,
+            signal: None,
+            timed_out: false,
+            duration_ms: 0,
+            output_bytes: 0,
+            output_sha256: None,
+        }
+    }
+}
+
 /// What the dispatcher does with a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -136,18 +158,7 @@ impl Ledger {
 
     fn refuse(&mut self, name: &str, answer: Answer) -> Decision {
         if let Answer::Refused { refusal, .. } = &answer {
-            self.push(CallRecord {
-                name: name.to_owned(),
-                argv: Vec::new(),
-                writes: None,
-                refused: Some(refusal.id()),
-                exit: None,
-                signal: None,
-                timed_out: false,
-                duration_ms: 0,
-                output_bytes: 0,
-                output_sha256: None,
-            });
+            self.push(CallRecord::refused(name, Vec::new(), None, *refusal));
         }
         Decision::Refuse(answer)
     }
@@ -175,18 +186,12 @@ impl Ledger {
                 output_bytes: *output_bytes,
                 output_sha256: Some(hex::encode(Sha256::digest(output.as_bytes()))),
             },
-            Answer::Refused { refusal, .. } => CallRecord {
-                name: command.name.clone(),
-                argv: command.argv.clone(),
-                writes: Some(command.writes),
-                refused: Some(refusal.id()),
-                exit: None,
-                signal: None,
-                timed_out: false,
-                duration_ms: 0,
-                output_bytes: 0,
-                output_sha256: None,
-            },
+            Answer::Refused { refusal, .. } => CallRecord::refused(
+                &command.name,
+                command.argv.clone(),
+                Some(command.writes),
+                *refusal,
+            ),
         };
         self.push(record);
     }
