@@ -71,11 +71,18 @@ pub enum Kind {
     /// An invocation's proxy's own inputs (the vendor credential, the terminator's leaf and key):
     /// mounted by the proxy and the loader only, never by the agent.
     Vault,
+    /// An invocation's approved-commands directory: the relay's socket, mounted read-only by the
+    /// agent.
+    Commands,
+    /// An invocation's relay: the commands socket bridged to the controller's dispatcher.
+    Relay,
+    /// One approved command's container.
+    Command,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Agent,
         Kind::Keeper,
         Kind::Loader,
@@ -91,6 +98,9 @@ impl Kind {
         Kind::Vendor,
         Kind::Resolver,
         Kind::Vault,
+        Kind::Commands,
+        Kind::Relay,
+        Kind::Command,
     ];
 
     /// The kind a label value names.
@@ -115,6 +125,9 @@ impl Kind {
             Kind::Vendor => "vendor",
             Kind::Resolver => "resolver",
             Kind::Vault => "vault",
+            Kind::Commands => "commands",
+            Kind::Relay => "relay",
+            Kind::Command => "command",
         }
     }
 }

@@ -7,7 +7,8 @@
 //!
 //! Roles (argv[1]): none is the agent role. `keeper` holds task storage mounted (a tmpfs volume
 //! lives only while some container mounts it) until it is told to stop, and prints the digest of
-//! the metadata it holds on SIGUSR1. `digest DIR` prints the
+//! the metadata it holds on SIGUSR1. `relay [SOCKET]` listens on the approved commands' socket
+//! and bridges each call to the host over its own stdio. `digest DIR` prints the
 //! digest of a tree read without following links (the seeder's metadata baseline). `self-test-panic` is the
 //! agent role with a panic once the workload runs, so tests can prove that a panicking init takes
 //! the container down.
@@ -23,6 +24,7 @@ mod judge;
 mod landlock;
 mod observe;
 mod privileges;
+mod relay;
 mod seccomp;
 mod supervise;
 mod tree;
@@ -320,6 +322,7 @@ fn main() {
         None => agent(&mask, false),
         Some("self-test-panic") => agent(&mask, true),
         Some("keeper") => keeper(&mask),
+        Some("relay") => relay::main(&mask),
         Some("digest") => {
             let root = std::env::args()
                 .nth(2)

@@ -39,6 +39,9 @@ async fn attempt_objects(engine: &Engine, owner: &Owner, attempt: &str) -> Resul
                             | Kind::Egress
                             | Kind::Loader
                             | Kind::Vault
+                            | Kind::Commands
+                            | Kind::Relay
+                            | Kind::Command
                     )
                 })
     };

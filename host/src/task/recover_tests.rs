@@ -115,6 +115,42 @@ fn interrupted_storage_and_invocation_objects_are_removed() {
     );
 }
 
+/// A killed controller's approved-command objects (a command container, the relay, the commands
+/// volume) are removed like the rest of its invocation; its storage stays.
+#[test]
+fn a_killed_controllers_command_objects_are_removed() {
+    let kept = uuid::Uuid::new_v4();
+    let invocation = uuid::Uuid::new_v4();
+    let mut objects = storage("runner", &kept, true);
+    for (kind, name, is_container) in [
+        (Kind::Command, "command", true),
+        (Kind::Relay, "relay", true),
+        (Kind::Commands, "commands", false),
+    ] {
+        objects.push(seen(
+            if is_container {
+                ObjectKind::Container
+            } else {
+                ObjectKind::Volume
+            },
+            name,
+            labels("runner", kind, &invocation, "1500000"),
+            is_container,
+        ));
+    }
+    let plan = classify(
+        &Listing {
+            objects,
+            unlabelled_volumes: Vec::new(),
+        },
+        &owner(),
+        false,
+    );
+    assert_eq!(plan.remove.containers, ["command", "relay"], "{plan:?}");
+    assert_eq!(plan.remove.volumes, ["commands"], "{plan:?}");
+    assert_eq!(plan.report.storage.len(), 1, "{plan:?}");
+}
+
 #[test]
 fn other_owners_disagreeing_and_unowned_objects_are_never_removed() {
     let id = uuid::Uuid::new_v4();
