@@ -403,6 +403,95 @@ pub fn parse_call(line: &[u8]) -> Result<Call, String> {
     Ok(call)
 }
 
+// The relay's lines: cordon-init's `relay` role bridges the agent's socket to the host over its
+// own stdio, one JSON line each way per call.
+
+/// A line the relay writes on stdout for the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToHost {
+    /// `{"relay":"listening"}`: the socket is bound and listening; the agent may start.
+    Listening,
+    /// `{"call":{"name":"..."},"seq":N}`: a call to run, numbered from 1.
+    Call { seq: u64, call: Call },
+    /// `{"cancel":N}`: call N's peer hung up; its answer is still expected (and discarded).
+    Cancel { seq: u64 },
+}
+
+impl ToHost {
+    /// The line, its newline included.
+    pub fn line(&self) -> Result<String, String> {
+        Ok(match self {
+            ToHost::Listening => "{\"relay\":\"listening\"}\n".to_owned(),
+            ToHost::Call { seq, call } => {
+                let call = serde_json::to_string(call).map_err(|e| format!("the call: {e}"))?;
+                format!("{{\"call\":{call},\"seq\":{seq}}}\n")
+            }
+            ToHost::Cancel { seq } => format!("{{\"cancel\":{seq}}}\n"),
+        })
+    }
+
+    /// Parse a line (without its newline), as the host reads the relay: exactly one of the three
+    /// shapes, nothing else.
+    pub fn parse(line: &[u8]) -> Result<ToHost, String> {
+        let value: serde_json::Value =
+            serde_json::from_slice(line).map_err(|e| format!("not JSON: {e}"))?;
+        let serde_json::Value::Object(object) = value else {
+            return Err("not a JSON object".into());
+        };
+        let keys: Vec<&str> = object.keys().map(String::as_str).collect();
+        match keys.as_slice() {
+            ["relay"] if object["relay"] == "listening" => Ok(ToHost::Listening),
+            ["cancel"] => object["cancel"]
+                .as_u64()
+                .map(|seq| ToHost::Cancel { seq })
+                .ok_or_else(|| "a cancel without a number".into()),
+            ["call", "seq"] | ["seq", "call"] => {
+                let seq = object["seq"].as_u64().ok_or("a call without a number")?;
+                let call = serde_json::to_vec(&object["call"]).map_err(|e| e.to_string())?;
+                Ok(ToHost::Call {
+                    seq,
+                    call: parse_call(&call)?,
+                })
+            }
+            _ => Err(format!("an unknown line with the fields {keys:?}")),
+        }
+    }
+}
+
+/// The host's one line for call `seq`: `{"seq":N,"answer":<Answer>}`, nothing else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FromHost {
+    pub seq: u64,
+    pub answer: Answer,
+}
+
+impl FromHost {
+    /// Parse a line (without its newline): an object holding exactly `seq` and `answer`.
+    pub fn parse(line: &[u8]) -> Result<FromHost, String> {
+        let value: serde_json::Value =
+            serde_json::from_slice(line).map_err(|e| format!("not JSON: {e}"))?;
+        let serde_json::Value::Object(mut object) = value else {
+            return Err("not a JSON object".into());
+        };
+        if let Some(key) = object.keys().find(|k| *k != "seq" && *k != "answer") {
+            return Err(format!("an unknown field {key:?}"));
+        }
+        let seq = object
+            .get("seq")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or("no seq (a non-negative integer)")?;
+        let answer = object.remove("answer").ok_or("no answer")?;
+        let answer = serde_json::from_value(answer).map_err(|e| format!("the answer: {e}"))?;
+        Ok(FromHost { seq, answer })
+    }
+
+    /// The line, its newline included (the host's side).
+    pub fn line(&self) -> Result<String, String> {
+        let answer = serde_json::to_string(&self.answer).map_err(|e| format!("the answer: {e}"))?;
+        Ok(format!("{{\"seq\":{},\"answer\":{answer}}}\n", self.seq))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,6 +653,34 @@ mod tests {
         }
         let long = format!(r#"{{"name":"t","pad":"{}"}}"#, "x".repeat(MAX_CALL_LINE));
         assert!(parse_call(long.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn the_relays_lines_parse_as_they_are_written() {
+        let call = ToHost::Call {
+            seq: 7,
+            call: Call {
+                name: "test".into(),
+            },
+        };
+        for line in [ToHost::Listening, call, ToHost::Cancel { seq: 3 }] {
+            let text = line.line().unwrap();
+            assert_eq!(ToHost::parse(text.trim_end().as_bytes()), Ok(line));
+        }
+        for bad in [
+            &br#"{"relay":"ready"}"#[..],
+            br#"{"cancel":-1}"#,
+            br#"{"call":{"name":"test"}}"#,
+            br#"{"call":{"name":"test","argv":[]},"seq":1}"#,
+            br#"{"call":{"name":"test"},"seq":1,"x":1}"#,
+            br#"[]"#,
+        ] {
+            assert!(
+                ToHost::parse(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cordon_contract::command::{
-    parse_call, Answer, Call, CallRefusal, MAX_ANSWER_LINE, MAX_CALL_LINE, SOCKET,
+    parse_call, Answer, Call, CallRefusal, FromHost, ToHost, MAX_ANSWER_LINE, MAX_CALL_LINE, SOCKET,
 };
 use nix::errno::Errno;
 use nix::poll::PollFlags;
@@ -53,66 +53,6 @@ pub const EXIT_FAILURE: i32 = 1;
 const CHUNK: usize = 64 * 1024;
 /// How long the accept loop rests after a failed accept (out of descriptors or memory).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-
-/// A line the relay writes on stdout for the host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ToHost {
-    /// `{"relay":"listening"}`: the socket is bound and listening; the agent may start.
-    Listening,
-    /// `{"call":{"name":"..."},"seq":N}`: a call to run, numbered from 1.
-    Call { seq: u64, call: Call },
-    /// `{"cancel":N}`: call N's peer hung up; its answer is still expected (and discarded).
-    Cancel { seq: u64 },
-}
-
-impl ToHost {
-    /// The line, its newline included.
-    pub fn line(&self) -> Result<String, String> {
-        Ok(match self {
-            ToHost::Listening => "{\"relay\":\"listening\"}\n".to_owned(),
-            ToHost::Call { seq, call } => {
-                let call = serde_json::to_string(call).map_err(|e| format!("the call: {e}"))?;
-                format!("{{\"call\":{call},\"seq\":{seq}}}\n")
-            }
-            ToHost::Cancel { seq } => format!("{{\"cancel\":{seq}}}\n"),
-        })
-    }
-}
-
-/// The host's one line for call `seq`: `{"seq":N,"answer":<Answer>}`, nothing else.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FromHost {
-    pub seq: u64,
-    pub answer: Answer,
-}
-
-impl FromHost {
-    /// Parse a line (without its newline): an object holding exactly `seq` and `answer`.
-    pub fn parse(line: &[u8]) -> Result<FromHost, String> {
-        let value: serde_json::Value =
-            serde_json::from_slice(line).map_err(|e| format!("not JSON: {e}"))?;
-        let serde_json::Value::Object(mut object) = value else {
-            return Err("not a JSON object".into());
-        };
-        if let Some(key) = object.keys().find(|k| *k != "seq" && *k != "answer") {
-            return Err(format!("an unknown field {key:?}"));
-        }
-        let seq = object
-            .get("seq")
-            .and_then(serde_json::Value::as_u64)
-            .ok_or("no seq (a non-negative integer)")?;
-        let answer = object.remove("answer").ok_or("no answer")?;
-        let answer = serde_json::from_value(answer).map_err(|e| format!("the answer: {e}"))?;
-        Ok(FromHost { seq, answer })
-    }
-
-    /// The line, its newline included (the host's side; the tests').
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub fn line(&self) -> Result<String, String> {
-        let answer = serde_json::to_string(&self.answer).map_err(|e| format!("the answer: {e}"))?;
-        Ok(format!("{{\"seq\":{},\"answer\":{answer}}}\n", self.seq))
-    }
-}
 
 /// The diagnostic line on stderr when the relay fails: `{"failure":"..."}`, its newline included.
 pub fn failure_line(reason: &str) -> String {
