@@ -102,6 +102,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("contract::command::tests::", "../contract/src"),
     ("command::output::tests::", "../host/src/command"),
     ("command::ledger::tests::", "../host/src/command"),
+    ("relay::tests::", "../init/src"),
     ("image::toolchain::tests::", "../host/src/image"),
     ("mcp::rpc::tests::", "../mcp/src"),
     ("mcp::stdio::tests::", "../mcp/src"),

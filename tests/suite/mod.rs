@@ -1,5 +1,6 @@
 mod audit;
 mod claude_cli;
+mod command;
 mod docs;
 mod egress;
 mod engine;

@@ -3,3 +3,4 @@
 
 pub mod ledger;
 pub mod output;
+pub mod relay;
