@@ -613,8 +613,11 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
     let result = handle.settled().await;
     s.engine.inject_removal_failures(0);
     let waited = cleaning.elapsed();
+    // The window starts at the supervisor's first failed removal, which can come before this
+    // test hears of the cleaning step: allow that much of it to have passed unseen (CI measured
+    // 2.998 s once).
     assert!(
-        waited >= Duration::from_secs(3),
+        waited >= Duration::from_millis(2_900),
         "the window was honoured: {waited:?}"
     );
     assert!(!result.unreleased.is_empty(), "{result:#?}");
