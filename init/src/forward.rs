@@ -197,23 +197,30 @@ fn serve(tcp: TcpStream, config: &Config, stats: &Stats) {
 const AF_UNIX_FAMILY: libc::sa_family_t = libc::AF_UNIX as libc::sa_family_t;
 // sockaddr_un is 110 bytes, which fits socklen_t (u32).
 #[allow(clippy::cast_possible_truncation)]
-const SOCKADDR_UN_LEN: libc::socklen_t =
+pub(crate) const SOCKADDR_UN_LEN: libc::socklen_t =
     std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
 
-/// Connect to a named unix socket without blocking: a full backlog is refused (EAGAIN) instead of
-/// waiting, so a stuck proxy never holds a slot.
-fn connect_unix(path: &Path) -> io::Result<UnixStream> {
+/// The address of a named unix socket at `path`; `None` for a path no `sockaddr_un` holds (empty,
+/// too long for its terminator, or holding NUL).
+pub(crate) fn unix_address(path: &Path) -> Option<libc::sockaddr_un> {
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain old data; all zeroes is a valid (empty) address.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     // One byte stays zero: the path's terminator.
     if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        return None;
     }
     addr.sun_family = AF_UNIX_FAMILY;
     for (to, from) in addr.sun_path.iter_mut().zip(bytes) {
         *to = *from as libc::c_char;
     }
+    Some(addr)
+}
+
+/// Connect to a named unix socket without blocking: a full backlog is refused (EAGAIN) instead of
+/// waiting, so a stuck proxy never holds a slot.
+fn connect_unix(path: &Path) -> io::Result<UnixStream> {
+    let addr = unix_address(path).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: socket(2) with integer arguments only.
     let fd = unsafe {
         libc::socket(

@@ -29,7 +29,6 @@
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -148,14 +147,6 @@ pub fn serve<R: Read + AsFd, W: Write>(
     }
 }
 
-// AF_UNIX is 1, which fits sa_family_t (u16).
-#[allow(clippy::cast_possible_truncation)]
-const AF_UNIX_FAMILY: libc::sa_family_t = libc::AF_UNIX as libc::sa_family_t;
-// sockaddr_un is 110 bytes, which fits socklen_t (u32).
-#[allow(clippy::cast_possible_truncation)]
-const SOCKADDR_UN_LEN: libc::socklen_t =
-    std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-
 /// Bind and listen at `path` (mode 0600, backlog [`BACKLOG`], nonblocking accepts). A socket
 /// already there (a previous relay's) is removed; anything else is refused and left in place.
 pub fn bind(path: &Path) -> Result<UnixListener, String> {
@@ -172,17 +163,8 @@ pub fn bind(path: &Path) -> Result<UnixListener, String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("{shown}: {e}")),
     }
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid (empty) address.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    // One byte stays zero: the path's terminator.
-    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        return Err(format!("{shown} is not a unix socket path"));
-    }
-    addr.sun_family = AF_UNIX_FAMILY;
-    for (to, from) in addr.sun_path.iter_mut().zip(bytes) {
-        *to = *from as libc::c_char;
-    }
+    let addr = crate::forward::unix_address(path)
+        .ok_or_else(|| format!("{shown} is not a unix socket path"))?;
     // SAFETY: socket(2) with integer arguments only.
     let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -195,7 +177,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, String> {
         libc::bind(
             owned.as_raw_fd(),
             std::ptr::addr_of!(addr).cast::<libc::sockaddr>(),
-            SOCKADDR_UN_LEN,
+            crate::forward::SOCKADDR_UN_LEN,
         )
     };
     if rc != 0 {
