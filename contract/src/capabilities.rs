@@ -12,6 +12,12 @@ pub const START_CAPABILITIES: &[(&str, u32)] = &[
     ("SYS_ADMIN", 21),
 ];
 
+/// What an approved command's init adds to its start set when it lays an overlay on /work
+/// (`writes: none`): overlayfs keeps its mounter's credentials and, without DAC_OVERRIDE, cannot
+/// use the `work` directory it makes with mode 0 (measured: EACCES on the first write). Dropped
+/// with the rest before the preflight.
+pub const OVERLAY_CAPABILITY: (&str, u32) = ("DAC_OVERRIDE", 1);
+
 /// Docker's default bounding set (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID,
 /// SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD, AUDIT_WRITE, SETFCAP). A bounding set
 /// holding all of it means `CapDrop: ALL` is missing; anything else non-empty means a `CapAdd`.

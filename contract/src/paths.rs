@@ -48,6 +48,9 @@ pub fn wait_for_policy() -> bool {
 pub const INPUT_DIR: &str = "/run/cordon/input";
 /// The read-only dir holding the egress proxy's unix socket.
 pub const EGRESS_DIR: &str = "/run/cordon/egress";
+/// An approved command's overlay area (`writes: none`): the upper and work directories of the
+/// throwaway layer its init lays over /work.
+pub const OVERLAY_AREA: &str = "/run/cordon/overlay";
 
 /// cordon-init in every cordon image.
 pub const INIT: &str = "/sbin/cordon-init";

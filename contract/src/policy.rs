@@ -63,6 +63,26 @@ pub struct Policy {
     /// is in the environment ([`crate::credential`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sentinel: Option<String>,
+    /// An approved command's throwaway /work (`writes: none`): the init, while it still holds its
+    /// start capabilities, lays an overlay on a bounded tmpfs over the read-only work volume, so
+    /// what the command writes beside the sources never reaches the volume. Absent for the agent
+    /// and for a command that writes /work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<WorkOverlay>,
+}
+
+/// The overlay an approved command that may not write /work sees there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkOverlay {
+    /// The read-only mount the overlay covers, its lower layer: always /work.
+    pub target: String,
+    /// The bounded tmpfs holding the overlay's upper and work directories (not in the Landlock
+    /// write grants: it is written only through the overlay).
+    pub area: String,
+    /// Mounts beneath `target` carried onto the overlay (moved aside before it is laid and back
+    /// after): the read-only metadata at /work/.git.
+    pub carried: Vec<String>,
 }
 
 /// Where the init's forwarder listens (127.0.0.1 only) and the socket it forwards each connection
@@ -108,6 +128,9 @@ pub enum Access {
     ReadOnly,
     /// Agent-writable: must be nosuid, nodev and noexec.
     Writable,
+    /// Writable, nosuid and nodev, and may hold executables: an approved command's scratch alone
+    /// (tests run what they build). Never in an agent's policy.
+    WritableExec,
     /// An engine mount that may be rw but whose root the agent cannot write (/dev, /proc, ...),
     /// carrying at least the listed flags.
     RootOwned,
@@ -138,6 +161,15 @@ pub struct MountRule {
     /// statfs totals the area must have.
     #[serde(default)]
     pub bounded: Option<Bounded>,
+    /// The mount is covered by a later one at the same point (an approved command's read-only
+    /// work volume beneath its overlay): the first mount at `path` is judged by this rule, the
+    /// second by the path's other rule.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub covered: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl MountRule {
@@ -160,7 +192,13 @@ impl MountRule {
             protection,
             required: true,
             bounded,
+            covered: false,
         }
+    }
+
+    /// Whether the workload may write beneath this mount (with or without exec).
+    pub fn writable(&self) -> bool {
+        matches!(self.access, Access::Writable | Access::WritableExec)
     }
 }
 
@@ -259,17 +297,24 @@ pub struct LandlockPolicy {
     pub abi: u8,
     /// Trees that may be read (and listed).
     pub read: Vec<String>,
-    /// Trees that may be written (never executed: they are noexec mounts too).
+    /// Trees that may be written (this grant never carries execute: an agent's are noexec mounts
+    /// too, and a command's exec-capable scratch is executed through its exec tree).
     pub write: Vec<String>,
     /// Character devices that may be opened for reading and writing (/dev/null).
     pub devices: Vec<String>,
-    /// Regular files that may be executed: the whole process allowlist.
+    /// Regular files that may be executed: the whole process allowlist, but for what lies beneath
+    /// `exec_trees`.
     pub exec: Vec<String>,
     /// The pinned directories (relative to /work; [`crate::tree::pins_of`] the gitlink masks):
     /// no pin's parent grants REMOVE_DIR, so no pin can be renamed or removed, and its gitlink
     /// mask cannot be moved aside. Empty without nested gitlinks.
     #[serde(default)]
     pub pins: Vec<String>,
+    /// Directories beneath which anything may be executed: an approved command's image root
+    /// (where its toolchain is; the noexec mounts beneath it stay noexec, its exec-capable
+    /// scratch does not). Never in an agent's policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exec_trees: Vec<String>,
 }
 
 /// cgroup limits as the kernel shows them inside the container.
@@ -351,7 +396,58 @@ impl Policy {
         self.check_timing()?;
         self.check_skip()?;
         self.check_egress()?;
+        self.check_overlay()?;
         self.check_cgroup()
+    }
+
+    /// An overlay lies on /work over a covered read-only rule, as an overlay mount the workload
+    /// writes, with its area a bounded writable tmpfs outside /work that Landlock does not grant,
+    /// and carries only mounts beneath /work. Without one, nothing is covered.
+    fn check_overlay(&self) -> Result<(), PolicyError> {
+        let Some(overlay) = &self.overlay else {
+            if self.mounts.iter().any(|m| m.covered) {
+                return Err(bad("a covered mount without an overlay"));
+            }
+            return Ok(());
+        };
+        let work = crate::paths::WORK;
+        let rules: Vec<&MountRule> = self
+            .mounts
+            .iter()
+            .filter(|m| m.path == work && !m.beneath)
+            .collect();
+        let laid = matches!(rules.as_slice(), [lower, upper]
+            if lower.covered
+                && upper.access == Access::Writable
+                && upper.fstype.as_deref() == Some("overlay"));
+        let area = self
+            .mounts
+            .iter()
+            .find(|m| m.path == overlay.area && !m.beneath && !m.covered);
+        let area_ok = area.is_some_and(|a| {
+            a.access == Access::Writable
+                && a.bounded.is_some()
+                && a.fstype.as_deref() == Some("tmpfs")
+        });
+        let inside_work = |p: &str| p == work || p.starts_with(&format!("{work}/"));
+        let carried_ok = overlay.carried.iter().all(|c| {
+            is_clean_absolute(c)
+                && c.starts_with(&format!("{work}/"))
+                && self.mounts.iter().any(|m| m.path == *c && !m.beneath)
+        });
+        if overlay.target != work
+            || !laid
+            || !area_ok
+            || !is_clean_absolute(&overlay.area)
+            || inside_work(&overlay.area)
+            || self.landlock.write.contains(&overlay.area)
+            || !carried_ok
+        {
+            return Err(bad(format!(
+                "overlay {overlay:?} is not a {work} overlay over its read-only volume on a bounded, ungranted tmpfs"
+            )));
+        }
+        Ok(())
     }
 
     fn check_version(&self) -> Result<(), PolicyError> {
@@ -425,8 +521,20 @@ impl Policy {
     /// and one the agent writes (a writable mount, or the work tree).
     fn check_mounts(&self) -> Result<(), PolicyError> {
         let mut paths = std::collections::BTreeSet::new();
-        for rule in &self.mounts {
-            if !is_clean_absolute(&rule.path) || !paths.insert((rule.path.as_str(), rule.beneath)) {
+        for (i, rule) in self.mounts.iter().enumerate() {
+            if rule.covered {
+                // A covered mount is read-only and the very next rule covers it.
+                let next = self.mounts.get(i + 1);
+                let covered_by_next = next.is_some_and(|n| n.path == rule.path && !n.covered);
+                if rule.beneath || rule.access != Access::ReadOnly || !covered_by_next {
+                    return Err(bad(format!(
+                        "covered mount {:?} is not read-only and covered by the next rule",
+                        rule.path
+                    )));
+                }
+            }
+            let key = (rule.path.as_str(), rule.beneath, rule.covered);
+            if !is_clean_absolute(&rule.path) || !paths.insert(key) {
                 return Err(bad(format!(
                     "mount path {:?} is unclean or repeated",
                     rule.path
@@ -435,7 +543,7 @@ impl Policy {
             if let Some(b) = rule.bounded {
                 if b.bytes == 0
                     || b.inodes == 0
-                    || rule.access != Access::Writable && rule.path != crate::paths::WORK
+                    || !rule.writable() && rule.path != crate::paths::WORK
                 {
                     return Err(bad(format!(
                         "bounded area {:?} is empty or not an agent area",
@@ -462,6 +570,7 @@ impl Policy {
             .chain(&ll.write)
             .chain(&ll.devices)
             .chain(&ll.exec)
+            .chain(&ll.exec_trees)
         {
             if !is_clean_absolute(path) {
                 return Err(bad(format!(
@@ -473,7 +582,7 @@ impl Policy {
             let backed = self
                 .mounts
                 .iter()
-                .any(|m| m.path == *path && m.access == Access::Writable);
+                .any(|m| m.path == *path && !m.covered && m.writable());
             if !backed {
                 return Err(bad(format!(
                     "Landlock write grant {path:?} is not a writable mount of the policy"
@@ -483,12 +592,18 @@ impl Policy {
         Ok(())
     }
 
-    /// A command, its argv[0] on the exec allowlist, no NUL anywhere.
+    /// A command, its argv[0] on the exec allowlist (or, for an approved command, beneath an
+    /// exec tree: its argv[0] may be a link the allowlist holds the target of), no NUL anywhere.
     fn check_command(&self) -> Result<(), PolicyError> {
         let Some(argv0) = self.command.first() else {
             return Err(bad("command is empty"));
         };
-        if !self.landlock.exec.contains(argv0) {
+        let beneath_tree = self
+            .landlock
+            .exec_trees
+            .iter()
+            .any(|t| t == "/" || argv0.starts_with(&format!("{t}/")));
+        if !self.landlock.exec.contains(argv0) && !beneath_tree {
             return Err(bad(format!(
                 "command {argv0:?} is not on the exec allowlist"
             )));
@@ -544,6 +659,23 @@ impl Policy {
 }
 
 impl Policy {
+    /// The rules for the mounts at a mountpoint, in the order they were mounted: the covered rule
+    /// then the rule covering it where the policy has both ([`MountRule::covered`]), else the one
+    /// rule [`Policy::rule_for`] finds, else none. The n-th mount at the point is judged by the
+    /// n-th rule; a mount beyond the last has none.
+    pub fn rules_for(&self, mount_point: &str) -> Vec<&MountRule> {
+        let exact: Vec<&MountRule> = self
+            .mounts
+            .iter()
+            .filter(|r| !r.beneath && r.path == mount_point)
+            .collect();
+        if exact.is_empty() {
+            self.rule_for(mount_point).into_iter().collect()
+        } else {
+            exact
+        }
+    }
+
     /// The rule for a mountpoint: an exact one, else one for the mounts beneath a path.
     pub fn rule_for(&self, mount_point: &str) -> Option<&MountRule> {
         self.mounts
@@ -586,6 +718,7 @@ fn engine_rule(path: &str, access: Access, flags: MountFlags, protection: Id) ->
         protection,
         required: false,
         bounded: None,
+        covered: false,
     }
 }
 
@@ -795,6 +928,7 @@ mod consistency_tests {
                 devices: vec!["/dev/null".into()],
                 exec: vec!["/usr/bin/claude".into()],
                 pins: vec![],
+                exec_trees: vec![],
             },
             sockets: SocketPolicy::agent(),
             masked: CORDON_MASKED_PATHS
@@ -813,6 +947,7 @@ mod consistency_tests {
             skip: vec![],
             egress: None,
             sentinel: None,
+            overlay: None,
         }
     }
 
@@ -856,5 +991,165 @@ mod consistency_tests {
             );
         }
         assert!(Policy::from_bytes(br#"{"version":1,"unknown":true}"#).is_err());
+    }
+
+    fn bounded(bytes_id: Id, inodes_id: Id) -> Option<Bounded> {
+        Some(Bounded {
+            bytes: 4096,
+            inodes: 2,
+            bytes_id,
+            inodes_id,
+        })
+    }
+
+    /// An approved command that writes nothing to the volume: /work read-only and covered by the
+    /// overlay laid on a bounded area, its metadata carried onto it, an exec-capable /tmp.
+    fn command_policy() -> Policy {
+        let mut p = policy();
+        p.mounts.retain(|m| m.path != crate::paths::TMP);
+        let mut lower = MountRule::required(
+            crate::paths::WORK,
+            Access::ReadOnly,
+            Id::WorkReadonly,
+            Some("tmpfs"),
+            None,
+        );
+        lower.covered = true;
+        p.mounts.extend([
+            lower,
+            MountRule::required(
+                crate::paths::WORK,
+                Access::Writable,
+                Id::WritableNosuidNodevNoexec,
+                Some("overlay"),
+                bounded(Id::WorkBytes, Id::WorkInodes),
+            ),
+            MountRule::required(
+                crate::paths::METADATA,
+                Access::ReadOnly,
+                Id::MetadataReadonly,
+                Some("tmpfs"),
+                None,
+            ),
+            MountRule::required(
+                crate::paths::TMP,
+                Access::WritableExec,
+                Id::WritableNosuidNodevNoexec,
+                Some("tmpfs"),
+                bounded(Id::TmpBytes, Id::TmpInodes),
+            ),
+            MountRule::required(
+                crate::paths::OVERLAY_AREA,
+                Access::Writable,
+                Id::WritableNosuidNodevNoexec,
+                Some("tmpfs"),
+                bounded(Id::WorkBytes, Id::WorkInodes),
+            ),
+        ]);
+        p.start_capabilities
+            .push(crate::capabilities::OVERLAY_CAPABILITY.1);
+        p.landlock.write = vec![crate::paths::TMP.into(), crate::paths::WORK.into()];
+        p.landlock.exec_trees = vec!["/".into()];
+        p.overlay = Some(WorkOverlay {
+            target: crate::paths::WORK.into(),
+            area: crate::paths::OVERLAY_AREA.into(),
+            carried: vec![crate::paths::METADATA.into()],
+        });
+        p
+    }
+
+    /// The error `change` makes of the command policy (it must be refused).
+    fn refusal(change: impl Fn(&mut Policy)) -> String {
+        let mut p = command_policy();
+        change(&mut p);
+        let e = p.check().expect_err("must be refused").0;
+        assert!(Policy::from_bytes(&serde_json::to_vec(&p).unwrap()).is_err());
+        e
+    }
+
+    fn work_rules(p: &Policy) -> Vec<usize> {
+        (0..p.mounts.len())
+            .filter(|i| p.mounts[*i].path == crate::paths::WORK)
+            .collect()
+    }
+
+    #[test]
+    fn a_command_overlay_over_its_covered_volume_passes_and_round_trips() {
+        let p = command_policy();
+        p.check().expect("consistent");
+        assert_eq!(Policy::from_bytes(&p.to_bytes()).unwrap(), p);
+        // The two rules at /work are the covered one, then its cover.
+        let rules = p.rules_for(crate::paths::WORK);
+        assert_eq!(rules.len(), 2);
+        assert!(rules[0].covered && rules[0].access == Access::ReadOnly);
+        assert!(!rules[1].covered && rules[1].fstype.as_deref() == Some("overlay"));
+        // One rule elsewhere, a beneath rule for what lies beneath, none off the list.
+        assert_eq!(p.rules_for(crate::paths::TMP).len(), 1);
+        assert_eq!(p.rules_for("/sys/fs/cgroup/pids").len(), 1);
+        assert!(p.rules_for("/mnt").is_empty());
+    }
+
+    #[test]
+    fn an_overlay_without_a_covered_rule_is_refused() {
+        let e = refusal(|p| {
+            let lower = work_rules(p)[0];
+            p.mounts.remove(lower);
+        });
+        assert!(e.contains("is not a /work overlay"), "{e}");
+    }
+
+    #[test]
+    fn a_covered_rule_not_followed_by_its_cover_is_refused() {
+        // The cover first, then the covered rule: nothing follows the covered one at /work.
+        let e = refusal(|p| {
+            let at = work_rules(p);
+            p.mounts.swap(at[0], at[1]);
+        });
+        assert!(e.contains("covered by the next rule"), "{e}");
+        // Another rule between them.
+        let e = refusal(|p| {
+            let cover = work_rules(p)[1];
+            let other = p.mounts.remove(cover + 1);
+            p.mounts.insert(cover, other);
+        });
+        assert!(e.contains("covered by the next rule"), "{e}");
+        // A covered rule that is not read-only.
+        let e = refusal(|p| {
+            let lower = work_rules(p)[0];
+            p.mounts[lower].access = Access::Writable;
+        });
+        assert!(e.contains("covered by the next rule"), "{e}");
+    }
+
+    #[test]
+    fn a_covered_rule_without_an_overlay_is_refused() {
+        let e = refusal(|p| p.overlay = None);
+        assert!(e.contains("a covered mount without an overlay"), "{e}");
+    }
+
+    #[test]
+    fn an_overlay_area_inside_work_is_refused() {
+        let move_area = |p: &mut Policy, to: &str| {
+            for m in p.mounts.iter_mut() {
+                if m.path == crate::paths::OVERLAY_AREA {
+                    m.path = to.to_owned();
+                }
+            }
+            if let Some(o) = p.overlay.as_mut() {
+                o.area = to.to_owned();
+            }
+        };
+        // Moved elsewhere outside /work, the area still passes: only its place is refused.
+        let mut elsewhere = command_policy();
+        move_area(&mut elsewhere, "/run/cordon/layer");
+        elsewhere.check().expect("an area outside /work");
+        let e = refusal(|p| move_area(p, "/work/.overlay"));
+        assert!(e.contains("is not a /work overlay"), "{e}");
+    }
+
+    #[test]
+    fn an_overlay_area_granted_to_landlock_write_is_refused() {
+        let e = refusal(|p| p.landlock.write.push(crate::paths::OVERLAY_AREA.into()));
+        assert!(e.contains("is not a /work overlay"), "{e}");
     }
 }

@@ -42,6 +42,9 @@ pub struct Prepared {
     pub egress: Option<egress::EgressPlan>,
     /// The proxy's vault, when it terminates the vendor host (set by the invocation).
     pub vault: Option<crate::custody::VaultTar>,
+    /// An approved command's bound: both streams are also kept as one, in arrival order,
+    /// without the init's lines ([`crate::command::stream`]).
+    pub interleaved: Option<usize>,
 }
 
 impl Prepared {
@@ -56,6 +59,7 @@ impl Prepared {
                 .egress()
                 .map(|spec| egress::EgressPlan::new(profile.allocation(), spec.clone())),
             vault: None,
+            interleaved: None,
         })
     }
 }
@@ -118,6 +122,8 @@ pub struct RawOutput {
     /// Bytes written to each stream in all (kept or not).
     pub stdout_total: u64,
     pub stderr_total: u64,
+    /// Both streams as one, when the launch asked for it (an approved command).
+    pub interleaved: Option<crate::command::stream::Streamed>,
 }
 
 impl RawOutput {
@@ -191,6 +197,7 @@ async fn attach(
     engine: &Engine,
     container: &str,
     max: usize,
+    interleaved: Option<usize>,
 ) -> Result<tokio::task::JoinHandle<Result<RawOutput>>> {
     let options = bollard::query_parameters::AttachContainerOptions {
         stdout: true,
@@ -209,34 +216,41 @@ async fn attach(
     let mut stream = attached.output;
     Ok(tokio::spawn(async move {
         let mut raw = RawOutput::new();
+        let mut one = interleaved.map(crate::command::stream::CommandStream::new);
         while let Some(item) = stream.next().await {
             let item = item.map_err(|source| Error::Docker {
                 context: "attach".into(),
                 source,
             })?;
             match item {
-                bollard::container::LogOutput::StdErr { message } => raw.push(true, &message, max),
+                bollard::container::LogOutput::StdErr { message } => {
+                    raw.push(true, &message, max);
+                    if let Some(one) = one.as_mut() {
+                        one.stderr(&message);
+                    }
+                }
                 bollard::container::LogOutput::StdOut { message }
                 | bollard::container::LogOutput::Console { message } => {
-                    raw.push(false, &message, max)
+                    raw.push(false, &message, max);
+                    if let Some(one) = one.as_mut() {
+                        one.stdout(&message);
+                    }
                 }
                 bollard::container::LogOutput::StdIn { .. } => {}
             }
         }
+        raw.interleaved = one.map(crate::command::stream::CommandStream::finish);
         Ok(raw)
     }))
 }
 
 /// Read back a created container and every volume the profile mounts.
 pub async fn read_back(engine: &Engine, container: &str, profile: &Profile) -> Result<Observed> {
-    let s = profile.storage();
-    let names = [
-        s.work_volume.clone(),
-        s.metadata_volume.clone(),
-        s.control_volume.clone(),
-        s.input_volume.clone(),
-        s.egress_volume.clone(),
-    ];
+    let names: Vec<String> = profile
+        .volumes()
+        .into_iter()
+        .map(|(_, spec)| spec.name)
+        .collect();
     let container_fut = async {
         objects::inspect_container(engine, container)
             .await?
@@ -301,6 +315,7 @@ pub async fn create_into(
     let tty = prepared.plan.create.tty == Some(true);
     let policy_digest = policy::digest(&policy_bytes);
     let max_output = prepared.max_output;
+    let interleaved = prepared.interleaved;
     let result = async {
         let t = Instant::now();
         let inputs: Vec<(&str, &[u8])> = prepared
@@ -337,7 +352,7 @@ pub async fn create_into(
             let mut refusals = validate::validate(profile, &observed);
             refusals.extend(validate::policy::pins(profile, &prepared_policy));
             let validate_ms = ms(t);
-            let capture = attach(engine, &id, max_output).await?;
+            let capture = attach(engine, &id, max_output, interleaved).await?;
             Ok::<_, Error>((id, refusals, capture, create_ms, validate_ms))
         };
         let proxy_volumes = crate::profile::egress::ProxyVolumes {

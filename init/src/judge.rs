@@ -6,6 +6,8 @@
 //! most specific cause to the most general (privileged before capabilities, the Docker socket
 //! before unknown mounts, a TTY before stdin).
 
+use std::collections::BTreeMap;
+
 use cordon_contract::capabilities::{all_capabilities, capability_mask, holds_engine_defaults};
 use cordon_contract::policy::{
     Access, MountFlags, MountRule, Policy, ENGINE_MASKED_PATHS, ENGINE_READONLY_PATHS,
@@ -467,7 +469,9 @@ fn cgroup_limits(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal
     Ok(passed)
 }
 
-/// The exec allowlist names regular files nobody in here can change.
+/// The exec allowlist names regular files nobody in here can change, and the exec trees
+/// directories nobody in here can change (beneath them only exec-capable mounts hold anything
+/// the workload wrote).
 fn exec_allowlist(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
     for path in &policy.landlock.exec {
         let facts = obs.paths.get(path).cloned().unwrap_or_default();
@@ -475,6 +479,25 @@ fn exec_allowlist(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusa
             return Err(refuse(
                 Id::ExecAllowlist,
                 format!("{path} is a regular file on a read-only mount"),
+                format!(
+                    "{path}: {} on a {} mount, writable: {}",
+                    facts.kind,
+                    if facts.on_readonly_mount {
+                        "read-only"
+                    } else {
+                        "writable"
+                    },
+                    facts.writable
+                ),
+            ));
+        }
+    }
+    for path in &policy.landlock.exec_trees {
+        let facts = obs.paths.get(path).cloned().unwrap_or_default();
+        if facts.kind != "dir" || !facts.on_readonly_mount || facts.writable {
+            return Err(refuse(
+                Id::ExecAllowlist,
+                format!("{path} is a directory on a read-only mount"),
                 format!(
                     "{path}: {} on a {} mount, writable: {}",
                     facts.kind,
@@ -560,25 +583,39 @@ fn judge_mounts(
     no_daemon_socket(obs, mounts)?;
     pass(Id::NoDockerSocket);
 
+    overlay_laid(policy, obs, mounts)?;
+
     // Root owns the engine's mounts: as root (the gate's non-root-user row only) they are
     // writable by their mode, and that is the identity's breach.
     let root = obs.status.as_ref().is_ok_and(|s| s.uid.contains(&0));
-    let mut seen_points = std::collections::BTreeSet::new();
+    // How many mounts each point has so far: the n-th is judged by the point's n-th rule (a
+    // covered rule, then its cover; else the one rule).
+    let mut seen_points: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut judged = Vec::with_capacity(mounts.len());
     for m in mounts {
-        let Some(rule) = policy.rule_for(&m.mount_point) else {
+        let rules = policy.rules_for(&m.mount_point);
+        if rules.is_empty() {
             return Err(refuse(
                 Id::NoHostMounts,
                 "every mountpoint on the policy's list",
                 m.line.clone(),
             ));
-        };
-        if !seen_points.insert(m.mount_point.as_str()) {
+        }
+        let nth = seen_points.entry(m.mount_point.as_str()).or_default();
+        let Some(rule) = rules.get(*nth).copied() else {
             return Err(refuse(
                 Id::NoHostMounts,
-                format!("one mount at {}", m.mount_point),
+                match rules.len() {
+                    1 => format!("one mount at {}", m.mount_point),
+                    n => format!(
+                        "{n} mounts at {}: the covered one, then its cover",
+                        m.mount_point
+                    ),
+                },
                 m.line.clone(),
             ));
-        }
+        };
+        *nth += 1;
         if let Some(fstype) = &rule.fstype {
             if *fstype != m.fstype {
                 return Err(refuse(
@@ -588,23 +625,41 @@ fn judge_mounts(
                 ));
             }
         }
+        judge_overlay(policy, m)?;
         let facts = obs.paths.get(&m.mount_point).cloned().unwrap_or_default();
         judge_access(rule, m, &facts, root)?;
+        judged.push((m, rule));
     }
     // The flags last: a removal that makes a mount writable is named as that mount's protection
     // even where the flags differ too.
-    for m in mounts {
-        if let Some(rule) = policy.rule_for(&m.mount_point) {
-            judge_flags(rule, m, &policy.skip, &obs.remount)?;
+    for (m, rule) in &judged {
+        judge_flags(rule, m, &policy.skip, &obs.remount)?;
+    }
+    // In the policy's order, each point once.
+    let mut required_points: Vec<&str> = Vec::new();
+    for rule in policy.mounts.iter().filter(|r| r.required && !r.beneath) {
+        if !required_points.contains(&rule.path.as_str()) {
+            required_points.push(&rule.path);
         }
     }
-    for rule in policy.mounts.iter().filter(|r| r.required && !r.beneath) {
-        if !seen_points.contains(rule.path.as_str()) {
-            return Err(refuse(
-                rule.protection,
-                format!("a mount at {}", rule.path),
-                "no such mount",
-            ));
+    for point in required_points {
+        let count = seen_points.get(point).copied().unwrap_or(0);
+        for (nth, rule) in policy.rules_for(point).into_iter().enumerate() {
+            if rule.required && count <= nth {
+                return Err(refuse(
+                    rule.protection,
+                    if nth == 0 {
+                        format!("a mount at {point}")
+                    } else {
+                        format!("mount {} at {point} (over the covered one)", nth + 1)
+                    },
+                    if count == 0 {
+                        "no such mount".to_owned()
+                    } else {
+                        format!("{count} mount(s) at {point}")
+                    },
+                ));
+            }
         }
     }
     let dev_extra = seen(Id::NoHostMounts, "/dev", &obs.dev_extra)?;
@@ -622,6 +677,93 @@ fn judge_mounts(
     pass(Id::WritableNosuidNodevNoexec);
     pass(Id::ContentNoexec);
     pass(Id::NoHostMounts);
+    Ok(())
+}
+
+/// The policy's overlay was laid. Before the mounts are matched to their rules, so an overlay the
+/// init could not lay is refused with its reasons rather than as the mount it left missing; a
+/// missing area (the engine's tmpfs the overlay is laid on) is refused as that mount.
+fn overlay_laid(policy: &Policy, obs: &Observations, mounts: &[MountEntry]) -> Result<(), Refusal> {
+    let Some(overlay) = &policy.overlay else {
+        return Ok(());
+    };
+    if obs.overlay.is_empty() {
+        return Ok(());
+    }
+    let area_rule = policy.rule_for(&overlay.area).filter(|r| r.required);
+    if let Some(rule) = area_rule {
+        if !mounts.iter().any(|m| m.mount_point == overlay.area) {
+            return Err(refuse(
+                rule.protection,
+                format!("a mount at {}", overlay.area),
+                format!("no such mount; {}", obs.overlay.join("; ")),
+            ));
+        }
+    }
+    Err(refuse(
+        Id::WorkReadonly,
+        format!(
+            "an overlay on {} over the read-only volume, its layer in {}",
+            overlay.target, overlay.area
+        ),
+        obs.overlay.join("; "),
+    ))
+}
+
+/// An overlay mount at the policy's overlay target is the policy's overlay: its one lower layer
+/// the target itself (the covered volume), its upper and work directories in the policy's area.
+/// An overlay at or beneath /work without one in the policy is refused (elsewhere the rules
+/// decide: the image's root is an overlay on an overlay2 engine).
+fn judge_overlay(policy: &Policy, m: &MountEntry) -> Result<(), Refusal> {
+    if m.fstype != "overlay" {
+        return Ok(());
+    }
+    let under = |path: &str, dir: &str| {
+        path.strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
+    };
+    let Some(overlay) = policy
+        .overlay
+        .as_ref()
+        .filter(|o| o.target == m.mount_point)
+    else {
+        if m.mount_point == paths::WORK || under(&m.mount_point, paths::WORK) {
+            return Err(refuse(
+                Id::NoHostMounts,
+                format!("no overlay at {} (the policy lays none)", m.mount_point),
+                m.line.clone(),
+            ));
+        }
+        return Ok(());
+    };
+    let values = |key: &str| -> Vec<&str> {
+        m.super_opts
+            .iter()
+            .filter_map(|o| o.strip_prefix(key))
+            .collect()
+    };
+    let layers: Vec<String> = m
+        .super_opts
+        .iter()
+        .filter(|o| {
+            ["lowerdir=", "lowerdir+=", "datadir+="]
+                .iter()
+                .any(|k| o.starts_with(k))
+        })
+        .cloned()
+        .collect();
+    let lower_ok = layers == [format!("lowerdir={}", overlay.target)];
+    let in_area = |key: &str| matches!(values(key).as_slice(), [dir] if under(dir, &overlay.area));
+    if !lower_ok || !in_area("upperdir=") || !in_area("workdir=") {
+        return Err(refuse(
+            Id::WorkReadonly,
+            format!(
+                "the overlay at {} with lowerdir={} alone and its upper and work dirs in {}",
+                m.mount_point, overlay.target, overlay.area
+            ),
+            m.line.clone(),
+        ));
+    }
     Ok(())
 }
 
@@ -711,19 +853,27 @@ fn judge_access(
 }
 
 /// The flags a rule asks for: every writable mount nosuid, nodev and noexec (the profile's
-/// options give them); every other mount the rule's flags (the init's remount restores what the
-/// engine's read-only remount strips). The image's root is the one mount that may hold executables.
+/// options give them), an exec-capable scratch nosuid and nodev; every other mount the rule's
+/// flags (the init's remount restores what the engine's read-only remount strips). The image's
+/// root and a command's scratch are the mounts that may hold executables.
 fn judge_flags(
     rule: &MountRule,
     m: &MountEntry,
     skip: &[Id],
     remount_errors: &[String],
 ) -> Result<(), Refusal> {
-    let writable = rule.access == Access::Writable && !m.read_only();
-    let (need, id) = if writable {
-        (MountFlags::ALL, Id::WritableNosuidNodevNoexec)
-    } else {
-        (rule.flags, Id::ContentNoexec)
+    let (need, id) = match rule.access {
+        Access::Writable if !m.read_only() => (MountFlags::ALL, Id::WritableNosuidNodevNoexec),
+        // An approved command's scratch: it runs what it builds there, nothing set-id or a device.
+        Access::WritableExec => (
+            MountFlags {
+                nosuid: true,
+                nodev: true,
+                noexec: false,
+            },
+            Id::WritableNosuidNodevNoexec,
+        ),
+        _ => (rule.flags, Id::ContentNoexec),
     };
     if skip.contains(&id) {
         return Ok(());

@@ -87,6 +87,7 @@ pub(crate) fn good_policy() -> Policy {
             devices: vec!["/dev/null".into()],
             exec: vec!["/usr/bin/claude".into()],
             pins: vec![],
+            exec_trees: vec![],
         },
         sockets: policy::SocketPolicy::agent(),
         masked: vec!["/proc/cmdline".into(), "/proc/modules".into()],
@@ -102,6 +103,7 @@ pub(crate) fn good_policy() -> Policy {
         skip: vec![],
         egress: None,
         sentinel: None,
+        overlay: None,
     }
 }
 
@@ -141,6 +143,7 @@ fn good_observations() -> Observations {
             ..Status::default()
         }),
         remount: vec![],
+        overlay: vec![],
         dropped: Ok(()),
         sealed: Ok(()),
         dumpable: Ok(0),
@@ -923,4 +926,376 @@ fn only_the_policys_sentinel_may_be_held() {
     argv.command.push(format!("--sentinel={sentinel}"));
     argv.command.remove(argv.command.len() - 3);
     assert!(preflight(&argv, &o).is_ok());
+}
+
+/// An approved command's mounts once its init laid the overlay: the work volume read-only and
+/// covered, the overlay over it with its layer in the area, the metadata carried onto it, an
+/// exec-capable /tmp.
+const COMMAND_MOUNTINFO: &str = "\
+71 46 0:39 / / ro,noatime - fuse.fuse-overlayfs fuse-overlayfs rw
+72 71 0:42 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
+73 71 0:43 / /dev rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755
+74 73 0:44 / /dev/pts rw,nosuid,noexec,relatime - devpts devpts rw,gid=5
+75 71 0:45 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs ro
+76 75 0:46 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
+77 76 0:29 / /sys/fs/cgroup/pids ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,pids
+86 73 0:41 / /dev/mqueue rw,nosuid,nodev,noexec,relatime - mqueue mqueue rw
+87 71 0:40 / /work ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=8192k,nr_inodes=200
+88 71 0:47 / /tmp rw,nosuid,nodev,relatime - tmpfs tmpfs rw,size=4096k,nr_inodes=100
+90 71 0:49 / /run/cordon/control ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw
+91 71 254:0 /h /etc/hosts ro,nosuid,nodev,noexec,relatime - ext4 /dev/vda rw
+92 71 0:50 / /run/cordon/overlay rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=2048k,nr_inodes=50,mode=700,uid=10001,gid=10001
+95 87 0:51 / /work rw,nosuid,nodev,noexec,relatime - overlay overlay rw,lowerdir=/work,upperdir=/run/cordon/overlay/upper,workdir=/run/cordon/overlay/work
+89 95 0:48 / /work/.git ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw
+52 72 0:43 /null /proc/keys rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755
+53 72 0:43 /null /proc/cmdline rw,nosuid,noexec - tmpfs tmpfs rw,size=65536k,mode=755
+47 72 0:42 /sys /proc/sys ro,nosuid,nodev,noexec,relatime - proc proc rw
+";
+
+const OVERLAY_LINE: &str = "95 87 0:51 / /work rw,nosuid,nodev,noexec,relatime - overlay overlay rw,lowerdir=/work,upperdir=/run/cordon/overlay/upper,workdir=/run/cordon/overlay/work\n";
+
+/// The area's (and so the overlay's) totals.
+const AREA: (u64, u64) = (2 << 20, 50);
+
+/// The command's policy, as the host writes it: the good policy with /work covered by an overlay
+/// on a bounded area, /tmp exec-capable, the image's root an exec tree, DAC_OVERRIDE to start.
+fn command_policy() -> Policy {
+    let mut p = good_policy();
+    p.mounts.retain(|m| m.path != "/work" && m.path != "/tmp");
+    let bounded = |bytes_id, inodes_id| {
+        Some(Bounded {
+            bytes: AREA.0,
+            inodes: AREA.1,
+            bytes_id,
+            inodes_id,
+        })
+    };
+    let mut lower = policy::MountRule::required(
+        paths::WORK,
+        Access::ReadOnly,
+        Id::WorkReadonly,
+        Some("tmpfs"),
+        None,
+    );
+    lower.covered = true;
+    let at = p
+        .mounts
+        .iter()
+        .position(|m| m.path == paths::METADATA)
+        .expect("the metadata rule");
+    p.mounts.insert(at, lower);
+    p.mounts.insert(
+        at + 1,
+        policy::MountRule::required(
+            paths::WORK,
+            Access::Writable,
+            Id::WritableNosuidNodevNoexec,
+            Some("overlay"),
+            bounded(Id::WorkBytes, Id::WorkInodes),
+        ),
+    );
+    p.mounts.push(rule(
+        paths::TMP,
+        Access::WritableExec,
+        Id::WritableNosuidNodevNoexec,
+        Some(Bounded {
+            bytes: 4 << 20,
+            inodes: 100,
+            bytes_id: Id::TmpBytes,
+            inodes_id: Id::TmpInodes,
+        }),
+    ));
+    p.mounts.push(policy::MountRule::required(
+        paths::OVERLAY_AREA,
+        Access::Writable,
+        Id::WritableNosuidNodevNoexec,
+        Some("tmpfs"),
+        bounded(Id::WorkBytes, Id::WorkInodes),
+    ));
+    p.start_capabilities
+        .push(capabilities::OVERLAY_CAPABILITY.1);
+    p.landlock.write = vec![paths::TMP.into(), paths::WORK.into()];
+    p.landlock.exec_trees = vec!["/".into()];
+    p.overlay = Some(policy::WorkOverlay {
+        target: paths::WORK.into(),
+        area: paths::OVERLAY_AREA.into(),
+        carried: vec![paths::METADATA.into()],
+    });
+    p.check().expect("a consistent command policy");
+    p
+}
+
+fn command_observations() -> Observations {
+    let mut o = good_observations();
+    let caps = capabilities::capability_mask(&command_policy().start_capabilities);
+    if let Ok(s) = &mut o.start {
+        s.cap_bnd = caps;
+        s.cap_prm = caps;
+        s.cap_eff = caps;
+    }
+    o.mounts = parse_mountinfo(COMMAND_MOUNTINFO);
+    let totals = |t| PathFacts {
+        totals: Some(t),
+        ..PathFacts::default()
+    };
+    o.paths.insert(paths::WORK.into(), totals(AREA));
+    o.paths.insert(paths::OVERLAY_AREA.into(), totals(AREA));
+    o.paths.insert(
+        "/".into(),
+        PathFacts {
+            kind: "dir".into(),
+            on_readonly_mount: true,
+            ..PathFacts::default()
+        },
+    );
+    o
+}
+
+/// The command's observations with `line` of its mountinfo replaced by `with`.
+fn command_mount(line: &str, with: &str) -> Observations {
+    assert!(COMMAND_MOUNTINFO.contains(line), "{line}");
+    let mut o = command_observations();
+    o.mounts = parse_mountinfo(&COMMAND_MOUNTINFO.replace(line, with));
+    o
+}
+
+fn command_refusal(o: &Observations) -> Refusal {
+    preflight(&command_policy(), o).expect_err("must refuse")
+}
+
+#[test]
+fn a_command_with_its_overlay_laid_passes() {
+    let passed = preflight(&command_policy(), &command_observations()).expect("passes");
+    for id in [
+        Id::WorkReadonly,
+        Id::WritableNosuidNodevNoexec,
+        Id::MetadataReadonly,
+        Id::WorkBytes,
+        Id::WorkInodes,
+        Id::ExecAllowlist,
+        Id::ContentNoexec,
+        Id::NoHostMounts,
+    ] {
+        assert!(passed.contains(&id), "{id} not passed");
+    }
+}
+
+#[test]
+fn an_overlay_the_init_could_not_lay_is_refused_with_its_reasons() {
+    let mut o = command_observations();
+    // What the judge sees when the move aside failed: the volume alone at /work.
+    o.mounts = parse_mountinfo(&COMMAND_MOUNTINFO.replace(OVERLAY_LINE, ""));
+    o.overlay = vec![
+        "overlay on /work: move the mount at /work/.git to /run/cordon/overlay/stage/0: EINVAL"
+            .into(),
+    ];
+    let refusal = command_refusal(&o);
+    assert_eq!(refusal.id, Id::WorkReadonly);
+    assert!(refusal.observed.contains("EINVAL"), "{}", refusal.observed);
+    // Without the reasons, the missing cover is the covering rule's mount missing.
+    o.overlay.clear();
+    let refusal = command_refusal(&o);
+    assert_eq!(refusal.id, Id::WritableNosuidNodevNoexec);
+    assert!(
+        refusal.expected.contains("mount 2 at /work"),
+        "{}",
+        refusal.expected
+    );
+    // No area at all: that mount is what is missing, whatever it made of the overlay.
+    let mut o = command_mount(
+        "92 71 0:50 / /run/cordon/overlay rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=2048k,nr_inodes=50,mode=700,uid=10001,gid=10001\n",
+        "",
+    );
+    o.overlay = vec!["overlay on /work: mkdir /run/cordon/overlay/upper: EROFS".into()];
+    let refusal = command_refusal(&o);
+    assert_eq!(refusal.id, Id::WritableNosuidNodevNoexec);
+    assert!(
+        refusal.expected.contains("/run/cordon/overlay"),
+        "{}",
+        refusal.expected
+    );
+}
+
+#[test]
+fn a_second_work_mount_without_a_covered_rule_is_refused() {
+    // The agent's policy: one rule at /work. The same overlay over its volume is a second mount.
+    let mut o = good_observations();
+    o.mounts = parse_mountinfo(&format!("{MOUNTINFO}{OVERLAY_LINE}"));
+    let refusal = preflight(&good_policy(), &o).expect_err("must refuse");
+    assert_eq!(refusal.id, Id::NoHostMounts);
+    assert_eq!(refusal.expected, "one mount at /work");
+    // The agent's /work an overlay of its own: refused although its rule names no fstype here.
+    let mut o = good_observations();
+    o.mounts = parse_mountinfo(&MOUNTINFO.replace(
+        "87 71 0:40 / /work ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=8192k,nr_inodes=200",
+        "87 71 0:40 / /work ro,nosuid,nodev,noexec,relatime - overlay overlay rw,lowerdir=/work,upperdir=/tmp/u,workdir=/tmp/w",
+    ));
+    let refusal = preflight(&good_policy(), &o).expect_err("must refuse");
+    assert_eq!(refusal.id, Id::NoHostMounts);
+    assert!(
+        refusal.expected.contains("no overlay at /work"),
+        "{}",
+        refusal.expected
+    );
+}
+
+#[test]
+fn a_third_work_mount_is_refused() {
+    let third = "96 95 0:52 / /work rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=2048k,nr_inodes=50\n";
+    let o = command_mount(OVERLAY_LINE, &format!("{OVERLAY_LINE}{third}"));
+    let refusal = command_refusal(&o);
+    assert_eq!(refusal.id, Id::NoHostMounts);
+    assert!(
+        refusal.expected.starts_with("2 mounts at /work"),
+        "{}",
+        refusal.expected
+    );
+    assert!(
+        refusal.observed.starts_with("96 95"),
+        "{}",
+        refusal.observed
+    );
+}
+
+#[test]
+fn the_covered_mount_and_its_cover_are_each_held_to_their_rule() {
+    // The volume beneath the overlay writable: the covered rule's protection.
+    let o = command_mount("87 71 0:40 / /work ro,", "87 71 0:40 / /work rw,");
+    assert_eq!(command_refusal(&o).id, Id::WorkReadonly);
+    // The overlay is writable and must be noexec (its rule is the second, not the first).
+    let o = command_mount(
+        "/work rw,nosuid,nodev,noexec,relatime - overlay",
+        "/work rw,nosuid,nodev,relatime - overlay",
+    );
+    let refusal = command_refusal(&o);
+    assert_eq!(refusal.id, Id::WritableNosuidNodevNoexec);
+    assert!(
+        refusal.observed.starts_with("missing noexec"),
+        "{}",
+        refusal.observed
+    );
+    // The overlay under the volume instead of over it: the first /work is no tmpfs.
+    let volume = "87 71 0:40 / /work ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=8192k,nr_inodes=200\n";
+    let swapped = COMMAND_MOUNTINFO
+        .replace(volume, "")
+        .replace(OVERLAY_LINE, &format!("{OVERLAY_LINE}{volume}"));
+    let mut o = command_observations();
+    o.mounts = parse_mountinfo(&swapped);
+    let refusal = command_refusal(&o);
+    assert_eq!(refusal.id, Id::NoHostMounts);
+    assert_eq!(refusal.expected, "/work is tmpfs");
+}
+
+#[test]
+fn a_writable_exec_scratch_must_be_nosuid_and_nodev_and_may_be_exec() {
+    let tmp = "88 71 0:47 / /tmp rw,nosuid,nodev,relatime";
+    let refusal = command_refusal(&command_mount(tmp, "88 71 0:47 / /tmp rw,nosuid,relatime"));
+    assert_eq!(refusal.id, Id::WritableNosuidNodevNoexec);
+    assert!(
+        refusal.expected.ends_with("/tmp nosuid,nodev"),
+        "{}",
+        refusal.expected
+    );
+    assert!(
+        refusal.observed.starts_with("missing nodev:"),
+        "{}",
+        refusal.observed
+    );
+    let refusal = command_refusal(&command_mount(tmp, "88 71 0:47 / /tmp rw,relatime"));
+    assert!(
+        refusal.observed.starts_with("missing nosuid,nodev:"),
+        "{}",
+        refusal.observed
+    );
+    // noexec is allowed, not asked for.
+    let o = command_mount(tmp, "88 71 0:47 / /tmp rw,nosuid,nodev,noexec,relatime");
+    assert!(preflight(&command_policy(), &o).is_ok());
+    // The same mount under the agent's rule (writable, noexec) is refused.
+    let mut p = command_policy();
+    for m in p.mounts.iter_mut().filter(|m| m.path == paths::TMP) {
+        m.access = Access::Writable;
+    }
+    let refusal = preflight(&p, &command_observations()).expect_err("must refuse");
+    assert_eq!(refusal.id, Id::WritableNosuidNodevNoexec);
+    assert!(
+        refusal.observed.starts_with("missing noexec:"),
+        "{}",
+        refusal.observed
+    );
+}
+
+#[test]
+fn an_exec_tree_must_be_a_directory_on_a_read_only_mount() {
+    let with_root = |facts: PathFacts| {
+        let mut o = command_observations();
+        o.paths.insert("/".into(), facts);
+        o
+    };
+    let dir = |ro: bool, writable: bool| PathFacts {
+        kind: "dir".into(),
+        on_readonly_mount: ro,
+        writable,
+        ..PathFacts::default()
+    };
+    for o in [
+        with_root(dir(false, false)),
+        with_root(dir(true, true)),
+        with_root(PathFacts {
+            kind: "file".into(),
+            on_readonly_mount: true,
+            ..PathFacts::default()
+        }),
+        // Never observed.
+        {
+            let mut o = command_observations();
+            o.paths.remove("/");
+            o
+        },
+    ] {
+        let refusal = command_refusal(&o);
+        assert_eq!(refusal.id, Id::ExecAllowlist);
+        assert_eq!(refusal.expected, "/ is a directory on a read-only mount");
+    }
+    // An exec tree on the writable scratch.
+    let mut p = command_policy();
+    p.landlock.exec_trees.push(paths::TMP.into());
+    let mut o = command_observations();
+    o.paths.insert(
+        paths::TMP.into(),
+        PathFacts {
+            totals: Some((4 << 20, 100)),
+            ..dir(false, true)
+        },
+    );
+    let refusal = preflight(&p, &o).expect_err("must refuse");
+    assert_eq!(refusal.id, Id::ExecAllowlist);
+    assert!(
+        refusal
+            .observed
+            .starts_with("/tmp: dir on a writable mount"),
+        "{}",
+        refusal.observed
+    );
+}
+
+#[test]
+fn an_overlay_laid_from_elsewhere_is_refused() {
+    let options =
+        "rw,lowerdir=/work,upperdir=/run/cordon/overlay/upper,workdir=/run/cordon/overlay/work";
+    for other in [
+        "rw,lowerdir=/tmp,upperdir=/run/cordon/overlay/upper,workdir=/run/cordon/overlay/work",
+        "rw,lowerdir=/work:/tmp,upperdir=/run/cordon/overlay/upper,workdir=/run/cordon/overlay/work",
+        "rw,lowerdir=/work,lowerdir+=/tmp,upperdir=/run/cordon/overlay/upper,workdir=/run/cordon/overlay/work",
+        "rw,lowerdir=/work,upperdir=/tmp/upper,workdir=/run/cordon/overlay/work",
+        "rw,lowerdir=/work,upperdir=/run/cordon/overlay,workdir=/run/cordon/overlay/work",
+        "rw,lowerdir=/work,upperdir=/run/cordon/overlay/upper,workdir=/tmp/work",
+        "rw,lowerdir=/work",
+    ] {
+        let refusal = command_refusal(&command_mount(options, other));
+        assert_eq!(refusal.id, Id::WorkReadonly, "{other}");
+        assert!(refusal.observed.ends_with(other), "{}", refusal.observed);
+    }
+    // Options the kernel adds on its own are no concern.
+    let o = command_mount(options, &format!("{options},xino=off,uuid=null"));
+    assert!(preflight(&command_policy(), &o).is_ok());
 }

@@ -74,6 +74,8 @@ fn enforce_at(policy: &LandlockPolicy, cover: Cover, root: &str) -> Result<u8, S
     }
     let read = all & (AccessFs::ReadFile | AccessFs::ReadDir);
     let write = all & !BitFlags::from(AccessFs::Execute);
+    // An executable file, and a tree beneath which anything may be executed (the read grants
+    // give its directories their listing).
     let exec = all & (AccessFs::Execute | AccessFs::ReadFile);
     // A character device needs read, write, and (where handled) truncate and ioctl.
     let device =
@@ -122,6 +124,7 @@ fn enforce_at(policy: &LandlockPolicy, cover: Cover, root: &str) -> Result<u8, S
         (&policy.write, write, true),
         (&policy.devices, device, false),
         (&policy.exec, exec, false),
+        (&policy.exec_trees, exec, false),
     ];
     for (paths, access, writes) in grants {
         if access.is_empty() {
@@ -301,6 +304,7 @@ mod tests {
             devices: vec![],
             exec: vec![],
             pins: pins.iter().map(|p| (*p).to_owned()).collect(),
+            exec_trees: vec![],
         }
     }
 
@@ -511,6 +515,38 @@ mod tests {
             restricted(policy(&w, &["../w"]), w.clone(), |_| vec![]).expect_err("an unclean pin");
         assert!(e.contains("clean"), "{e}");
         let _ = std::fs::remove_dir_all(w.parent().expect("base"));
+    }
+
+    /// An exec tree grants execution of anything beneath the directory: without one (and an
+    /// empty exec allowlist) nothing runs, with "/" a file the allowlist never names does.
+    #[test]
+    fn an_exec_tree_grants_execution_beneath_a_directory() {
+        let run_true = |exec_trees: Vec<String>| {
+            let policy = LandlockPolicy {
+                abi: kernel_abi().expect("this kernel has Landlock"),
+                read: vec!["/".into()],
+                write: vec![],
+                devices: vec!["/dev/null".into()],
+                exec: vec![],
+                pins: vec![],
+                exec_trees,
+            };
+            std::thread::spawn(move || {
+                enforce_at(&policy, ALL, "/nonexistent")?;
+                Ok::<_, String>(
+                    std::process::Command::new("/bin/true")
+                        .stdin(std::process::Stdio::null())
+                        .status()
+                        .map(|s| s.success())
+                        .map_err(|e| e.raw_os_error()),
+                )
+            })
+            .join()
+            .expect("the restricted thread")
+            .expect("enforce")
+        };
+        assert_eq!(run_true(vec![]), Err(Some(libc::EACCES)));
+        assert_eq!(run_true(vec!["/".into()]), Ok(true));
     }
 
     /// More children of a pinned parent than the limit is an error (the limit lowered here; no

@@ -23,6 +23,7 @@ mod forward;
 mod judge;
 mod landlock;
 mod observe;
+mod overlay;
 mod privileges;
 mod relay;
 mod seccomp;
@@ -175,8 +176,9 @@ fn enforced(policy: &Policy, id: Id) -> bool {
 }
 
 /// As uid 0 with the start capabilities: only steps that take privilege away (remount, drop
-/// every capability and switch ids, seal), each reporting instead of stopping, so the judge
-/// refuses in its own order.
+/// every capability and switch ids, seal), and, for an approved command that writes nothing to
+/// the volume, the throwaway overlay its policy lays on /work while the capabilities to mount it
+/// are still held. Each reports instead of stopping, so the judge refuses in its own order.
 fn act_as_root(
     policy: &Policy,
     inherited: Vec<String>,
@@ -192,6 +194,12 @@ fn act_as_root(
     } else {
         Vec::new()
     };
+    // After the remount (the volume it lays over has its flags back) and before the drop.
+    let overlay = policy
+        .overlay
+        .as_ref()
+        .map(|o| overlay::lay(o, policy.uid, policy.gid))
+        .unwrap_or_default();
     let dropped = last_cap
         .and_then(|last| privileges::drop_all(policy, last, enforced(policy, Id::NonRootUser)));
     let sealed = privileges::seal(policy);
@@ -199,6 +207,7 @@ fn act_as_root(
         inherited,
         start,
         remount,
+        overlay,
         dropped,
         sealed,
     }

@@ -53,6 +53,9 @@ pub struct Observations {
     pub start: Result<Status, String>,
     /// What the init's remount could not do, one line per mount.
     pub remount: Vec<String>,
+    /// What laying the policy's overlay on /work could not do (empty when it is laid, or the
+    /// policy has none).
+    pub overlay: Vec<String>,
     /// How the init's drop of capabilities and ids went.
     pub dropped: Result<(), String>,
     /// How PR_SET_DUMPABLE went, and what PR_GET_DUMPABLE says now.
@@ -78,7 +81,8 @@ pub struct Observations {
     pub daemon_sockets: Vec<String>,
     /// Entries of /dev that a hardened container does not have.
     pub dev_extra: Result<Vec<String>, String>,
-    /// Facts per policy mount path and per exec-allowlist file (only those the judge reads).
+    /// Facts per policy mount path, per exec-allowlist file and per exec tree (only those the
+    /// judge reads).
     pub paths: BTreeMap<String, PathFacts>,
     /// Each of the policy's pins: a directory reached from /work through no link (`Ok`), or what
     /// it is instead. Read before Landlock, like everything here.
@@ -326,7 +330,8 @@ fn kind_facts(facts: &mut PathFacts, mode: libc::mode_t, rdev: libc::dev_t) -> S
 }
 
 /// Gather only what the judge will look at: write access of writable engine mounts, the device
-/// of writable masked paths, statfs of bounded areas, everything about exec-allowlist files.
+/// of writable masked paths, statfs of bounded areas, everything about exec-allowlist files and
+/// exec trees.
 fn policy_path_facts(
     k: &Kernel,
     policy: &Policy,
@@ -349,7 +354,14 @@ fn policy_path_facts(
             need.vfs = true;
         }
     }
-    for exec in &policy.landlock.exec {
+    // Executable files and the trees beneath which anything may be executed: what they are,
+    // whether we may write them, whether their mount is read-only.
+    for exec in policy
+        .landlock
+        .exec
+        .iter()
+        .chain(&policy.landlock.exec_trees)
+    {
         needs.insert(
             exec.as_str(),
             Need {
@@ -480,6 +492,8 @@ pub struct Acted {
     pub inherited: Vec<String>,
     pub start: Result<Status, String>,
     pub remount: Vec<String>,
+    /// What laying the policy's overlay could not do (empty without one).
+    pub overlay: Vec<String>,
     pub dropped: Result<(), String>,
     pub sealed: Result<(), String>,
 }
@@ -574,6 +588,7 @@ pub fn gather(k: &Kernel, policy: &Policy, acted: Acted) -> Observations {
             .unwrap_or_default(),
         start: acted.start,
         remount: acted.remount,
+        overlay: acted.overlay,
         dropped: acted.dropped,
         sealed: acted.sealed,
         dumpable: crate::privileges::dumpable(),

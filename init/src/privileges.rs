@@ -9,7 +9,7 @@
 
 use std::ffi::CString;
 
-use cordon_contract::policy::{Access, MountFlags, MountRule, Policy};
+use cordon_contract::policy::{MountFlags, MountRule, Policy};
 use cordon_contract::procfs::MountEntry;
 use cordon_contract::Id;
 
@@ -37,8 +37,10 @@ fn remount_flags(entry: &MountEntry, need: MountFlags) -> libc::c_ulong {
     flags
 }
 
-/// Mounts whose rule asks for flags they lack. Writable mounts are left alone: their flags come
-/// from the profile's options and the judge checks them as `writable-nosuid-nodev-noexec`.
+/// Mounts whose rule asks for flags they lack. Writable mounts (exec-capable ones too) are left
+/// alone: their flags come from the profile's options and the judge checks them as
+/// `writable-nosuid-nodev-noexec`. Before the overlay is laid, a covered mount is the only mount
+/// at its point, and its rule (the first) is the one [`Policy::rule_for`] finds.
 pub fn needing_remount<'a>(
     policy: &'a Policy,
     mounts: &'a [MountEntry],
@@ -47,7 +49,7 @@ pub fn needing_remount<'a>(
         .iter()
         .filter_map(|m| Some((m, policy.rule_for(&m.mount_point)?)))
         .filter(|(m, rule)| {
-            rule.access != Access::Writable
+            !rule.writable()
                 && ((rule.flags.nosuid && !m.has("nosuid"))
                     || (rule.flags.nodev && !m.has("nodev"))
                     || (rule.flags.noexec && !m.has("noexec")))
@@ -187,6 +189,53 @@ pub fn dumpable() -> Result<i32, String> {
 mod tests {
     use super::*;
     use cordon_contract::procfs::parse_mountinfo;
+
+    /// Writable mounts, exec-capable or not, keep the flags their options gave them; a read-only
+    /// one missing its rule's flags is remounted.
+    #[test]
+    fn writable_mounts_are_never_remounted() {
+        use cordon_contract::policy::Access;
+        let entries = parse_mountinfo(
+            "88 71 0:47 / /tmp rw,relatime - tmpfs tmpfs rw\n\
+             89 71 0:48 / /home/agent rw,relatime - tmpfs tmpfs rw\n\
+             90 71 0:49 / /run/cordon/control ro,relatime - tmpfs tmpfs rw\n",
+        )
+        .unwrap();
+        let policy = |tmp: Access| {
+            let mut mounts = cordon_contract::policy::engine_mount_rules();
+            for (path, access) in [
+                ("/tmp", tmp),
+                ("/home/agent", Access::Writable),
+                ("/run/cordon/control", Access::ReadOnly),
+            ] {
+                mounts.push(MountRule::required(
+                    path,
+                    access,
+                    Id::NoHostMounts,
+                    None,
+                    None,
+                ));
+            }
+            mounts
+        };
+        for tmp in [Access::Writable, Access::WritableExec] {
+            let p = Policy {
+                mounts: policy(tmp),
+                ..crate::judge::tests::good_policy()
+            };
+            let remounted: Vec<&str> = needing_remount(&p, &entries)
+                .iter()
+                .map(|(m, _)| m.mount_point.as_str())
+                .collect();
+            assert_eq!(remounted, ["/run/cordon/control"], "{tmp:?}");
+        }
+        // The same /tmp under a read-only rule would be remounted: the filter is what keeps it.
+        let p = Policy {
+            mounts: policy(Access::ReadOnly),
+            ..crate::judge::tests::good_policy()
+        };
+        assert_eq!(needing_remount(&p, &entries).len(), 2);
+    }
 
     #[test]
     fn remount_keeps_what_a_mount_has_and_adds_what_its_rule_needs() {

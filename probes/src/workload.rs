@@ -19,6 +19,16 @@
 //!   With `--credential-env NAME` it speaks the Messages API, as through a terminated vendor host
 //!   (`x-api-key` the variable's value): each run's download is a streamed answer of N bytes of
 //!   text (no upload), and each ping a whole answer to a 1 KiB prompt.
+//! - `command-check`: what an approved command's container lets it do, as one JSON line on
+//!   stdout (and one line on stderr): whether the marker file was already in /work, whether it
+//!   could write the marker and the read-only metadata, and whether a copy of itself in /tmp runs
+//!   (tests run what they build); its working directory.
+//! - `command-hostile WHAT`: an approved command's hostile acts, each reporting what it got as
+//!   one JSON line (the container must bound each): `flood N` writes N bytes to stdout and
+//!   stderr each, invalid UTF-8 and terminal escapes among them; `fork-bomb` forks until the
+//!   kernel refuses and leaves every child behind; `fill-bytes` and `fill-inodes` fill /tmp;
+//!   `escape-work` tries to reach the work volume beneath a `writes: none` overlay (unmount it,
+//!   write its upper layer, write the volume through another path).
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -574,6 +584,129 @@ fn egress_load(args: &[String]) -> Result<String, String> {
     Ok(line.to_string())
 }
 
+/// The marker file `command-check` looks for and writes.
+pub const COMMAND_MARKER: &str = "/work/cordon-command-marker";
+
+/// `command-check`'s line.
+fn command_check() -> String {
+    let present = std::fs::symlink_metadata(COMMAND_MARKER).is_ok();
+    let wrote = std::fs::write(COMMAND_MARKER, b"written by a command\n");
+    let metadata = std::fs::write("/work/.git/cordon-command-marker", b"x");
+    let copy = "/tmp/cordon-probe-copy";
+    let ran = std::fs::copy("/proc/self/exe", copy)
+        .and_then(|_| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(copy, std::fs::Permissions::from_mode(0o755))
+        })
+        .and_then(|()| {
+            std::process::Command::new(copy)
+                .args(["workload", "exit", "7"])
+                .status()
+        });
+    serde_json::json!({
+        "marker_present": present,
+        "wrote_work": wrote.as_ref().map_or_else(|e| e.to_string(), |()| "ok".to_owned()),
+        "wrote_metadata": metadata.as_ref().map_or_else(|e| e.to_string(), |()| "ok".to_owned()),
+        "tmp_exec_exit": ran.as_ref().ok().and_then(|s| s.code()),
+        "tmp_exec_error": ran.as_ref().err().map(|e| e.to_string()),
+        "cwd": std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
+    })
+    .to_string()
+}
+
+/// `command-hostile WHAT [N]`'s line, or `None` for an unknown act.
+fn command_hostile(what: &str, n: Option<u64>) -> Option<String> {
+    use std::io::Write as _;
+    let line = match what {
+        "flood" => {
+            let total = n.unwrap_or(1 << 30);
+            // Valid text, an ESC sequence, a C1 CSI, invalid bytes, a bidi override.
+            let chunk: Vec<u8> = [
+                &b"ok line\n\x1b[2J\x1b]0;title\x07"[..],
+                "\u{9b}31m".as_bytes(),
+                &[0xff, 0xc0, 0x80, b'\n'],
+                "\u{202e}evil\n".as_bytes(),
+            ]
+            .concat()
+            .repeat(2048);
+            let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+            let mut written = 0u64;
+            while written < total {
+                let take = usize::try_from(total - written)
+                    .unwrap_or(usize::MAX)
+                    .min(chunk.len());
+                if out.write_all(&chunk[..take]).is_err() || err.write_all(&chunk[..take]).is_err()
+                {
+                    break;
+                }
+                written += take as u64;
+            }
+            let _ = out.flush();
+            serde_json::json!({ "flooded": written })
+        }
+        "fork-bomb" => {
+            let mut forked = 0u64;
+            let refused = loop {
+                // SAFETY: the child only sleeps (async-signal-safe) until it is killed.
+                match unsafe { fork() } {
+                    Ok(ForkResult::Child) => park(),
+                    Ok(ForkResult::Parent { .. }) => forked += 1,
+                    Err(e) => break e.to_string(),
+                }
+                if forked >= 1_000_000 {
+                    break "a million".to_owned();
+                }
+            };
+            serde_json::json!({ "forked": forked, "refused": refused })
+        }
+        "fill-bytes" => {
+            let block = vec![0x5a_u8; 1 << 20];
+            let mut written = 0u64;
+            let error = match std::fs::File::create("/tmp/fill") {
+                Ok(mut file) => loop {
+                    match file.write(&block) {
+                        Ok(0) => break "wrote nothing".to_owned(),
+                        Ok(k) => written += k as u64,
+                        Err(e) => break e.to_string(),
+                    }
+                },
+                Err(e) => e.to_string(),
+            };
+            serde_json::json!({ "bytes": written, "error": error })
+        }
+        "fill-inodes" => {
+            let mut made = 0u64;
+            let error = loop {
+                match std::fs::File::create(format!("/tmp/inode-{made}")) {
+                    Ok(_) => made += 1,
+                    Err(e) => break e.to_string(),
+                }
+            };
+            serde_json::json!({ "files": made, "error": error })
+        }
+        "escape-work" => {
+            let outcome =
+                |r: std::io::Result<()>| r.map_or_else(|e| e.to_string(), |()| "ok".into());
+            // SAFETY: a NUL-terminated literal path; umount2 reads it and nothing else.
+            let rc = unsafe { libc::umount2(c"/work".as_ptr(), libc::MNT_DETACH) };
+            let unmount = if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            };
+            let upper = std::fs::write("/run/cordon/overlay/upper/escaped", b"x");
+            let via_root = std::fs::write(format!("/proc/self/root{COMMAND_MARKER}"), b"x");
+            serde_json::json!({
+                "unmount": outcome(unmount),
+                "upper": outcome(upper),
+                "via_root": outcome(via_root),
+            })
+        }
+        _ => return None,
+    };
+    Some(line.to_string())
+}
+
 /// Run one workload.
 pub fn run(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
@@ -605,6 +738,21 @@ pub fn run(args: &[String]) -> i32 {
             },
             false,
         ),
+        Some("command-check") => {
+            println!("{}", command_check());
+            eprintln!("cordon-probe: command-check wrote its line");
+            0
+        }
+        Some("command-hostile") => {
+            let what = args.get(1).map(String::as_str).unwrap_or("");
+            match command_hostile(what, number(args, 2)) {
+                Some(line) => {
+                    println!("{line}");
+                    0
+                }
+                None => 2,
+            }
+        }
         Some("egress-load") => match egress_load(&args[1..]) {
             Ok(line) => {
                 println!("{line}");

@@ -207,3 +207,198 @@ async fn a_call_reaches_the_controller_through_the_relay_and_its_answer_comes_ba
         .expect("removal");
     owned.finish().await;
 }
+
+/// An approved command of the test image's probe: `cordon-probe workload ARGS...`.
+fn probe_command(name: &str, writes: command::Writes, args: &[&str]) -> command::ApprovedCommand {
+    let mut argv = vec![
+        cordon_contract::paths::PROBE.to_owned(),
+        "workload".to_owned(),
+    ];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    command::ApprovedCommand {
+        name: name.to_owned(),
+        description: "a probe".to_owned(),
+        argv,
+        image: "cordon-test".to_owned(),
+        env: vec![("CORDON_TEST".to_owned(), "1".to_owned())],
+        workdir: cordon_contract::paths::WORK.to_owned(),
+        deadline_secs: 60,
+        output_bytes: 64 * 1024,
+        scratch: command::Scratch {
+            bytes: 64 << 20,
+            inodes: 4096,
+        },
+        runs: 8,
+        writes,
+    }
+}
+
+/// A command container is the agent's, validated, attested and contained, with the command's
+/// differences: a command that writes nothing writes /work through a throwaway overlay (the
+/// next command, on the same volume, finds nothing of it), one that writes /work reaches the
+/// volume; neither can write the metadata; both can run what they put in /tmp; its two streams
+/// come back as one without the init's lines; one that outlives its limit is killed and
+/// reported; and nothing is left.
+#[tokio::test]
+async fn a_command_container_writes_work_only_when_it_may_and_runs_what_it_builds_in_scratch() {
+    use cordon::command::run::{self, CommandImage};
+    let fixture = cordon_tests::fixture("command-container").await;
+    let agent = fixture.profile(&cordon_tests::Run::workload(&["exit", "0"]));
+    let image = CommandImage {
+        id: fixture.image.clone(),
+        env: vec!["PATH=/usr/bin:/bin".to_owned()],
+        program: cordon_contract::paths::PROBE.to_owned(),
+    };
+    let call = |writes, args: &'static [&'static str], limit: u64| {
+        let (ctl, agent, image) = (fixture.ctl.clone(), agent.clone(), image.clone());
+        async move {
+            let command = probe_command("check", writes, args);
+            let outcome = run::run(
+                &ctl,
+                &agent,
+                &command,
+                &image,
+                Duration::from_secs(limit),
+                std::future::pending(),
+            )
+            .await
+            .expect("a run");
+            match outcome.answer {
+                Answer::Ran(ran) => ran,
+                other => panic!("not run: {other:?}"),
+            }
+        }
+    };
+    let check = |ran: &Ran| -> serde_json::Value {
+        assert_eq!(ran.exit, Some(0), "{ran:?}");
+        assert!(!ran.timed_out);
+        let mut lines = ran.output.lines();
+        let first = lines.next().expect("the check's line");
+        // Its stderr line comes after its stdout line, and no init line is in the output.
+        assert_eq!(
+            lines.collect::<Vec<_>>(),
+            ["cordon-probe: command-check wrote its line"]
+        );
+        assert_eq!(ran.output_bytes, ran.output.len() as u64);
+        serde_json::from_str(first).expect("JSON")
+    };
+    let first = check(&call(command::Writes::None, &["command-check"], 60).await);
+    assert_eq!(first["marker_present"], false, "{first}");
+    assert_eq!(first["wrote_work"], "ok", "{first}");
+    assert_ne!(first["wrote_metadata"], "ok", "{first}");
+    assert_eq!(first["tmp_exec_exit"], 7, "{first}");
+    assert_eq!(first["cwd"], "/work", "{first}");
+    // The overlay was thrown away with its container.
+    let second = check(&call(command::Writes::None, &["command-check"], 60).await);
+    assert_eq!(second["marker_present"], false, "{second}");
+    let third = check(&call(command::Writes::Work, &["command-check"], 60).await);
+    assert_eq!(third["marker_present"], false, "{third}");
+    assert_eq!(third["wrote_work"], "ok", "{third}");
+    assert_ne!(third["wrote_metadata"], "ok", "{third}");
+    assert_eq!(third["tmp_exec_exit"], 7, "{third}");
+    // What a writing command wrote is in the volume, and the overlay shows it.
+    let fourth = check(&call(command::Writes::None, &["command-check"], 60).await);
+    assert_eq!(fourth["marker_present"], true, "{fourth}");
+    // A command that outlives its limit is killed, and says so.
+    let t = std::time::Instant::now();
+    let slow = call(command::Writes::None, &["sleep", "600000"], 2).await;
+    assert!(slow.timed_out && slow.exit.is_none(), "{slow:?}");
+    assert!(t.elapsed() < Duration::from_secs(40), "{:?}", t.elapsed());
+    fixture.finish().await;
+}
+
+/// Hostile commands (the repository's tests are agent-written code) are each bounded and
+/// reported, and leave nothing: a 1 GiB flood of both streams with terminal escapes and invalid
+/// UTF-8 comes back as at most the command's bound, escaped; a fork bomb stops at the pids
+/// limit; the scratch fills by bytes and by inodes at its bounds; a command that writes nothing
+/// cannot reach the work volume beneath its overlay (by unmounting it, through the overlay's
+/// upper layer or through another path to /work); one that leaves a process behind still ends.
+#[tokio::test]
+async fn hostile_commands_are_bounded_reported_and_leave_nothing() {
+    use cordon::command::run::{self, CommandImage};
+    let fixture = cordon_tests::fixture("command-hostile").await;
+    let agent = fixture.profile(&cordon_tests::Run::workload(&["exit", "0"]));
+    let image = CommandImage {
+        id: fixture.image.clone(),
+        env: vec![],
+        program: cordon_contract::paths::PROBE.to_owned(),
+    };
+    let call = |args: &'static [&'static str]| {
+        let (ctl, agent, image) = (fixture.ctl.clone(), agent.clone(), image.clone());
+        async move {
+            let command = probe_command("hostile", command::Writes::None, args);
+            let outcome = run::run(
+                &ctl,
+                &agent,
+                &command,
+                &image,
+                Duration::from_secs(120),
+                std::future::pending(),
+            )
+            .await
+            .expect("a run");
+            match outcome.answer {
+                Answer::Ran(ran) => ran,
+                other => panic!("{args:?} not run: {other:?}"),
+            }
+        }
+    };
+    let line = |ran: &Ran| -> serde_json::Value {
+        let json = ran
+            .output
+            .lines()
+            .find(|l| l.starts_with('{'))
+            .unwrap_or_else(|| panic!("no JSON line in {ran:?}"));
+        serde_json::from_str(json).expect("JSON")
+    };
+
+    let flood = call(&["command-hostile", "flood", "1073741824"]).await;
+    assert_eq!(
+        flood.exit,
+        Some(0),
+        "{}",
+        &flood.output[..flood.output.len().min(2000)]
+    );
+    assert!(flood.truncated);
+    // Both streams in full were counted; the kept text is within the bound, escaped.
+    assert!(flood.output_bytes > 2 << 30, "{}", flood.output_bytes);
+    let bound = 64 * 1024;
+    assert!(
+        flood.output.len() <= bound * 4 + 100,
+        "{}",
+        flood.output.len()
+    );
+    assert!(!flood
+        .output
+        .contains(['\u{1b}', '\u{9b}', '\u{202e}', '\u{7}']));
+    assert!(flood.output.contains("\\x1b[2J") && flood.output.contains("\\xff"));
+    assert!(flood.output.contains("bytes omitted]"));
+
+    let bomb = line(&call(&["command-hostile", "fork-bomb"]).await);
+    let forked = bomb["forked"].as_u64().expect("a count");
+    assert!(forked > 0 && forked < 128, "{bomb}");
+
+    let bytes = line(&call(&["command-hostile", "fill-bytes"]).await);
+    assert!(
+        bytes["error"].as_str().unwrap().contains("No space left"),
+        "{bytes}"
+    );
+    assert!(bytes["bytes"].as_u64().unwrap() <= 64 << 20, "{bytes}");
+    let inodes = line(&call(&["command-hostile", "fill-inodes"]).await);
+    assert!(
+        inodes["error"].as_str().unwrap().contains("No space left"),
+        "{inodes}"
+    );
+    assert!(inodes["files"].as_u64().unwrap() < 4096, "{inodes}");
+
+    let escape = line(&call(&["command-hostile", "escape-work"]).await);
+    assert_ne!(escape["unmount"], "ok", "{escape}");
+    assert_ne!(escape["upper"], "ok", "{escape}");
+    // Another path to /work is the same overlay: the next command finds nothing of it.
+    let after = line(&call(&["command-check"]).await);
+    assert_eq!(after["marker_present"], false, "{after}");
+
+    let left = call(&["setsid-child"]).await;
+    assert_eq!(left.exit, Some(0), "{left:?}");
+    fixture.finish().await;
+}

@@ -4,3 +4,5 @@
 pub mod ledger;
 pub mod output;
 pub mod relay;
+pub mod run;
+pub mod stream;

@@ -353,6 +353,7 @@ mod tests {
             stderr: stderr.to_vec(),
             stdout_total: totals.map_or(stdout.len() as u64, |t| t.0),
             stderr_total: totals.map_or(stderr.len() as u64, |t| t.1),
+            interleaved: None,
         };
         Output {
             stdout: String::from_utf8_lossy(stdout).into_owned(),

@@ -19,7 +19,7 @@ impl Profile {
         let tmpfs: HashMap<String, String> = self
             .scratch_areas()
             .into_iter()
-            .map(|(path, area, _, _, mode)| (path.to_owned(), self.tmpfs_options(area, mode)))
+            .map(|(path, area, _, _, mode)| (path.to_owned(), self.tmpfs_options(path, area, mode)))
             .collect();
         let mut body = hardened_body(Hardened {
             image_id: &self.spec.image_id,
@@ -27,7 +27,11 @@ impl Profile {
             // The init starts as root with exactly what it needs to remount the content mounts
             // and to switch to the allocation's ids; it drops all of it before its preflight.
             user: "0:0".to_owned(),
-            cap_add: start_capability_names(),
+            cap_add: self
+                .start_capabilities()
+                .iter()
+                .map(|(name, _)| (*name).to_owned())
+                .collect(),
             entrypoint: vec![paths::INIT.to_owned()],
             env: self.env(),
             mounts: self.mounts().into_iter().map(|(m, _)| m).collect(),
@@ -36,9 +40,17 @@ impl Profile {
             nano_cpus: l.nano_cpus,
             log_max_size: LOG_MAX_SIZE,
         });
-        body.working_dir = Some(paths::WORK.to_owned());
+        body.working_dir = Some(self.workdir().to_owned());
         if let Some(host) = body.host_config.as_mut() {
             host.tmpfs = Some(tmpfs);
+            // A command's output is read from its attach stream alone, within its bound: the
+            // engine's log driver would encode every byte a flooding command writes again.
+            if self.command_role().is_some() {
+                host.log_config = Some(HostConfigLogConfig {
+                    typ: Some("none".to_owned()),
+                    config: Some(HashMap::new()),
+                });
+            }
         }
         body
     }

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::models::ContainerCreateBody;
+use cordon_contract::command::Writes;
 use cordon_contract::{paths, Id, Phase, Policy, Vendor};
 
 use crate::engine::{ApiVersion, SUBPATH_API};
@@ -20,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind};
 
 mod body;
+pub mod command;
 pub mod egress;
 mod helper;
 mod policy;
@@ -27,6 +29,7 @@ mod spec;
 mod volumes;
 
 pub use body::{hardened_body, masked_paths, start_capability_names, Hardened};
+pub use command::{CommandRole, Role};
 pub use egress::EgressSpec;
 pub use helper::{helper_body, reader_body};
 pub use spec::{
@@ -141,6 +144,7 @@ pub const LOG_MAX_SIZE: &str = "1m";
 #[derive(Debug, Clone)]
 pub struct Profile {
     spec: ProfileSpec,
+    role: Role,
 }
 
 /// What one launch sends to the engine and writes into the control dir.
@@ -203,6 +207,9 @@ impl Profile {
 
     /// The container's environment (without the HOSTNAME the engine adds).
     pub fn env(&self) -> Vec<String> {
+        if self.command_role().is_some() {
+            return self.command_env();
+        }
         let mut env = vec![
             "PATH=/usr/bin:/bin".to_owned(),
             format!("HOME={}", paths::HOME),
@@ -220,8 +227,28 @@ impl Profile {
         env
     }
 
-    /// The scratch tmpfs areas: (path, area, bytes id, inodes id, mode).
+    /// The scratch tmpfs areas: (path, area, bytes id, inodes id, mode). A command's are its
+    /// /tmp and, when it writes nothing, its overlay's area.
     pub fn scratch_areas(&self) -> Vec<(&'static str, Area, Id, Id, u32)> {
+        if let Some(role) = self.command_role() {
+            let mut areas = vec![(
+                paths::TMP,
+                role.scratch,
+                Id::TmpBytes,
+                Id::TmpInodes,
+                0o1777,
+            )];
+            if role.writes == Writes::None {
+                areas.push((
+                    paths::OVERLAY_AREA,
+                    role.overlay,
+                    Id::WorkBytes,
+                    Id::WorkInodes,
+                    0o700,
+                ));
+            }
+            return areas;
+        }
         let l = &self.spec.limits;
         let mut areas = vec![
             (paths::TMP, l.tmp, Id::TmpBytes, Id::TmpInodes, 0o1777),
@@ -246,18 +273,70 @@ impl Profile {
         areas
     }
 
-    /// `HostConfig.Tmpfs` option string of a scratch area, owned by the allocation's uid.
-    pub fn tmpfs_options(&self, area: Area, mode: u32) -> String {
+    /// Whether the scratch area at `path` may hold executables: a command's /tmp alone (Docker's
+    /// tmpfs is noexec unless told `exec`).
+    pub fn exec_scratch(&self, path: &str) -> bool {
+        self.command_role().is_some() && path == paths::TMP
+    }
+
+    /// `HostConfig.Tmpfs` option string of the scratch area at `path`, owned by the allocation's
+    /// uid.
+    pub fn tmpfs_options(&self, path: &str, area: Area, mode: u32) -> String {
         let uid = self.spec.allocation.uid;
+        let exec = if self.exec_scratch(path) {
+            "exec"
+        } else {
+            "noexec"
+        };
         format!(
-            "rw,nosuid,nodev,noexec,size={},nr_inodes={},mode={mode:o},uid={uid},gid={uid}",
+            "rw,nosuid,nodev,{exec},size={},nr_inodes={},mode={mode:o},uid={uid},gid={uid}",
             area.bytes, area.inodes,
         )
     }
 
+    /// What the container is: the agent, or an approved command.
+    pub fn kind(&self) -> Kind {
+        match self.role {
+            Role::Agent => Kind::Agent,
+            Role::Command(_) => Kind::Command,
+        }
+    }
+
     /// The container's labels.
     pub fn labels(&self) -> HashMap<String, String> {
-        self.spec.allocation.labels(Kind::Agent)
+        self.spec.allocation.labels(self.kind())
+    }
+
+    /// The working directory: /work, or the command's.
+    pub fn workdir(&self) -> &str {
+        self.command_role()
+            .map_or(paths::WORK, |role| role.workdir.as_str())
+    }
+
+    /// The capabilities the init starts with, as numbers: the shared start set, and DAC_OVERRIDE
+    /// for a command whose init lays an overlay.
+    pub fn start_capabilities(&self) -> Vec<(&'static str, u32)> {
+        let mut caps = cordon_contract::capabilities::START_CAPABILITIES.to_vec();
+        if self.overlay().is_some() {
+            caps.push(cordon_contract::capabilities::OVERLAY_CAPABILITY);
+        }
+        caps
+    }
+
+    /// The overlay the init lays on /work (a command that writes nothing).
+    pub fn overlay(&self) -> Option<cordon_contract::policy::WorkOverlay> {
+        let role = self.command_role()?;
+        (role.writes == Writes::None).then(|| cordon_contract::policy::WorkOverlay {
+            target: paths::WORK.to_owned(),
+            area: paths::OVERLAY_AREA.to_owned(),
+            carried: vec![paths::METADATA.to_owned()],
+        })
+    }
+
+    /// Whether the workload may write /work (through the overlay, for a command that writes
+    /// nothing to the volume).
+    pub fn work_writable(&self) -> bool {
+        self.command_role().is_some() || self.spec.phase.work_writable()
     }
 
     /// The create request, the container name and the init's policy. Refuses a profile that
@@ -273,7 +352,7 @@ impl Profile {
             });
         }
         Ok(LaunchPlan {
-            name: self.spec.allocation.name(Kind::Agent),
+            name: self.spec.allocation.name(self.kind()),
             create: self.create_body(),
             policy: self.policy(),
         })

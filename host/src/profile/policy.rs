@@ -1,7 +1,6 @@
 //! The policy cordon-init enforces: the mounts it expects (with their flags, access and bounds),
 //! Landlock, socket families, the start capabilities, masked paths, cgroup limits, the command.
 
-use cordon_contract::capabilities::start_capability_numbers;
 use cordon_contract::paths;
 use cordon_contract::policy::{
     self, Access, Bounded, CgroupLimits, LandlockPolicy, MountRule, Policy, SocketPolicy,
@@ -23,10 +22,10 @@ impl Profile {
             vendor: self.spec.vendor,
             uid: self.spec.allocation.uid.get(),
             gid: self.spec.allocation.uid.get(),
-            start_capabilities: start_capability_numbers(),
+            start_capabilities: self.start_capabilities().iter().map(|(_, n)| *n).collect(),
             hostname: paths::HOSTNAME.to_owned(),
             env,
-            cwd: paths::WORK.to_owned(),
+            cwd: self.workdir().to_owned(),
             mounts: self.mount_rules(),
             landlock: LandlockPolicy {
                 abi: self.spec.landlock_abi,
@@ -35,6 +34,12 @@ impl Profile {
                 devices: vec!["/dev/null".to_owned()],
                 exec: self.spec.exec.clone(),
                 pins: self.spec.pins.clone(),
+                // A command may execute what its image holds and what it builds in its scratch.
+                exec_trees: if self.command_role().is_some() {
+                    vec!["/".to_owned()]
+                } else {
+                    Vec::new()
+                },
             },
             sockets: SocketPolicy::agent(),
             masked: CORDON_MASKED_PATHS
@@ -57,6 +62,7 @@ impl Profile {
                 .as_ref()
                 .map(|_| super::egress::agent_forward().0),
             sentinel: self.sentinel().map(str::to_owned),
+            overlay: self.overlay(),
         }
     }
 
@@ -66,26 +72,53 @@ impl Profile {
         let s = &self.spec.storage;
         let writable = self.spec.phase.work_writable();
         let mut mounts = policy::engine_mount_rules();
-        mounts.push(MountRule::required(
-            paths::WORK,
-            if writable {
-                Access::Writable
-            } else {
-                Access::ReadOnly
-            },
-            if writable {
-                Id::WritableNosuidNodevNoexec
-            } else {
-                Id::WorkReadonly
-            },
-            Some("tmpfs"),
-            Some(Bounded {
-                bytes: s.work.bytes,
-                inodes: s.work.inodes,
-                bytes_id: Id::WorkBytes,
-                inodes_id: Id::WorkInodes,
-            }),
-        ));
+        if let Some(role) = self.command_role().filter(|_| self.overlay().is_some()) {
+            // The work volume read-only, covered by the overlay the init lays over it; /work's
+            // statfs is then the overlay's upper area's.
+            let mut lower = MountRule::required(
+                paths::WORK,
+                Access::ReadOnly,
+                Id::WorkReadonly,
+                Some("tmpfs"),
+                None,
+            );
+            lower.covered = true;
+            mounts.push(lower);
+            mounts.push(MountRule::required(
+                paths::WORK,
+                Access::Writable,
+                Id::WritableNosuidNodevNoexec,
+                Some("overlay"),
+                Some(Bounded {
+                    bytes: role.overlay.bytes,
+                    inodes: role.overlay.inodes,
+                    bytes_id: Id::WorkBytes,
+                    inodes_id: Id::WorkInodes,
+                }),
+            ));
+        } else {
+            let writable = writable || self.command_role().is_some();
+            mounts.push(MountRule::required(
+                paths::WORK,
+                if writable {
+                    Access::Writable
+                } else {
+                    Access::ReadOnly
+                },
+                if writable {
+                    Id::WritableNosuidNodevNoexec
+                } else {
+                    Id::WorkReadonly
+                },
+                Some("tmpfs"),
+                Some(Bounded {
+                    bytes: s.work.bytes,
+                    inodes: s.work.inodes,
+                    bytes_id: Id::WorkBytes,
+                    inodes_id: Id::WorkInodes,
+                }),
+            ));
+        }
         mounts.push(MountRule::required(
             paths::METADATA,
             Access::ReadOnly,
@@ -96,7 +129,11 @@ impl Profile {
         for (path, area, bytes_id, inodes_id, _) in self.scratch_areas() {
             mounts.push(MountRule::required(
                 path,
-                Access::Writable,
+                if self.exec_scratch(path) {
+                    Access::WritableExec
+                } else {
+                    Access::Writable
+                },
                 Id::WritableNosuidNodevNoexec,
                 Some("tmpfs"),
                 Some(Bounded {
@@ -107,11 +144,7 @@ impl Profile {
                 }),
             ));
         }
-        for (path, protection) in [
-            (paths::CONTROL_DIR, Id::ControlReadonly),
-            (paths::INPUT_DIR, Id::InputReadonly),
-            (paths::EGRESS_DIR, Id::EgressReadonly),
-        ] {
+        for (_, path, protection) in self.invocation_dirs() {
             mounts.push(MountRule::required(
                 path,
                 Access::ReadOnly,
@@ -141,15 +174,17 @@ impl Profile {
         mounts
     }
 
-    /// What Landlock lets the workload write: the scratch areas, and /work in the phases that
-    /// write it.
+    /// What Landlock lets the workload write: the scratch areas (never an overlay's area, which
+    /// only the overlay writes), and /work in the phases that write it and for a command.
     fn writable_paths(&self) -> Vec<String> {
         let mut write: Vec<String> = self
             .scratch_areas()
             .into_iter()
-            .map(|(path, ..)| path.to_owned())
+            .map(|(path, ..)| path)
+            .filter(|path| *path != paths::OVERLAY_AREA)
+            .map(str::to_owned)
             .collect();
-        if self.spec.phase.work_writable() {
+        if self.work_writable() {
             write.push(paths::WORK.to_owned());
         }
         write

@@ -147,7 +147,10 @@ impl Profile {
         spec.check_input_files()?;
         check_schema_argument(&spec.command, &spec.input_files)?;
         spec.check_landlock_abi()?;
-        Ok(Profile { spec })
+        Ok(Profile {
+            spec,
+            role: super::Role::Agent,
+        })
     }
 }
 

@@ -4,7 +4,7 @@ use super::*;
 use crate::labels::Owner;
 use crate::uids::Uid;
 
-fn spec() -> ProfileSpec {
+pub(crate) fn spec() -> ProfileSpec {
     let uid = Uid::new(1_500_000).unwrap();
     let owner = Owner::random("t");
     let allocation = Allocation::new(&owner, "a", uid).unwrap();

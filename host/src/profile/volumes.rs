@@ -25,7 +25,7 @@ impl Profile {
             labels,
             options,
         };
-        vec![
+        let mut volumes = vec![
             (
                 Kind::Work,
                 spec(
@@ -68,7 +68,25 @@ impl Profile {
                     tmpfs_volume_options(EGRESS_AREA, 0o770, uid),
                 ),
             ),
-        ]
+        ];
+        // A command has no way out: no egress dir.
+        if self.command_role().is_some() {
+            volumes.retain(|(kind, _)| *kind != Kind::Egress);
+        }
+        volumes
+    }
+
+    /// The read-only invocation dirs the container mounts (volume, path, protection): control
+    /// and input, and the egress dir for the agent.
+    pub fn invocation_dirs(&self) -> Vec<(Kind, &'static str, Id)> {
+        let mut dirs = vec![
+            (Kind::Control, paths::CONTROL_DIR, Id::ControlReadonly),
+            (Kind::Input, paths::INPUT_DIR, Id::InputReadonly),
+        ];
+        if self.command_role().is_none() {
+            dirs.push((Kind::Egress, paths::EGRESS_DIR, Id::EgressReadonly));
+        }
+        dirs
     }
 
     /// Every mount of `HostConfig.Mounts`, in order, with the protection each one carries.
@@ -78,28 +96,22 @@ impl Profile {
             let spec = volumes.get(&kind).cloned().unwrap_or_default();
             volume_mount(&spec, target, read_only, None)
         };
+        // The work volume is writable in the phases that write it, and under a command that
+        // writes /work; under an overlay it is the overlay's read-only lower layer.
+        let work_writable = self.work_writable() && self.overlay().is_none();
         let mut mounts = vec![
             (
-                volume(Kind::Work, paths::WORK, !self.spec.phase.work_writable()),
+                volume(Kind::Work, paths::WORK, !work_writable),
                 Id::WorkReadonly,
             ),
             (
                 volume(Kind::Metadata, paths::METADATA, true),
                 Id::MetadataReadonly,
             ),
-            (
-                volume(Kind::Control, paths::CONTROL_DIR, true),
-                Id::ControlReadonly,
-            ),
-            (
-                volume(Kind::Input, paths::INPUT_DIR, true),
-                Id::InputReadonly,
-            ),
-            (
-                volume(Kind::Egress, paths::EGRESS_DIR, true),
-                Id::EgressReadonly,
-            ),
         ];
+        for (kind, path, protection) in self.invocation_dirs() {
+            mounts.push((volume(kind, path, true), protection));
+        }
         let work = volumes.get(&Kind::Work).cloned().unwrap_or_default();
         for pin in self.pin_mounts() {
             mounts.push((

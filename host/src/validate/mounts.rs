@@ -255,7 +255,7 @@ pub(super) fn scratch_areas(r: &ReadBack<'_>, d: &mut Diff) {
             Some(options) => check_area_options(
                 d,
                 &field,
-                &profile.tmpfs_options(*area, *mode),
+                &profile.tmpfs_options(path, *area, *mode),
                 options,
                 *bytes_id,
                 *inodes_id,

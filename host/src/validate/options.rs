@@ -49,10 +49,20 @@ pub(super) fn check_area_options(
         want.get("nr_inodes"),
         have.get("nr_inodes"),
     );
-    let risky = ["exec", "suid", "dev"];
-    let flags_ok = ["nosuid", "nodev", "noexec"]
-        .iter()
-        .all(|f| have_flags.contains(*f))
+    // Always nosuid and nodev; noexec unless the profile asks for `exec` (an approved
+    // command's scratch, where tests run what they build).
+    let exec_allowed = want_flags.contains("exec");
+    let required: &[&str] = if exec_allowed {
+        &["nosuid", "nodev"]
+    } else {
+        &["nosuid", "nodev", "noexec"]
+    };
+    let risky: &[&str] = if exec_allowed {
+        &["suid", "dev"]
+    } else {
+        &["exec", "suid", "dev"]
+    };
+    let flags_ok = required.iter().all(|f| have_flags.contains(*f))
         && !risky.iter().any(|f| have_flags.contains(*f));
     diff.check(
         flags_ok,

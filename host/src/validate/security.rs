@@ -8,7 +8,6 @@ use cordon_contract::policy::{CORDON_MASKED_PATHS, ENGINE_MASKED_PATHS, ENGINE_R
 use cordon_contract::Id;
 
 use super::{empty_map, Diff, ReadBack};
-use crate::profile::start_capability_names;
 
 pub(super) fn readonly_root(r: &ReadBack<'_>, d: &mut Diff) {
     d.check(
@@ -37,7 +36,12 @@ pub(super) fn capabilities(r: &ReadBack<'_>, d: &mut Diff) {
             .map(|c| c.to_ascii_uppercase().trim_start_matches("CAP_").to_owned())
             .collect()
     };
-    let want_caps: BTreeSet<String> = start_capability_names().into_iter().collect();
+    let want_caps: BTreeSet<String> = r
+        .profile
+        .start_capabilities()
+        .iter()
+        .map(|(name, _)| (*name).to_owned())
+        .collect();
     let have_caps = caps(&host.cap_add);
     let added: Vec<&String> = have_caps.difference(&want_caps).collect();
     let missing: Vec<&String> = want_caps.difference(&have_caps).collect();
