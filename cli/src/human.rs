@@ -308,6 +308,8 @@ mod tests {
                 unreleased: vec![],
                 timings: Timings::default(),
                 vendor_requests: vec![],
+                commands: vec![],
+                commands_unrecorded: 0,
                 vendor_budget_exhausted: None,
                 egress_log: vec![],
                 vendor_log: vec![],
@@ -392,6 +394,8 @@ mod tests {
                 timings: Default::default(),
                 egress_log: vec![],
                 vendor_log: vec![],
+                commands: vec![],
+                commands_unrecorded: 0,
             });
             let mut stopped = report(None, None);
             stopped.result = result;

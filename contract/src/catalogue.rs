@@ -134,6 +134,8 @@ protections! {
         "input dir (prompt, schema) mounted read-only";
     EgressReadonly = "egress-readonly", validator: true, init: true, probe: true,
         "egress socket dir mounted read-only";
+    CommandsReadonly = "commands-readonly", validator: true, init: true, probe: true,
+        "with approved commands, their socket dir (the relay's) mounted read-only: the agent reaches the socket and can never replace it or leave anything there";
     NoResolver = "no-resolver", validator: true, init: false, probe: true,
         "no Dns, DnsSearch, DnsOptions or ExtraHosts; no name the agent looks up gets an answer, from the hosts file or any resolver";
     EgressAllowlist = "egress-allowlist", validator: false, init: false, probe: true,

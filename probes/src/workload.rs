@@ -23,6 +23,10 @@
 //!   stdout (and one line on stderr): whether the marker file was already in /work, whether it
 //!   could write the marker and the read-only metadata, and whether a copy of itself in /tmp runs
 //!   (tests run what they build); its working directory.
+//! - `check-file PATH NEEDLE`: a stand-in test runner: writes `/work/test-output.log` beside the
+//!   sources (as test runners do), then passes (exit 0) when PATH holds NEEDLE and fails (exit 1,
+//!   the reason on stderr) when it does not. `format PATH`: a stand-in formatter that appends a
+//!   line to PATH.
 //! - `command-hostile WHAT`: an approved command's hostile acts, each reporting what it got as
 //!   one JSON line (the container must bound each): `flood N` writes N bytes to stdout and
 //!   stderr each, invalid UTF-8 and terminal escapes among them; `fork-bomb` forks until the
@@ -587,6 +591,26 @@ fn egress_load(args: &[String]) -> Result<String, String> {
 /// The marker file `command-check` looks for and writes.
 pub const COMMAND_MARKER: &str = "/work/cordon-command-marker";
 
+/// `check-file`: pass when `path` holds `needle`.
+fn check_file(path: &str, needle: &str) -> i32 {
+    println!("running 1 test: {path} holds {needle:?}");
+    let _ = std::fs::write("/work/test-output.log", b"the test ran\n");
+    match std::fs::read_to_string(path) {
+        Ok(text) if text.contains(needle) => {
+            println!("test result: PASS");
+            0
+        }
+        Ok(_) => {
+            eprintln!("FAIL: {path} does not hold {needle:?}");
+            1
+        }
+        Err(e) => {
+            eprintln!("FAIL: {path}: {e}");
+            1
+        }
+    }
+}
+
 /// `command-check`'s line.
 fn command_check() -> String {
     let present = std::fs::symlink_metadata(COMMAND_MARKER).is_ok();
@@ -743,6 +767,27 @@ pub fn run(args: &[String]) -> i32 {
             eprintln!("cordon-probe: command-check wrote its line");
             0
         }
+        Some("check-file") => match (args.get(1), args.get(2)) {
+            (Some(path), Some(needle)) => check_file(path, needle),
+            _ => 2,
+        },
+        Some("format") => match args.get(1) {
+            Some(path) => {
+                let formatted = std::fs::read_to_string(path)
+                    .and_then(|text| std::fs::write(path, format!("{text}// formatted\n")));
+                match formatted {
+                    Ok(()) => {
+                        println!("formatted {path}");
+                        0
+                    }
+                    Err(e) => {
+                        eprintln!("format {path}: {e}");
+                        1
+                    }
+                }
+            }
+            None => 2,
+        },
         Some("command-hostile") => {
             let what = args.get(1).map(String::as_str).unwrap_or("");
             match command_hostile(what, number(args, 2)) {

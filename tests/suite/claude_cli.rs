@@ -33,6 +33,8 @@ struct Cli {
     s: Owned,
     agent: AgentImage,
     storage: StorageHandle,
+    /// The runner's approved commands for every run (none unless a test sets them).
+    commands: Vec<cordon_contract::command::ApprovedCommand>,
 }
 
 /// The repository every scenario runs on: a few files to Glob, Grep and Read, and a file that
@@ -74,7 +76,12 @@ async fn cli_at(prefix: &str, repo: Repo, head: &str, work: Option<Area>) -> Cli
     let storage = task::prepare(&s.ctl.clone().with_helper_image(&agent.built.id), &prepare)
         .await
         .expect("task storage");
-    Cli { s, agent, storage }
+    Cli {
+        s,
+        agent,
+        storage,
+        commands: Vec::new(),
+    }
 }
 
 impl Cli {
@@ -162,6 +169,7 @@ impl Cli {
         let options = Options {
             egress: api.egress.clone(),
             vendor: api.vendor.clone(),
+            commands: self.commands.clone(),
             ..Options::new(ImageSource::Agent {
                 id: self.agent.built.id.clone(),
                 exec: self.agent.exec.clone(),
@@ -1310,4 +1318,130 @@ async fn glob_and_grep_through_links_stay_in_the_checkout() {
         .expect_err("a link out of the checkout");
     assert_eq!(refused.id(), "repo-absolute-link", "{refused}");
     s.finish().await;
+}
+
+/// The approved commands' tool, as the CLI names cordon's MCP server's tool.
+const COMMANDS_TOOL: &str = "mcp__cordon__run_approved_command";
+
+/// An approved command of the test image's probe (`cordon-probe workload ARGS...`).
+fn approved(
+    name: &str,
+    writes: cordon_contract::command::Writes,
+    image: &str,
+    args: &[&str],
+) -> cordon_contract::command::ApprovedCommand {
+    let mut argv = vec![
+        cordon_contract::paths::PROBE.to_owned(),
+        "workload".to_owned(),
+    ];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    cordon_contract::command::ApprovedCommand {
+        name: name.to_owned(),
+        description: format!("the project's {name}"),
+        argv,
+        image: image.to_owned(),
+        env: vec![],
+        workdir: "/work".to_owned(),
+        deadline_secs: 60,
+        output_bytes: 16 * 1024,
+        scratch: cordon_contract::command::Scratch {
+            bytes: 16 << 20,
+            inodes: 1024,
+        },
+        runs: 2,
+        writes,
+    }
+}
+
+/// Approved commands in execute, with the real CLI: the scripted model runs the approved test
+/// (it fails, and the model is shown why), fixes the file, runs it again (it passes), runs the
+/// approved formatter, and asks for a name that is not on the list (refused by cordon's MCP
+/// server, never reaching the controller). The tree the audit sees holds the agent's fix and the
+/// formatter's change, and nothing the test wrote beside the sources; the result records each
+/// run; nothing is left.
+#[tokio::test]
+async fn an_execute_agent_runs_the_approved_test_sees_it_fail_fixes_and_passes() {
+    use cordon_contract::command::Writes;
+    let mut c = cli("cli-commands").await;
+    let image = c.s.image.clone();
+    c.commands = vec![
+        approved(
+            "test",
+            Writes::None,
+            &image,
+            &["check-file", "/work/src/util.rs", "    8\n"],
+        ),
+        approved(
+            "format",
+            Writes::Work,
+            &image,
+            &["format", "/work/src/lib.rs"],
+        ),
+    ];
+    let run = |name: &str| tool(COMMANDS_TOOL, json!({ "name": name }));
+    let result = c
+        .run(
+            Phase::Execute,
+            &script(&[
+                run("test"),
+                tool(
+                    "Edit",
+                    json!({ "file_path": "/work/src/util.rs", "old_string": "7", "new_string": "8" }),
+                ),
+                run("test"),
+                run("format"),
+                run("deploy"),
+            ]),
+            None,
+        )
+        .await;
+    assert_eq!(answered(&result), "script done", "{result:#?}");
+    assert_offered(&result, WRITE_TOOLS, &[COMMANDS_TOOL]);
+    let got = results(&result);
+    assert_eq!(got.len(), 5, "{got:?}");
+    assert!(
+        got[0].1.contains("FAIL: /work/src/util.rs does not hold"),
+        "{got:?}"
+    );
+    assert!(!got[1].0, "{got:?}");
+    assert!(got[2].1.contains("test result: PASS"), "{got:?}");
+    assert!(got[3].1.contains("formatted /work/src/lib.rs"), "{got:?}");
+    assert!(got[4].0 && got[4].1.contains("command-unknown"), "{got:?}");
+    let ran: Vec<(&str, Option<i32>, Option<Writes>)> = result
+        .commands
+        .iter()
+        .map(|r| (r.name.as_str(), r.exit, r.writes))
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            ("test", Some(1), Some(Writes::None)),
+            ("test", Some(0), Some(Writes::None)),
+            ("format", Some(0), Some(Writes::Work)),
+        ]
+    );
+    assert!(result.commands.iter().all(|r| r.output_sha256.is_some()));
+    let check =
+        c.s.ctl
+            .task(&c.storage)
+            .expect("a task")
+            .check_tree(&[], cordon::audit::DEFAULT_DEADLINE)
+            .await;
+    match check {
+        Err(cordon::Error::TreeRefused { findings, .. }) => {
+            let found: Vec<(&str, &str)> = findings
+                .iter()
+                .map(|f| (f.reason.id(), f.path.as_str()))
+                .collect();
+            assert_eq!(
+                found,
+                [
+                    ("content-changed", "src/lib.rs"),
+                    ("content-changed", "src/util.rs")
+                ]
+            );
+        }
+        other => panic!("a changed tree passed its check: {other:?}"),
+    }
+    c.finish().await;
 }

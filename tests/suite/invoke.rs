@@ -213,7 +213,7 @@ fn the_profile_refuses_a_schema_that_differs_from_the_mounted_file() {
             "k".into(),
         )
         .mounts_for(&allocation),
-        command: invoke::claude::command(Phase::Planning, "plan", Some(argument)),
+        command: invoke::claude::command(Phase::Planning, "plan", Some(argument), false),
         exec: vec![cordon_contract::paths::CLAUDE_CLI.into()],
         env: vec![],
         gitlinks: vec![],

@@ -15,7 +15,7 @@ pub mod commit;
 pub mod export;
 pub mod inspect;
 pub mod links;
-mod reader;
+pub(crate) mod reader;
 pub mod task;
 
 pub use check::{redeem, Masks, TreeCheck};

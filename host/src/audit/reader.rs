@@ -83,7 +83,7 @@ where
 /// blocking thread and reads it synchronously; bounded by `deadline` (past it the stream ends
 /// early, so the consumer sees a cut archive, and the call fails with the deadline). The engine
 /// writes links as links and reads nothing through them.
-pub(super) async fn with_archive<T, F>(
+pub(crate) async fn with_archive<T, F>(
     engine: &Engine,
     id: &str,
     path: &str,

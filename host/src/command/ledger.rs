@@ -110,19 +110,21 @@ impl Ledger {
 
     /// What to do with a call line at `now`. A run is counted when it is decided.
     pub fn decide(&mut self, line: &[u8], now: Instant) -> Decision {
-        let call = match command::parse_call(line) {
-            Ok(call) => call,
-            Err(why) => {
-                return self.refuse(
-                    "",
-                    refusal(
-                        CallRefusal::CommandMalformed,
-                        "one JSON line holding a command name and nothing else".into(),
-                        why,
-                    ),
-                );
-            }
-        };
+        match command::parse_call(line) {
+            Ok(call) => self.decide_call(&call, now),
+            Err(why) => self.refuse(
+                "",
+                refusal(
+                    CallRefusal::CommandMalformed,
+                    "one JSON line holding a command name and nothing else".into(),
+                    why,
+                ),
+            ),
+        }
+    }
+
+    /// What to do with a parsed call (the relay's) at `now`.
+    pub fn decide_call(&mut self, call: &command::Call, now: Instant) -> Decision {
         let Some(at) = self.commands.iter().position(|c| c.name == call.name) else {
             let names: Vec<&str> = self.commands.iter().map(|c| c.name.as_str()).collect();
             let answer = refusal(

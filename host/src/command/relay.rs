@@ -21,28 +21,14 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use crate::engine::{bounded, objects, pending::Shared, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::labels::{Allocation, Kind};
-use crate::profile::{helper_body, tmpfs_volume_options, volume_mount, Area, VolumeSpec};
+use crate::profile::{commands_volume, helper_body, volume_mount, VolumeSpec};
 
-/// The commands volume: a socket and the offered list.
-pub const COMMANDS_AREA: Area = Area {
-    bytes: 256 * 1024,
-    inodes: 16,
-};
 /// A relay line, at most: a call (its name bounded by [`MAX_CALL_LINE`]) and its number.
 const MAX_RELAY_LINE: usize = MAX_CALL_LINE + 64;
 /// The relay's stderr kept for its error, at most.
 const MAX_DIAGNOSTIC: usize = 4096;
 /// How long the relay may take to listen once started.
 pub const LISTEN_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The commands volume of `allocation`.
-pub fn commands_volume(allocation: &Allocation) -> VolumeSpec {
-    VolumeSpec {
-        name: allocation.name(Kind::Commands),
-        labels: allocation.labels(Kind::Commands),
-        options: tmpfs_volume_options(COMMANDS_AREA, 0o700, allocation.uid),
-    }
-}
 
 /// The relay's create body: a helper's hardening (the allocation's uid, no capability, no
 /// network), the commands volume writable, stdin open for the dispatcher's answers.

@@ -296,20 +296,60 @@ async fn look(
     Ok(resolved)
 }
 
-/// The environment a command of this toolchain starts with: the image's, then the command's own
-/// entries (which replace the image's of the same name).
-pub fn command_env(toolchain: &Toolchain, own: &[(String, String)]) -> Vec<String> {
-    let mut env: Vec<String> = toolchain
-        .env
-        .iter()
-        .filter(|entry| {
-            let name = entry.split('=').next().unwrap_or_default();
-            !own.iter().any(|(n, _)| n == name)
+/// The largest init read out of an image.
+const MAX_INIT_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The static init the image `image_id` (the agent's) carries at [`paths::INIT`], read from a
+/// container of `allocation` created for the read and never started: the command images get
+/// exactly the init the agent runs. It must be one regular file within [`MAX_INIT_BYTES`].
+pub async fn init_of(engine: &Engine, image_id: &str, allocation: &Allocation) -> Result<Vec<u8>> {
+    let body = crate::profile::helper_body(
+        image_id,
+        allocation,
+        Kind::Tool,
+        vec![paths::INIT.to_owned()],
+        Vec::new(),
+    );
+    let mut created = pending::Created::default();
+    let record = created.shared();
+    let read = async {
+        let container =
+            objects::create_container(engine, &labels::tool_name(), body, &record).await?;
+        crate::audit::reader::with_archive(engine, &container, paths::INIT, CALL_TIMEOUT, |tar| {
+            read_init(tar)
         })
-        .cloned()
-        .collect();
-    env.extend(own.iter().map(|(n, v)| format!("{n}={v}")));
-    env
+        .await
+    }
+    .await;
+    let removed = created.remove_all(engine, CALL_TIMEOUT).await;
+    let init = read?;
+    removed?;
+    Ok(init)
+}
+
+/// The one regular file of an archive of [`paths::INIT`].
+fn read_init(tar: &mut dyn std::io::Read) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    let bad = |why: String| Error::Build(format!("the agent image's {}: {why}", paths::INIT));
+    let mut archive = tar::Archive::new(tar);
+    let mut entries = archive.entries().map_err(|e| bad(e.to_string()))?;
+    let mut entry = match entries.next() {
+        Some(entry) => entry.map_err(|e| bad(e.to_string()))?,
+        None => return Err(bad("an empty archive".into())),
+    };
+    let size = entry.header().size().map_err(|e| bad(e.to_string()))?;
+    if entry.header().entry_type() != tar::EntryType::Regular || size > MAX_INIT_BYTES {
+        return Err(bad(format!(
+            "not a regular file of at most {MAX_INIT_BYTES} bytes"
+        )));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    entry
+        .by_ref()
+        .take(MAX_INIT_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(e.to_string()))?;
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -335,21 +375,15 @@ mod tests {
     }
 
     #[test]
-    fn a_commands_own_entries_replace_the_images() {
-        let toolchain = Toolchain {
-            source: "s".into(),
-            source_id: "sha256:s".into(),
-            tag: "t".into(),
-            id: "sha256:t".into(),
-            env: vec!["PATH=/usr/bin".into(), "LANG=C".into()],
-            reused: false,
-        };
-        assert_eq!(
-            command_env(
-                &toolchain,
-                &[("LANG".into(), "C.UTF-8".into()), ("CI".into(), "1".into())]
-            ),
-            vec!["PATH=/usr/bin", "LANG=C.UTF-8", "CI=1"]
-        );
+    fn the_init_is_read_as_one_bounded_regular_file() {
+        let mut tar = Archive::in_memory(0, "test");
+        tar.file("cordon-init", 0o555, b"\x7fELF init").unwrap();
+        let bytes = tar.finish().unwrap();
+        assert_eq!(read_init(&mut bytes.as_slice()).unwrap(), b"\x7fELF init");
+        let mut link = Archive::in_memory(0, "test");
+        link.symlink("cordon-init", "/bin/sh").unwrap();
+        let bytes = link.finish().unwrap();
+        assert!(read_init(&mut bytes.as_slice()).is_err());
+        assert!(read_init(&mut [0u8; 1024].as_slice()).is_err());
     }
 }

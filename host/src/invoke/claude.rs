@@ -24,6 +24,30 @@ pub const NEVER_TOOLS: &[&str] = &["Bash", "WebSearch", "WebFetch", "Task", "Not
 /// An MCP configuration with no servers (with `--strict-mcp-config`, no other is read).
 pub const NO_MCP: &str = r#"{"mcpServers":{}}"#;
 
+/// The MCP configuration of an agent offered approved commands: cordon's server alone, over
+/// stdio, reading its offered list and socket at their fixed paths (no argument, no environment).
+pub fn commands_mcp() -> String {
+    serde_json::json!({
+        "mcpServers": {
+            cordon_contract::command::MCP_SERVER_NAME: {
+                "type": "stdio",
+                "command": cordon_contract::command::MCP_SERVER,
+                "args": [],
+            }
+        }
+    })
+    .to_string()
+}
+
+/// The approved commands' tool as the CLI names an MCP server's tool.
+pub fn commands_tool() -> String {
+    format!(
+        "mcp__{}__{}",
+        cordon_contract::command::MCP_SERVER_NAME,
+        cordon_contract::command::TOOL
+    )
+}
+
 /// At most this much schema text.
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 /// At most this much prompt.
@@ -71,9 +95,20 @@ pub const ENV: &[(&str, &str)] = &[
 ///   repository's `.claude/settings.json` set `env.ANTHROPIC_BASE_URL` and the CLI sent its
 ///   requests there;
 /// - `--disallowedTools` names what no phase may use, should a later CLI offer it regardless.
-pub fn command(phase: Phase, prompt: &str, schema: Option<&str>) -> Vec<String> {
+///
+/// With approved commands (`commands`), cordon's MCP server is the one server
+/// (`--strict-mcp-config` still keeps every repository and user server out) and its one tool is
+/// offered and approved beside the phase's.
+pub fn command(phase: Phase, prompt: &str, schema: Option<&str>, commands: bool) -> Vec<String> {
     let (allowed, denied) = tools(phase);
-    let allowed = allowed.join(",");
+    let mut allowed = allowed.join(",");
+    let mcp = if commands {
+        allowed.push(',');
+        allowed.push_str(&commands_tool());
+        commands_mcp()
+    } else {
+        NO_MCP.to_owned()
+    };
     let mut argv: Vec<String> = [
         paths::CLAUDE_CLI,
         "--print",
@@ -91,7 +126,7 @@ pub fn command(phase: Phase, prompt: &str, schema: Option<&str>) -> Vec<String> 
         &denied.join(","),
         "--strict-mcp-config",
         "--mcp-config",
-        NO_MCP,
+        &mcp,
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -221,14 +256,38 @@ mod tests {
     #[test]
     fn command_carries_the_exact_schema_and_the_prompt_last() {
         let schema = r#"{"type":"object"}"#;
-        let argv = command(Phase::Planning, "--help me", Some(schema));
+        let argv = command(Phase::Planning, "--help me", Some(schema), false);
         assert_eq!(argv[0], paths::CLAUDE_CLI);
         let at = argv.iter().position(|a| a == "--json-schema").unwrap();
         assert_eq!(argv[at + 1], schema);
         assert_eq!(&argv[argv.len() - 2..], ["--", "--help me"]);
         assert!(argv.contains(&"--strict-mcp-config".to_owned()));
-        let questions = command(Phase::Questions, "q", None);
+        let questions = command(Phase::Questions, "q", None, false);
         assert!(!questions.contains(&"--json-schema".to_owned()));
+        assert!(questions.contains(&NO_MCP.to_owned()));
+    }
+
+    #[test]
+    fn approved_commands_add_cordons_server_alone_and_its_one_tool() {
+        let argv = command(Phase::Execute, "go", None, true);
+        let at = argv.iter().position(|a| a == "--mcp-config").unwrap();
+        let config: serde_json::Value = serde_json::from_str(&argv[at + 1]).unwrap();
+        let servers = config["mcpServers"].as_object().unwrap();
+        assert_eq!(servers.len(), 1);
+        assert_eq!(
+            servers["cordon"]["command"],
+            cordon_contract::command::MCP_SERVER
+        );
+        assert_eq!(servers["cordon"]["args"], serde_json::json!([]));
+        assert!(argv.contains(&"--strict-mcp-config".to_owned()));
+        for flag in ["--tools", "--allowedTools"] {
+            let at = argv.iter().position(|a| a == flag).unwrap();
+            assert_eq!(
+                argv[at + 1],
+                "Read,Glob,Grep,Edit,Write,mcp__cordon__run_approved_command"
+            );
+        }
+        assert_eq!(&argv[argv.len() - 2..], ["--", "go"]);
     }
 
     #[test]

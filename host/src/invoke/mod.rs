@@ -9,6 +9,7 @@
 //! typed value.
 
 pub mod claude;
+mod commands;
 mod handle;
 pub mod oneshot;
 mod profile;
@@ -99,6 +100,10 @@ pub struct Options {
     pub allocation: Option<uuid::Uuid>,
     /// How the vendor CLI reaches its API.
     pub vendor: VendorOptions,
+    /// The runner's approved commands (review, execute and fix; refused in planning and
+    /// questions): the agent is offered one tool that runs them by name, each in a command
+    /// container of its own ([`crate::command`]).
+    pub commands: Vec<cordon_contract::command::ApprovedCommand>,
 }
 
 /// How the vendor CLI reaches its API, for corporate proxies and LLM gateways (and the tests'
@@ -157,6 +162,7 @@ impl Options {
             egress: EgressOptions::default(),
             allocation: None,
             vendor: VendorOptions::default(),
+            commands: Vec::new(),
         }
     }
 }

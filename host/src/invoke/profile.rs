@@ -78,15 +78,36 @@ pub(super) fn profile(
         check_base_url(url, &request.network_allowlist)?;
         env.push(("ANTHROPIC_BASE_URL".to_owned(), url.clone()));
     }
-    Profile::new(ProfileSpec {
+    // Approved commands: their offered list in the input dir, their MCP server on the exec
+    // allowlist and in the CLI's argv, and the relay's socket dir mounted read-only.
+    let offers_commands = !options.commands.is_empty();
+    let mut exec = exec.to_vec();
+    if offers_commands {
+        let ledger = crate::command::ledger::Ledger::new(
+            options.commands.clone(),
+            request.phase,
+            request.deadline,
+        )?;
+        input_files.push((
+            cordon_contract::command::OFFERED_NAME.to_owned(),
+            ledger.offered()?,
+        ));
+        exec.push(cordon_contract::command::MCP_SERVER.to_owned());
+    }
+    let profile = Profile::new(ProfileSpec {
         phase: request.phase,
         vendor: request.vendor,
         image_id: image_id.to_owned(),
         allocation: allocation.clone(),
         limits,
         storage: storage.mounts_for(allocation),
-        command: claude::command(request.phase, &request.prompt, capture.schema_text()),
-        exec: exec.to_vec(),
+        command: claude::command(
+            request.phase,
+            &request.prompt,
+            capture.schema_text(),
+            offers_commands,
+        ),
+        exec,
         env,
         gitlinks: tree.masks.gitlinks.clone(),
         pins: tree.masks.pins.clone(),
@@ -94,7 +115,12 @@ pub(super) fn profile(
         landlock_abi: crate::profile::DEFAULT_LANDLOCK_ABI,
         egress: egress_spec(&request.network_allowlist, &options.egress, custody),
         input_files,
-    })
+    })?;
+    if offers_commands {
+        profile.offering_commands()
+    } else {
+        Ok(profile)
+    }
 }
 
 /// The extra CA bundle's name in the input dir.

@@ -98,6 +98,12 @@ pub struct InvocationResult {
     pub vendor_requests: Vec<VendorRequest>,
     /// The first budget that ran out (`requests`, `request-bytes`, `response-bytes`), if one did.
     pub vendor_budget_exhausted: Option<String>,
+    /// Every call of an approved command, in order: what ran (argv, `writes`, exit, signal,
+    /// duration, output bytes and the digest of the text the model was given) and what was
+    /// refused (its id). Empty without approved commands.
+    pub commands: Vec<crate::command::ledger::CallRecord>,
+    /// Calls answered past the record bound, counted only.
+    pub commands_unrecorded: u64,
 }
 
 /// One request to the terminated vendor host, as the proxy recorded it.
@@ -168,6 +174,8 @@ impl InvocationResult {
             vendor_log: Vec::new(),
             vendor_requests: Vec::new(),
             vendor_budget_exhausted: None,
+            commands: Vec::new(),
+            commands_unrecorded: 0,
         }
     }
 }
@@ -191,6 +199,8 @@ pub struct Facts {
     pub timings: Timings,
     pub egress_log: Vec<serde_json::Value>,
     pub vendor_log: Vec<serde_json::Value>,
+    pub commands: Vec<crate::command::ledger::CallRecord>,
+    pub commands_unrecorded: u64,
 }
 
 /// Strict UTF-8, except that a bound may have cut the last character short.
@@ -239,6 +249,8 @@ pub fn assemble(facts: Facts) -> InvocationResult {
         vendor_budget_exhausted: None,
         egress_log: facts.egress_log,
         vendor_log: facts.vendor_log,
+        commands: facts.commands,
+        commands_unrecorded: facts.commands_unrecorded,
     };
     (result.vendor_requests, result.vendor_budget_exhausted) = vendor_requests(&result.egress_log);
     let mut failures: Vec<Failure> = Vec::new();
@@ -383,6 +395,8 @@ mod tests {
             timings: Timings::default(),
             egress_log: Vec::new(),
             vendor_log: Vec::new(),
+            commands: Vec::new(),
+            commands_unrecorded: 0,
         }
     }
 

@@ -196,6 +196,8 @@ struct Ran {
     policy_digest: String,
     egress_log: Vec<serde_json::Value>,
     vendor_log: Vec<serde_json::Value>,
+    /// The approved commands' calls.
+    commands: super::commands::Served,
 }
 
 impl Supervisor {
@@ -232,6 +234,7 @@ impl Supervisor {
             policy_digest: String::new(),
             egress_log: Vec::new(),
             vendor_log: Vec::new(),
+            commands: super::commands::Served::default(),
         };
 
         let setup_result = {
@@ -247,10 +250,10 @@ impl Supervisor {
         };
         timings.setup_ms = started.elapsed().as_secs_f64() * 1000.0;
         match setup_result {
-            Some(Ok((launch, profile))) => {
+            Some(Ok((launch, profile, dispatcher))) => {
                 let run_started = Instant::now();
                 let (stopped, error) = self
-                    .run_container(launch, &profile, deadline, &mut ran)
+                    .run_container(launch, &profile, dispatcher, deadline, &mut ran)
                     .await;
                 stop_reason = stop_reason.or(stopped);
                 setup_error = error;
@@ -285,12 +288,17 @@ impl Supervisor {
             timings,
             egress_log: ran.egress_log,
             vendor_log: ran.vendor_log,
+            commands: ran.commands.records,
+            commands_unrecorded: ran.commands.unrecorded,
         })
     }
 
-    /// Build (when asked), create, read back and validate, attach, start. What it makes is
-    /// recorded in `created` as it goes.
-    async fn setup(&self, created: &mut Created) -> Result<(launch::Launch, Profile)> {
+    /// Build (when asked), make the approved commands' images and relay (when offered), create,
+    /// read back and validate, attach, start. What it makes is recorded in `created` as it goes.
+    async fn setup(
+        &self,
+        created: &mut Created,
+    ) -> Result<(launch::Launch, Profile, Option<super::commands::Dispatcher>)> {
         let profile = match &self.options.image {
             ImageSource::Id(_) | ImageSource::Agent { .. } => self.profile.clone(),
             ImageSource::Build(workspace) => {
@@ -308,6 +316,22 @@ impl Supervisor {
             }
         };
         let _ = self.step.send(Step::Creating);
+        // The relay listens before the agent exists: its commands volume is one the agent's
+        // read-back validation inspects.
+        let dispatcher = if profile.offers_commands() {
+            Some(
+                super::commands::prepare(
+                    &self.ctl,
+                    &profile,
+                    &self.options.commands,
+                    self.capture.request.deadline,
+                    created,
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
         let mut prepared = Prepared::new(self.ctl.engine(), &profile)?;
         prepared.max_output = self.options.max_output;
         if let Some(custody) = &self.custody {
@@ -321,13 +345,40 @@ impl Supervisor {
             return Err(Error::Refused(std::mem::take(&mut launch.refusals)));
         }
         launch.start(self.ctl.engine()).await?;
-        Ok((launch, profile))
+        Ok((launch, profile, dispatcher))
     }
 
     /// Wait for the container to end, or stop it on the first reason (the init stops everything
     /// on TERM, and kills what ignores it after its grace); collect its output. Returns the stop
     /// reason, if one came, and the first error.
     async fn run_container(
+        &self,
+        launch: launch::Launch,
+        profile: &Profile,
+        dispatcher: Option<super::commands::Dispatcher>,
+        deadline: tokio::time::Instant,
+        ran: &mut Ran,
+    ) -> (Option<StopReason>, Option<Error>) {
+        let Some(dispatcher) = dispatcher else {
+            return self.run_agent(launch, profile, deadline, ran).await;
+        };
+        // The dispatcher serves the agent's calls while it runs, and stops (killing a command
+        // still running) once the agent has ended.
+        let (done, agent_done) = watch::channel(false);
+        let serving = dispatcher.serve(&self.ctl, profile, agent_done);
+        let running = async {
+            let ended = self.run_agent(launch, profile, deadline, ran).await;
+            let _ = done.send(true);
+            ended
+        };
+        let (mut served, (stop_reason, error)) = tokio::join!(serving, running);
+        let error = error.or(served.error.take());
+        ran.commands = served;
+        (stop_reason, error)
+    }
+
+    /// [`Self::run_container`]'s agent: wait, stop, collect.
+    async fn run_agent(
         &self,
         mut launch: launch::Launch,
         profile: &Profile,

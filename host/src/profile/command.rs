@@ -79,6 +79,7 @@ impl Profile {
         Ok(Profile {
             spec,
             role: Role::Command(role),
+            commands: false,
         })
     }
 

@@ -36,8 +36,8 @@ pub use spec::{
     mountable, ProfileSpec, ENV_ALLOWED_EXTRA, MAX_INPUT_BYTES, MAX_INPUT_FILES, SCHEMA_FILE,
 };
 pub use volumes::{
-    invocation_volume_requests, root_tmpfs_volume_options, tmpfs_volume_options, volume_mount,
-    VolumeSpec, CONTROL_AREA, EGRESS_AREA, INPUT_AREA,
+    commands_volume, invocation_volume_requests, root_tmpfs_volume_options, tmpfs_volume_options,
+    volume_mount, VolumeSpec, COMMANDS_AREA, CONTROL_AREA, EGRESS_AREA, INPUT_AREA,
 };
 
 /// A bounded area: exact byte and inode totals.
@@ -145,6 +145,8 @@ pub const LOG_MAX_SIZE: &str = "1m";
 pub struct Profile {
     spec: ProfileSpec,
     role: Role,
+    /// The agent is offered approved commands: the relay's socket dir is mounted read-only.
+    commands: bool,
 }
 
 /// What one launch sends to the engine and writes into the control dir.
@@ -292,6 +294,31 @@ impl Profile {
             "rw,nosuid,nodev,{exec},size={},nr_inodes={},mode={mode:o},uid={uid},gid={uid}",
             area.bytes, area.inodes,
         )
+    }
+
+    /// The agent's profile, offered approved commands: the relay's socket dir mounted read-only
+    /// (`commands-readonly`). Only an agent, only in a phase that may run them (review, execute,
+    /// fix); its exec allowlist must hold the commands' MCP server.
+    pub fn offering_commands(mut self) -> Result<Profile> {
+        let phase = self.spec.phase;
+        if self.command_role().is_some() || matches!(phase, Phase::Planning | Phase::Questions) {
+            return Err(Error::Invalid(format!(
+                "approved commands are offered to an agent in review, execute or fix, not {phase}"
+            )));
+        }
+        let server = cordon_contract::command::MCP_SERVER;
+        if !self.spec.exec.iter().any(|p| p == server) {
+            return Err(Error::Invalid(format!(
+                "approved commands need {server} on the exec allowlist"
+            )));
+        }
+        self.commands = true;
+        Ok(self)
+    }
+
+    /// Whether the agent is offered approved commands.
+    pub fn offers_commands(&self) -> bool {
+        self.commands
     }
 
     /// What the container is: the agent, or an approved command.

@@ -150,6 +150,7 @@ impl Profile {
         Ok(Profile {
             spec,
             role: super::Role::Agent,
+            commands: false,
         })
     }
 }

@@ -73,11 +73,14 @@ impl Profile {
         if self.command_role().is_some() {
             volumes.retain(|(kind, _)| *kind != Kind::Egress);
         }
+        if self.offers_commands() {
+            volumes.push((Kind::Commands, commands_volume(&self.spec.allocation)));
+        }
         volumes
     }
 
     /// The read-only invocation dirs the container mounts (volume, path, protection): control
-    /// and input, and the egress dir for the agent.
+    /// and input, the egress dir for the agent, and the commands dir when it offers commands.
     pub fn invocation_dirs(&self) -> Vec<(Kind, &'static str, Id)> {
         let mut dirs = vec![
             (Kind::Control, paths::CONTROL_DIR, Id::ControlReadonly),
@@ -85,6 +88,13 @@ impl Profile {
         ];
         if self.command_role().is_none() {
             dirs.push((Kind::Egress, paths::EGRESS_DIR, Id::EgressReadonly));
+        }
+        if self.offers_commands() {
+            dirs.push((
+                Kind::Commands,
+                cordon_contract::command::SOCKET_DIR,
+                Id::CommandsReadonly,
+            ));
         }
         dirs
     }
@@ -225,6 +235,22 @@ fn tmpfs_options_with(area: Area, owner: &str) -> HashMap<String, String> {
             ),
         ),
     ])
+}
+
+/// The approved commands' socket dir: the relay's socket and nothing else.
+pub const COMMANDS_AREA: Area = Area {
+    bytes: 256 * 1024,
+    inodes: 16,
+};
+
+/// The commands volume of an invocation's `allocation`: the relay's, writable there and
+/// read-only in the agent (`commands-readonly`).
+pub fn commands_volume(allocation: &crate::labels::Allocation) -> VolumeSpec {
+    VolumeSpec {
+        name: allocation.name(Kind::Commands),
+        labels: allocation.labels(Kind::Commands),
+        options: tmpfs_volume_options(COMMANDS_AREA, 0o700, allocation.uid),
+    }
 }
 
 /// The egress socket dir: a small tmpfs volume, read-only to the agent.
