@@ -18,6 +18,30 @@ pub fn read_operations(
     serde_json::from_str(&text).context("the operations file is not a JSON array of operations")
 }
 
+/// The most a `--command-file` may hold.
+const MAX_COMMANDS_BYTES: usize = 1024 * 1024;
+
+/// The approved commands in `path` (a caller file: regular, bounded, UTF-8 JSON: an array of
+/// commands, each with exactly the contract's fields), checked for `phase` at once: a list the
+/// phase refuses is refused before anything is prepared.
+pub fn read_commands(
+    path: &std::path::Path,
+    phase: cordon_contract::Phase,
+) -> anyhow::Result<Vec<cordon_contract::command::ApprovedCommand>> {
+    let text = cordon::caller_file::read_utf8("command file", path, MAX_COMMANDS_BYTES)?;
+    let commands: Vec<cordon_contract::command::ApprovedCommand> = serde_json::from_str(&text)
+        .map_err(|e| {
+            cordon::Error::Invalid(format!(
+                "{}: not a JSON array of approved commands: {e}",
+                path.display()
+            ))
+        })?;
+    cordon_contract::command::check_list(&commands, phase).map_err(|fault| {
+        cordon::Error::Invalid(format!("{}: approved commands: {fault}", path.display()))
+    })?;
+    Ok(commands)
+}
+
 /// `K=V` trailers as pairs.
 pub fn parse_trailers(trailers: &[String]) -> anyhow::Result<Vec<(String, String)>> {
     trailers

@@ -100,6 +100,11 @@ pub struct RunArgs {
     /// check-tree --ops` takes), checked against the tree before the start.
     #[arg(long)]
     ops: Option<PathBuf>,
+    /// Review, execute and fix: the runner's approved commands (a JSON array: name, description,
+    /// argv, image, env, workdir, deadline_secs, output_bytes, scratch, runs, writes), offered to
+    /// the agent as one tool that runs them by name, each in a container of its own.
+    #[arg(long, value_name = "F")]
+    command_file: Option<PathBuf>,
     /// Execute and fix: a declared path under /work whose link is snapshot before the start (one
     /// that passes through another link is refused; repeatable).
     #[arg(long = "path", value_name = "P")]
@@ -371,6 +376,10 @@ fn one_shot(
         None => Vec::new(),
     };
     let commit = commit(&args)?;
+    let commands = match &args.command_file {
+        Some(path) => crate::input::read_commands(path, args.phase)?,
+        None => Vec::new(),
+    };
     Ok(cordon::invoke::oneshot::OneShot {
         allow,
         egress,
@@ -392,6 +401,7 @@ fn one_shot(
         operations,
         declared_paths: args.paths,
         commit,
+        commands,
     })
 }
 

@@ -944,3 +944,59 @@ fn task_remove_refuses_a_handle_file_that_is_a_fifo_or_a_device() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--command-file` in a phase that runs no process, a file that is not JSON commands, a FIFO:
+/// each refused at once with its id, nothing prepared.
+#[test]
+fn run_refuses_approved_commands_where_no_process_runs_and_bad_command_files() {
+    let repo = small_repository("command-file");
+    let owner = format!("t-command-file-{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("cordon-command-file-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("commands.json");
+    std::fs::write(
+        &file,
+        serde_json::json!([{
+            "name": "test", "description": "the tests", "argv": ["/bin/sh", "-c", "make test"],
+            "image": "toolchain:1", "env": [], "workdir": "/work", "deadline_secs": 60,
+            "output_bytes": 65536, "scratch": { "bytes": 1048576, "inodes": 64 }, "runs": 2,
+            "writes": "none"
+        }])
+        .to_string(),
+    )
+    .unwrap();
+    let run = |file: &std::path::Path| {
+        let mut command = cordon();
+        command
+            .args(["run", "--json", "--vendor", "test", "--phase", "questions"])
+            .arg("--repo")
+            .arg(&repo)
+            .args(["--owner", &owner, "--prompt", "hello", "--command-file"])
+            .arg(file);
+        command
+    };
+    // Questions (the helper's phase) refuses any list.
+    let report = refused_fast(&mut run(&file), "invalid-input");
+    assert!(
+        report["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("questions runs no process")),
+        "{report}"
+    );
+    std::fs::write(&file, br#"[{"name":"test"}]"#).unwrap();
+    let report = refused_fast(&mut run(&file), "invalid-input");
+    assert!(
+        report["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not a JSON array of approved commands")),
+        "{report}"
+    );
+    let fifo = dir.join("commands.fifo");
+    mkfifo(&fifo);
+    refused_fast(&mut run(&fifo), "input-not-regular");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&repo);
+    let left = leftovers(&owner);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -220,6 +220,7 @@ pub mod ops {
         CONTROL_WRITE = "scratch-capacity" / "control-write" => [ControlReadonly];
         INPUT_WRITE = "scratch-capacity" / "input-write" => [InputReadonly];
         EGRESS_WRITE = "scratch-capacity" / "egress-write" => [EgressReadonly];
+        COMMANDS_WRITE = "scratch-capacity" / "commands-write" => [CommandsReadonly];
 
         WORK_BYTES = "task-capacity" / "work-fill-bytes" => [WorkBytes];
         WORK_INODES = "task-capacity" / "work-fill-inodes" => [WorkInodes];

@@ -6,6 +6,7 @@
 //! so the gate can launch a container past the validator on purpose, and tests can signal a
 //! running container.
 
+pub mod command;
 pub mod egress;
 pub mod volumes;
 

@@ -132,11 +132,17 @@ pub fn scratch(p: &mut Probe<'_>) {
         fill_inodes(p, inodes_op, dir, inodes);
     }
     let token = p.ctx.token.clone();
-    for (op, dir) in [
+    let mut dirs = vec![
         (&ops::CONTROL_WRITE, paths::CONTROL_DIR),
         (&ops::INPUT_WRITE, paths::INPUT_DIR),
         (&ops::EGRESS_WRITE, paths::EGRESS_DIR),
-    ] {
+    ];
+    // The approved commands' socket dir exists only where the agent is offered commands.
+    let commands = cordon_contract::command::SOCKET_DIR;
+    if p.ctx.policy.rule_for(commands).is_some() {
+        dirs.push((&ops::COMMANDS_WRITE, commands));
+    }
+    for (op, dir) in dirs {
         let forged = format!("{dir}/forged-{token}");
         if p.deny(op, &format!("create a file in {dir}"), || {
             OpenOptions::new()

@@ -600,6 +600,7 @@ pub(crate) fn questions_run(dir: &std::path::Path, run: usize) -> cordon::invoke
         operations: Vec::new(),
         declared_paths: Vec::new(),
         commit: None,
+        commands: Vec::new(),
     }
 }
 

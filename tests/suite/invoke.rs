@@ -1181,3 +1181,90 @@ async fn one_invocation_exhausting_inotify_leaves_another_its_own() {
     task::remove(&s.ctl, &hog_storage).await.unwrap();
     finish(s, &other_storage).await;
 }
+
+/// An approved command of the test image's probe.
+fn approved(image: &str, argv0: &str) -> cordon_contract::command::ApprovedCommand {
+    cordon_contract::command::ApprovedCommand {
+        name: "test".to_owned(),
+        description: "the tests".to_owned(),
+        argv: vec![
+            argv0.to_owned(),
+            "workload".to_owned(),
+            "exit".to_owned(),
+            "0".to_owned(),
+        ],
+        image: image.to_owned(),
+        env: vec![],
+        workdir: "/work".to_owned(),
+        deadline_secs: 30,
+        output_bytes: 4096,
+        scratch: cordon_contract::command::Scratch {
+            bytes: 1 << 20,
+            inodes: 64,
+        },
+        runs: 1,
+        writes: cordon_contract::command::Writes::None,
+    }
+}
+
+/// Approved commands are refused where no process may run (planning and questions: `start`
+/// fails before allocating anything), and a toolchain image without the argv's program settles
+/// an execute invocation as `command-image` before its agent exists; with its program there, the
+/// relay listens, the agent (the fake CLI, which calls nothing) runs beside it and settles, and
+/// nothing is left either way.
+#[tokio::test]
+async fn approved_commands_are_refused_where_no_process_runs_and_need_their_program() {
+    let s = owned("t-commands").await;
+    let storage = storage(&s).await;
+    let with = |argv0: &str| Options {
+        commands: vec![approved(&s.image, argv0)],
+        ..options(&s.image)
+    };
+    let dir =
+        std::env::temp_dir().join(format!("cordon-commands-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("schema.json");
+    std::fs::write(&schema, br#"{"type":"object"}"#).unwrap();
+    for phase in [Phase::Planning, Phase::Questions] {
+        let mut req = request(&storage, phase, "plan");
+        if phase == Phase::Planning {
+            req.schema = Some(schema.clone());
+        }
+        let captured = capture(&s.ctl, req).expect("capture");
+        let err = start(&s.ctl, captured, None, with(cordon_contract::paths::PROBE))
+            .await
+            .unwrap_err();
+        assert_eq!(err.id(), "invalid-input", "{phase}: {err}");
+        assert!(err.to_string().contains("runs no process"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    cordon_tests::assert_only_storage(&s.engine, &s.owner, "refused starts").await;
+    let mut missing = request(&storage, Phase::Execute, "go");
+    missing.tree_check =
+        cordon_tests::tree_check_for(&s.ctl, &s.image, &storage, Phase::Execute).await;
+    let handle = start(
+        &s.ctl,
+        capture(&s.ctl, missing).unwrap(),
+        None,
+        with("/usr/bin/no-such-test-runner"),
+    )
+    .await
+    .expect("start");
+    let result = handle.settled().await;
+    assert_eq!(failure(&result), Some("command-image"), "{result:#?}");
+    let mut present = request(&storage, Phase::Execute, "go");
+    present.tree_check =
+        cordon_tests::tree_check_for(&s.ctl, &s.image, &storage, Phase::Execute).await;
+    let handle = start(
+        &s.ctl,
+        capture(&s.ctl, present).unwrap(),
+        None,
+        with(cordon_contract::paths::PROBE),
+    )
+    .await
+    .expect("start");
+    let result = handle.settled().await;
+    assert!(result.failure.is_none(), "{result:#?}");
+    assert!(result.commands.is_empty());
+    finish(s, &storage).await;
+}

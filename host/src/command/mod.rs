@@ -4,5 +4,4 @@
 pub mod ledger;
 pub mod output;
 pub mod relay;
-pub mod run;
 pub mod stream;

@@ -19,11 +19,11 @@ use tokio::sync::{oneshot, watch};
 
 use crate::command::ledger::{CallRecord, Decision, Ledger};
 use crate::command::relay::{self, Relay};
-use crate::command::run::{self, CommandImage};
 use crate::controller::Controller;
 use crate::engine::pending::{Created, Shared};
 use crate::error::{Error, Result};
 use crate::image::toolchain;
+use crate::launch::command::{self as run, CommandImage};
 use crate::profile::Profile;
 
 /// The dispatcher of one invocation.

@@ -50,6 +50,8 @@ pub struct OneShot {
     pub declared_paths: Vec<String>,
     /// Execute and fix: after the run, commit what the manifest holds.
     pub commit: Option<OneShotCommit>,
+    /// The runner's approved commands (review, execute, fix).
+    pub commands: Vec<cordon_contract::command::ApprovedCommand>,
 }
 
 /// What a one-shot execute or fix commits after its run (see [`crate::audit::CommitRequest`]).
@@ -284,6 +286,7 @@ async fn invoke(
         Options {
             egress: run.egress.clone(),
             vendor: run.vendor_options.clone(),
+            commands: run.commands.clone(),
             ..Options::new(match &run.exec {
                 Some(exec) => ImageSource::Agent {
                     id: image_id.to_owned(),

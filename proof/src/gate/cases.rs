@@ -115,6 +115,9 @@ pub struct Case {
     /// The case runs the production agent image (the real CLI, its interpreter on the exec
     /// allowlist) instead of the test image.
     pub agent: bool,
+    /// The agent is offered approved commands: the relay's socket dir is mounted (read-only)
+    /// and cordon's MCP server is on the exec allowlist.
+    pub commands: bool,
     pub validator: bool,
     pub init: bool,
     pub probe: bool,
@@ -248,6 +251,7 @@ fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case
         egress: cordon_contract::egress::rule_name(removed).is_some()
             || removed == Id::ProxyContainer,
         agent: false,
+        commands: false,
         validator: layers.validator,
         init: layers.init,
         probe: layers.probe,
@@ -278,6 +282,9 @@ fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
         // Every Claude C0 proves the egress path holds (and the probes' positive control passes).
         egress: vendor == Vendor::Claude && !gitlinks,
         agent: false,
+        // Execute's C0 offers approved commands: the full profile with the relay's socket dir
+        // holds everything too.
+        commands: phase == Phase::Execute && !gitlinks,
         also: vec![],
         facet: None,
         validator: true,
@@ -526,6 +533,9 @@ fn storage_cases() -> Vec<Case> {
         case("egress-readonly", Id::EgressReadonly, |m, _| {
             m.make_writable(paths::EGRESS_DIR)
         }),
+        with_commands(case("commands-readonly", Id::CommandsReadonly, |m, _| {
+            m.make_writable(cordon_contract::command::SOCKET_DIR)
+        })),
     ]
 }
 
@@ -591,6 +601,12 @@ fn codex(mut c: Case) -> Case {
 /// A case over storage with a gitlink.
 fn with_gitlink(mut c: Case) -> Case {
     c.gitlinks = true;
+    c
+}
+
+/// A case whose agent is offered approved commands.
+fn with_commands(mut c: Case) -> Case {
+    c.commands = true;
     c
 }
 

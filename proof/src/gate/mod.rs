@@ -575,11 +575,14 @@ async fn probe_plan(
     let uid = allocation.uid;
     // The probe runs alone in the test image; in the agent image beside the CLI and its
     // interpreter, as the agent would.
-    let (case_image_id, exec) = if case.agent {
+    let (case_image_id, mut exec) = if case.agent {
         case_image(case, env, std::slice::from_ref(&probe_path))?
     } else {
         (image_id.to_owned(), vec![probe_path.clone()])
     };
+    if case.commands {
+        exec.push(cordon_contract::command::MCP_SERVER.to_owned());
+    }
     // A gitlink case probes a checked tree: its masks and pins are the check's.
     let masks = if case.gitlinks {
         checked_masks(ctl, image_id, storage, case.phase).await?
@@ -621,7 +624,9 @@ async fn probe_plan(
         landlock_abi: DEFAULT_LANDLOCK_ABI,
         egress,
     })?;
+    let profile = with_commands(case, profile)?;
     let mut prepared = Prepared::new(ctl.engine(), &profile)?;
+    add_commands_volume(case, &profile, &mut prepared);
     if let Some(plan) = prepared.egress.as_mut() {
         plan.fixtures = Some(case_fixtures(env));
     }
@@ -917,8 +922,11 @@ fn case_profile(
 ) -> Result<Profile> {
     let allocation = Allocation::new(owner, "gate", storage.allocation.uid)?;
     let cli = case.vendor.cli_path().to_owned();
-    let (image_id, exec) = case_image(case, env, &[])?;
-    Profile::new(ProfileSpec {
+    let (image_id, mut exec) = case_image(case, env, &[])?;
+    if case.commands {
+        exec.push(cordon_contract::command::MCP_SERVER.to_owned());
+    }
+    let profile = Profile::new(ProfileSpec {
         phase: case.phase,
         vendor: case.vendor,
         image_id,
@@ -934,7 +942,28 @@ fn case_profile(
         input_files: vec![],
         landlock_abi: DEFAULT_LANDLOCK_ABI,
         egress: case_egress(case),
-    })
+    })?;
+    with_commands(case, profile)
+}
+
+/// The profile offered approved commands when the case asks for them (the relay's socket dir,
+/// which an invocation's relay makes, is made with the case's other volumes).
+fn with_commands(case: &Case, profile: Profile) -> Result<Profile> {
+    if case.commands {
+        profile.offering_commands()
+    } else {
+        Ok(profile)
+    }
+}
+
+/// The commands volume of a case that offers commands, made and removed with its launch.
+fn add_commands_volume(case: &Case, profile: &Profile, prepared: &mut Prepared) {
+    if case.commands {
+        prepared.volumes.insert(
+            cordon::labels::Kind::Commands,
+            cordon::profile::commands_volume(profile.allocation()).request(),
+        );
+    }
 }
 
 /// The validator and init layers of a case: one container, read back, then started.
@@ -981,6 +1010,7 @@ async fn run_validator_init(
     let created = async {
         let profile = case_profile(owner, env, storage, case)?;
         let mut prepared = Prepared::new(engine, &profile)?;
+        add_commands_volume(case, &profile, &mut prepared);
         if let Some(plan) = prepared.egress.as_mut() {
             plan.fixtures = Some(case_fixtures(env));
         }

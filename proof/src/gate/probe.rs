@@ -79,6 +79,7 @@ fn reached(op: &Operation, id: Id, case: &Case) -> bool {
         }
         ("phase-worktree", _) => !writable_phase,
         ("task-capacity", _) => writable_phase,
+        ("scratch-capacity", "commands-write") => case.commands,
         ("scratch-capacity", "codex-home-fill-bytes" | "codex-home-fill-inodes") => {
             case.vendor == Vendor::Codex
         }
