@@ -24,6 +24,13 @@ pub enum BenchAction {
         #[arg(long, default_value_t = 20)]
         runs: usize,
     },
+    /// An approved command's round trip (from the decided call to its answer) against a bare
+    /// `docker run --rm` of the same image and argv, and what commands add to an execute
+    /// invocation.
+    Command {
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+    },
     /// Wall time of the full gate and the time of each case.
     Gate {
         #[arg(long, default_value_t = 6)]
@@ -219,6 +226,13 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
                 .context("benchmarking the gate")?;
             print(ctx.json, &report, || report.text())?;
             Ok(verdict(report.failed == 0))
+        }
+        BenchAction::Command { runs } => {
+            let report = cordon_proof::bench_command::command(engine, &built.id, runs)
+                .await
+                .context("benchmarking approved commands")?;
+            print(ctx.json, &report, || report.text())?;
+            Ok(ExitCode::SUCCESS)
         }
         BenchAction::Launch { runs } => {
             let report = bench::launch(engine, &built.id, runs)

@@ -473,40 +473,30 @@ fn cgroup_limits(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal
 /// directories nobody in here can change (beneath them only exec-capable mounts hold anything
 /// the workload wrote).
 fn exec_allowlist(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
-    for path in &policy.landlock.exec {
+    let files = policy
+        .landlock
+        .exec
+        .iter()
+        .map(|p| (p, "file", "a regular file"));
+    let trees = policy
+        .landlock
+        .exec_trees
+        .iter()
+        .map(|p| (p, "dir", "a directory"));
+    for (path, kind, what) in files.chain(trees) {
         let facts = obs.paths.get(path).cloned().unwrap_or_default();
-        if facts.kind != "file" || !facts.on_readonly_mount || facts.writable {
+        if facts.kind != kind || !facts.on_readonly_mount || facts.writable {
+            let mount = if facts.on_readonly_mount {
+                "read-only"
+            } else {
+                "writable"
+            };
             return Err(refuse(
                 Id::ExecAllowlist,
-                format!("{path} is a regular file on a read-only mount"),
+                format!("{path} is {what} on a read-only mount"),
                 format!(
-                    "{path}: {} on a {} mount, writable: {}",
-                    facts.kind,
-                    if facts.on_readonly_mount {
-                        "read-only"
-                    } else {
-                        "writable"
-                    },
-                    facts.writable
-                ),
-            ));
-        }
-    }
-    for path in &policy.landlock.exec_trees {
-        let facts = obs.paths.get(path).cloned().unwrap_or_default();
-        if facts.kind != "dir" || !facts.on_readonly_mount || facts.writable {
-            return Err(refuse(
-                Id::ExecAllowlist,
-                format!("{path} is a directory on a read-only mount"),
-                format!(
-                    "{path}: {} on a {} mount, writable: {}",
-                    facts.kind,
-                    if facts.on_readonly_mount {
-                        "read-only"
-                    } else {
-                        "writable"
-                    },
-                    facts.writable
+                    "{path}: {} on a {mount} mount, writable: {}",
+                    facts.kind, facts.writable
                 ),
             ));
         }

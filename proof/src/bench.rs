@@ -51,10 +51,20 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage) -> Result<Profile> {
+    profile_in(Phase::Planning, owner, image_id, storage)
+}
+
+/// The fake CLI's `--version` in `phase` over `storage`, with the default limits.
+pub(crate) fn profile_in(
+    phase: Phase,
+    owner: &Owner,
+    image_id: &str,
+    storage: &TaskStorage,
+) -> Result<Profile> {
     let allocation = Allocation::new(owner, "bench", storage.allocation.uid)?;
     let cli = Vendor::Claude.cli_path().to_owned();
     Profile::new(ProfileSpec {
-        phase: Phase::Planning,
+        phase,
         vendor: Vendor::Claude,
         image_id: image_id.to_owned(),
         storage: storage.mounts_for(&allocation),

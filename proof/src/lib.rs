@@ -19,6 +19,7 @@ pub mod bench;
 pub mod bench_audit;
 pub mod bench_check;
 pub mod bench_claude;
+pub mod bench_command;
 pub mod bench_egress;
 pub mod bench_terminate;
 pub mod doctor;

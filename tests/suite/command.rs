@@ -401,3 +401,75 @@ async fn hostile_commands_are_bounded_reported_and_leave_nothing() {
     assert_eq!(left.exit, Some(0), "{left:?}");
     fixture.finish().await;
 }
+
+/// A command container's own protections, each removed from its create request, are refused by
+/// the read-back validator with exactly their id (no network code, the overlay's read-only
+/// volume, its scratch's nosuid, the init's start set with DAC_OVERRIDE and nothing more), and a
+/// work volume made writable under `writes: none` past the validator is refused by the init
+/// (`work-readonly`); nothing is left.
+#[tokio::test]
+async fn a_command_container_without_its_protections_is_refused() {
+    use cordon::launch::{self, Prepared};
+    use cordon_contract::{paths, Id};
+    let fixture = cordon_tests::fixture("command-refused").await;
+    let agent = fixture.profile(&cordon_tests::Run::workload(&["exit", "0"]));
+    let command = probe_command("check", command::Writes::None, &["command-check"]);
+    let profile = || {
+        let allocation =
+            cordon::labels::Allocation::new(&fixture.owner, "test", fixture.storage.allocation.uid)
+                .unwrap();
+        cordon::profile::Profile::command_of(
+            &agent,
+            allocation,
+            &command,
+            (&fixture.image, &[]),
+            paths::PROBE,
+            Duration::from_secs(30),
+        )
+        .expect("a command profile")
+    };
+    type Removal = fn(&mut bollard::models::ContainerCreateBody);
+    let removals: [(Id, Removal); 4] = [
+        (Id::NetworkNone, |c| c.network_disabled = None),
+        (Id::WorkReadonly, |c| {
+            let mounts = c.host_config.as_mut().unwrap().mounts.as_mut().unwrap();
+            let work = mounts
+                .iter_mut()
+                .find(|m| m.target.as_deref() == Some(paths::WORK))
+                .unwrap();
+            work.read_only = Some(false);
+        }),
+        (Id::WritableNosuidNodevNoexec, |c| {
+            let tmpfs = c.host_config.as_mut().unwrap().tmpfs.as_mut().unwrap();
+            let tmp = tmpfs.get_mut(paths::TMP).unwrap();
+            *tmp = tmp.replace("nosuid", "suid");
+        }),
+        (Id::InitPrivileges, |c| {
+            let caps = c.host_config.as_mut().unwrap().cap_add.as_mut().unwrap();
+            caps.retain(|cap| cap != "DAC_OVERRIDE");
+        }),
+    ];
+    for (id, remove) in removals {
+        let profile = profile();
+        let mut prepared = Prepared::new(fixture.ctl.engine(), &profile).unwrap();
+        remove(&mut prepared.plan.create);
+        let launch = launch::create(&fixture.ctl, &profile, prepared)
+            .await
+            .expect("create");
+        let refused = cordon::validate::ids(&launch.refusals);
+        launch.finish(fixture.ctl.engine()).await.expect("cleanup");
+        assert_eq!(refused, [id], "{:?}", id);
+    }
+    // Past the validator, the init refuses the writable volume beneath the overlay.
+    let profile = profile();
+    let mut prepared = Prepared::new(fixture.ctl.engine(), &profile).unwrap();
+    removals[1].1(&mut prepared.plan.create);
+    let (refusals, finished) =
+        cordon_tests::launch_with(&fixture.ctl, &profile, prepared, |_| async {}).await;
+    assert_eq!(cordon::validate::ids(&refusals), [Id::WorkReadonly]);
+    match &finished.verdict {
+        launch::InitVerdict::Refused { check, .. } => assert_eq!(*check, Id::WorkReadonly),
+        other => panic!("the init did not refuse: {other:?}"),
+    }
+    fixture.finish().await;
+}

@@ -52,6 +52,12 @@ impl Profile {
                 });
             }
         }
+        // A command has no network at all, and is kept out of the engine's network code as the
+        // helpers are (no libnetwork sandbox: loopback only, and no endpoint on the shared
+        // `none` network, whose paths hold this engine's known lock-order deadlocks).
+        if self.command_role().is_some() {
+            body.network_disabled = Some(true);
+        }
         body
     }
 }

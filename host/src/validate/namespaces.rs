@@ -28,6 +28,17 @@ pub(super) fn no_ipc(r: &ReadBack<'_>, d: &mut Diff) {
 
 pub(super) fn no_network(r: &ReadBack<'_>, d: &mut Diff) {
     let host = &r.host;
+    // A profile that keeps the container out of the engine's network code (an approved
+    // command) must find it so.
+    if r.expected.network_disabled == Some(true) {
+        d.check(
+            r.config.network_disabled == Some(true),
+            Id::NetworkNone,
+            "Config.NetworkDisabled",
+            true,
+            r.config.network_disabled,
+        );
+    }
     d.check(
         host.network_mode.as_deref() == Some("none"),
         Id::NetworkNone,
@@ -74,11 +85,17 @@ pub(super) fn no_network(r: &ReadBack<'_>, d: &mut Diff) {
         .and_then(|n| n.networks.as_ref())
         .map(|n| n.keys().cloned().collect())
         .unwrap_or_default();
+    // Disabled networking attaches it to no network at all; otherwise to `none` alone.
+    let want: &[&str] = if r.expected.network_disabled == Some(true) {
+        &[]
+    } else {
+        &["none"]
+    };
     d.check(
-        networks == ["none"],
+        networks == want,
         Id::NetworkNone,
         "NetworkSettings.Networks",
-        ["none"],
+        want,
         &networks,
     );
 }

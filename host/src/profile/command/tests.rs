@@ -142,3 +142,16 @@ fn a_command_holds_no_credential_and_only_plain_variables() {
     bad_dir.workdir = "/tmp".into();
     assert!(Profile::for_command(command_spec(), bad_dir).is_err());
 }
+
+#[test]
+fn a_command_is_kept_out_of_the_engines_network_code_and_its_log_driver() {
+    let profile = Profile::for_command(command_spec(), role(Writes::None)).unwrap();
+    let body = profile.create_body();
+    assert_eq!(body.network_disabled, Some(true));
+    let host = body.host_config.unwrap();
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
+    assert_eq!(host.log_config.unwrap().typ.as_deref(), Some("none"));
+    // The agent's is not.
+    let agent = Profile::new(spec()).unwrap().create_body();
+    assert_eq!(agent.network_disabled, None);
+}
