@@ -134,16 +134,14 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             let report = bench::seed(engine, &built.id, files, mib * 1024 * 1024, runs)
                 .await
                 .context("benchmarking seeding")?;
-            print(ctx.json, &report, || report.text())?;
-            Ok(ExitCode::SUCCESS)
+            shown(ctx, &report, report.text())
         }
         BenchAction::Check { entries, mib, runs } => {
             let report =
                 cordon_proof::bench_check::check(engine, &built.id, entries, mib << 20, runs)
                     .await
                     .context("benchmarking the tree check")?;
-            print(ctx.json, &report, || report.text())?;
-            Ok(ExitCode::SUCCESS)
+            shown(ctx, &report, report.text())
         }
         BenchAction::Audit {
             entries,
@@ -165,8 +163,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             )
             .await
             .context("benchmarking the change audit")?;
-            print(ctx.json, &report, || report.text())?;
-            Ok(ExitCode::SUCCESS)
+            shown(ctx, &report, report.text())
         }
         BenchAction::Terminate {
             requests,
@@ -178,8 +175,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
                 cordon_proof::bench_egress::egress(engine, &built.id, runs, mib << 20, pings)
                     .await
                     .context("benchmarking egress")?;
-            print(ctx.json, &report, || report.text())?;
-            Ok(ExitCode::SUCCESS)
+            shown(ctx, &report, report.text())
         }
         BenchAction::Invoke {
             files,
@@ -204,8 +200,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
                 cordon_proof::bench_claude::invoke_claude(&ctx.ctl, &built.id, &spec, files, runs)
                     .await
                     .context("benchmarking the real CLI's invocations")?;
-            print(ctx.json, &report, || report.text())?;
-            Ok(ExitCode::SUCCESS)
+            shown(ctx, &report, report.text())
         }
         BenchAction::Invoke {
             files,
@@ -216,8 +211,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             let report = bench::invoke(engine, &built.id, files, runs, launch_runs)
                 .await
                 .context("benchmarking invocations")?;
-            print(ctx.json, &report, || report.text())?;
-            Ok(ExitCode::SUCCESS)
+            shown(ctx, &report, report.text())
         }
         BenchAction::Gate { parallel } => {
             let agent = crate::image::agent(ctx, None).await?;
@@ -231,17 +225,21 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             let report = cordon_proof::bench_command::command(engine, &built.id, runs)
                 .await
                 .context("benchmarking approved commands")?;
-            print(ctx.json, &report, || report.text())?;
-            Ok(ExitCode::SUCCESS)
+            shown(ctx, &report, report.text())
         }
         BenchAction::Launch { runs } => {
             let report = bench::launch(engine, &built.id, runs)
                 .await
                 .context("benchmarking launch")?;
-            print(ctx.json, &report, || report.text())?;
-            Ok(ExitCode::SUCCESS)
+            shown(ctx, &report, report.text())
         }
     }
+}
+
+/// Print a benchmark's report (JSON, or its text): it ran.
+fn shown<R: serde::Serialize>(ctx: &Ctx, report: &R, text: String) -> anyhow::Result<ExitCode> {
+    print(ctx.json, report, || text.clone())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `bench terminate`: no engine, no image, the terminator alone.
