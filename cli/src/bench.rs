@@ -238,7 +238,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
 
 /// Print a benchmark's report (JSON, or its text): it ran.
 fn shown<R: serde::Serialize>(ctx: &Ctx, report: &R, text: String) -> anyhow::Result<ExitCode> {
-    print(ctx.json, report, || text.clone())?;
+    print(ctx.json, report, move || text)?;
     Ok(ExitCode::SUCCESS)
 }
 

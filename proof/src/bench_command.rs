@@ -82,7 +82,7 @@ async fn round_trip(
     image: &CommandImage,
 ) -> Result<f64> {
     let t = Instant::now();
-    let outcome = run::run(
+    let (outcome, left) = run::run(
         ctl,
         agent,
         command,
@@ -90,7 +90,13 @@ async fn round_trip(
         Duration::from_secs(60),
         std::future::pending(),
     )
-    .await?;
+    .await;
+    if !left.is_empty() {
+        return Err(Error::Unreleased(
+            left.leftovers().iter().map(|l| format!("{l:?}")).collect(),
+        ));
+    }
+    let outcome = outcome?;
     let took = t.elapsed().as_secs_f64() * 1000.0;
     match outcome.answer {
         Answer::Ran(ran) if ran.exit == Some(0) => Ok(took),

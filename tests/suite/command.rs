@@ -262,6 +262,7 @@ async fn a_command_container_writes_work_only_when_it_may_and_runs_what_it_build
                 std::future::pending(),
             )
             .await
+            .0
             .expect("a run");
             match outcome.answer {
                 Answer::Ran(ran) => ran,
@@ -335,6 +336,7 @@ async fn hostile_commands_are_bounded_reported_and_leave_nothing() {
                 std::future::pending(),
             )
             .await
+            .0
             .expect("a run");
             match outcome.answer {
                 Answer::Ran(ran) => ran,

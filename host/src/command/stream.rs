@@ -5,10 +5,13 @@
 //! The init writes its first stderr line before the command exists (the attestation, or the
 //! refusal that means no command ran) and its exit line after the command and everything it left
 //! are gone. So the first stderr line is always the init's; the last one is the init's when it is
-//! an exit line. The last stderr line is held back until something else arrives (then it was the
-//! command's) or the streams end (then it is judged). A command that ends its stderr without a
-//! newline glues the exit line to its own bytes, and the model then sees the init's exit line:
-//! that costs nothing but a line of text, and the exit status itself comes from the engine.
+//! an exit line. The last stderr line is held back until more stderr arrives (then it was the
+//! command's) or the streams end (then it is judged); stdout that arrives meanwhile goes first
+//! only when the held line is an exit line (the engine copies the two pipes on their own, so the
+//! command's last stdout bytes can arrive after the init's exit line). A command that ends its
+//! stderr without a newline glues the exit line to its own bytes, and the model then sees the
+//! init's exit line; one that writes an exit line of its own last loses that line from its
+//! output. Either costs a line of text, no more: the exit status comes from the engine.
 
 use cordon_contract::InitLine;
 
@@ -16,6 +19,15 @@ use super::output::{BoundedOutput, Kept};
 
 /// No init line is longer: a held line that grows past this is the command's.
 const MAX_INIT_LINE: usize = 4096;
+
+/// The init's exit line, when `held` is exactly one.
+fn exit_line(held: &[u8]) -> Option<InitLine> {
+    let line = held.strip_suffix(b"\n")?;
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(InitLine::parse)
+        .filter(|l| matches!(l, InitLine::Exit { .. }))
+}
 
 /// The interleaved output of one command container, as it arrives.
 #[derive(Debug)]
@@ -47,9 +59,13 @@ impl CommandStream {
         }
     }
 
-    /// A chunk of stdout.
+    /// A chunk of stdout. A held stderr line goes first, unless it is an exit line: the engine
+    /// copies the two pipes on their own, so the command's last stdout bytes may arrive after
+    /// the init's exit line.
     pub fn stdout(&mut self, chunk: &[u8]) {
-        self.release();
+        if exit_line(&self.held).is_none() {
+            self.release();
+        }
         self.out.push(chunk);
     }
 
@@ -101,14 +117,10 @@ impl CommandStream {
         }
     }
 
-    /// The text, and the init's exit line when the streams ended with one.
+    /// The text, and the init's exit line when stderr ended with one.
     pub fn finish(mut self) -> Streamed {
         // `held` is empty when stderr is mid-line: nothing to judge then.
-        let line = self.held.strip_suffix(b"\n").unwrap_or(&self.held);
-        let init_exit = std::str::from_utf8(line)
-            .ok()
-            .and_then(InitLine::parse)
-            .filter(|l| matches!(l, InitLine::Exit { .. }));
+        let init_exit = exit_line(&self.held);
         if init_exit.is_none() {
             self.release();
         }
@@ -123,7 +135,7 @@ impl CommandStream {
 mod tests {
     use super::*;
 
-    fn exit_line() -> String {
+    fn init_exit_line() -> String {
         let mut line = InitLine::Exit {
             code: 3,
             terminated: 0,
@@ -142,7 +154,7 @@ mod tests {
         s.stderr(b"\nerr 1\n");
         s.stdout(b"out 2\n");
         s.stderr(b"err 2\nerr 3\n");
-        s.stderr(exit_line().as_bytes());
+        s.stderr(init_exit_line().as_bytes());
         let done = s.finish();
         assert_eq!(done.kept.text, "out 1\nerr 1\nout 2\nerr 2\nerr 3\n");
         assert!(matches!(
@@ -159,22 +171,31 @@ mod tests {
         let done = s.finish();
         assert_eq!(done.kept.text, "last words\n");
         assert_eq!(done.init_exit, None);
-        // A forged exit line followed by stdout is the command's too.
+        // An exit line followed by more stderr is the command's.
         let mut s = CommandStream::new(1 << 20);
         s.stderr(b"attestation\n");
-        s.stderr(exit_line().as_bytes());
-        s.stdout(b"after");
+        s.stderr(init_exit_line().as_bytes());
+        s.stderr(b"after\n");
         let done = s.finish();
-        assert_eq!(done.kept.text, format!("{}after", exit_line()));
+        assert_eq!(done.kept.text, format!("{}after\n", init_exit_line()));
         assert_eq!(done.init_exit, None);
+        // Stdout that arrives after the init's exit line (the engine's copiers race) is the
+        // command's, and the exit line still the init's.
+        let mut s = CommandStream::new(1 << 20);
+        s.stderr(b"attestation\nerr\n");
+        s.stderr(init_exit_line().as_bytes());
+        s.stdout(b"late stdout\n");
+        let done = s.finish();
+        assert_eq!(done.kept.text, "err\nlate stdout\n");
+        assert!(matches!(done.init_exit, Some(InitLine::Exit { .. })));
         // An exit line that continues the command's unfinished stderr line is the command's,
         // even when stdout came between them.
         let mut s = CommandStream::new(1 << 20);
         s.stderr(b"attestation\npartial");
         s.stdout(b"out\n");
-        s.stderr(exit_line().as_bytes());
+        s.stderr(init_exit_line().as_bytes());
         let done = s.finish();
-        assert_eq!(done.kept.text, format!("partialout\n{}", exit_line()));
+        assert_eq!(done.kept.text, format!("partialout\n{}", init_exit_line()));
         assert_eq!(done.init_exit, None);
     }
 
@@ -186,11 +207,11 @@ mod tests {
             s.stderr(&[b'x'; 1000]);
         }
         assert!(s.held.len() <= MAX_INIT_LINE + 1000);
-        s.stderr(exit_line().as_bytes());
+        s.stderr(init_exit_line().as_bytes());
         let done = s.finish();
         // The exit line ends a 1,000,000-byte line: glued to it, it is the command's text.
         assert_eq!(done.init_exit, None);
-        assert_eq!(done.kept.total, 1_000_000 + exit_line().len() as u64);
+        assert_eq!(done.kept.total, 1_000_000 + init_exit_line().len() as u64);
         assert!(done.kept.truncated);
         assert!(done.kept.text.len() < 1024 * 4 + 100);
     }

@@ -33,6 +33,8 @@ pub(super) struct Dispatcher {
     /// Each command's image, by command name.
     images: BTreeMap<String, CommandImage>,
     relay: Relay,
+    /// What the calls' removals left so far.
+    left: Created,
 }
 
 /// What the dispatcher leaves for the result.
@@ -42,6 +44,8 @@ pub(super) struct Served {
     pub unrecorded: u64,
     /// The first engine failure while serving (the invocation fails with it).
     pub error: Option<Error>,
+    /// What a call's removal left: the invocation's cleanup retries it, and lists what stays.
+    pub left: Created,
 }
 
 /// Make everything the commands need before the agent starts: their images (derived, their
@@ -87,6 +91,7 @@ pub(super) async fn prepare(
         ledger,
         images,
         relay,
+        left: Created::default(),
     })
 }
 
@@ -105,6 +110,7 @@ impl Dispatcher {
             records: self.ledger.records().to_vec(),
             unrecorded: self.ledger.unrecorded(),
             error: error.or(closed),
+            left: std::mem::take(&mut self.left),
         }
     }
 
@@ -173,7 +179,10 @@ impl Dispatcher {
         let mut cancel = Some(cancel);
         loop {
             tokio::select! {
-                outcome = &mut running => return Ok(outcome?.answer),
+                (outcome, left) = &mut running => {
+                    self.left.extend(left);
+                    return Ok(outcome?.answer);
+                }
                 next = self.relay.next(), if cancel.is_some() => {
                     let stop = match next {
                         Ok(Some(ToHost::Cancel { seq: of })) => of == seq,

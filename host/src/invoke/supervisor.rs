@@ -257,6 +257,8 @@ impl Supervisor {
                     .await;
                 stop_reason = stop_reason.or(stopped);
                 setup_error = error;
+                // What a command's removal left is the invocation's to clean up and report.
+                created.extend(std::mem::take(&mut ran.commands.left));
                 timings.run_ms = run_started.elapsed().as_secs_f64() * 1000.0;
             }
             Some(Err(e)) => setup_error = Some(e),

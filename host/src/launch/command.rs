@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use cordon_contract::command::{Answer, ApprovedCommand, CallRefusal, Ran};
 
 use crate::controller::Controller;
-use crate::error::{Error, Result};
+use crate::engine::pending::Created;
+use crate::error::Result;
 use crate::labels::Allocation;
 use crate::launch::{self, Prepared};
 use crate::profile::Profile;
@@ -59,7 +60,9 @@ fn unavailable(expected: impl Into<String>, observed: impl Into<String>) -> Answ
 /// Run `command` once in a container of its own over the agent's storage, for at most `limit`,
 /// or until `cancel` completes (then it is killed). A container the validator refuses, or whose
 /// init does not attest exactly its policy, gives a `command-unavailable` answer with the
-/// evidence; an engine failure is an error. Everything made is removed before this returns.
+/// evidence; an engine failure is an error. Everything made is removed before this returns;
+/// what could not be (yet) is returned beside the outcome, for the invocation's cleanup to retry
+/// and, failing that, to list as unreleased.
 pub async fn run(
     ctl: &Controller,
     agent: &Profile,
@@ -67,6 +70,28 @@ pub async fn run(
     image: &CommandImage,
     limit: Duration,
     cancel: impl Future<Output = ()>,
+) -> (Result<Outcome>, Created) {
+    let mut created = Created::default();
+    let outcome = made(ctl, agent, command, image, limit, cancel, &mut created).await;
+    let engine = ctl.engine();
+    let mut left = created.remove_once(engine).await;
+    // A volume waits for a container whose create is still unresolved: one more pass.
+    if !left.is_empty() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        left = left.remove_once(engine).await;
+    }
+    (outcome, left)
+}
+
+/// [`run`]'s steps, recording what they make in `created`.
+async fn made(
+    ctl: &Controller,
+    agent: &Profile,
+    command: &ApprovedCommand,
+    image: &CommandImage,
+    limit: Duration,
+    cancel: impl Future<Output = ()>,
+    created: &mut Created,
 ) -> Result<Outcome> {
     let started = Instant::now();
     let engine = ctl.engine();
@@ -83,48 +108,34 @@ pub async fn run(
     let mut prepared = Prepared::new(engine, &profile)?;
     prepared.max_output = VERDICT_BYTES;
     prepared.interleaved = Some(usize::try_from(command.output_bytes).unwrap_or(usize::MAX));
-    let mut launch = launch::create(ctl, &profile, prepared).await?;
+    let mut launch = launch::create_into(ctl, &profile, prepared, created).await?;
     let container = launch.container.clone();
     if !launch.refusals.is_empty() {
-        let refusals = std::mem::take(&mut launch.refusals);
-        launch.finish(engine).await?;
         return Ok(Outcome {
             answer: unavailable(
                 "a command container the validator accepts",
-                serde_json::to_string(&refusals).unwrap_or_default(),
+                serde_json::to_string(&launch.refusals).unwrap_or_default(),
             ),
             container,
             took: started.elapsed(),
         });
     }
-    let ran = async {
-        launch.start(engine).await?;
-        let t = Instant::now();
-        // The wait's own limit is past ours: ours kills first, and a wait that never ends is
-        // still an error.
-        let stop = tokio::select! {
-            code = launch.wait(engine, limit + Duration::from_secs(30)) => Stop::Exited(code?),
-            () = tokio::time::sleep(limit) => Stop::Deadline,
-            () = cancel => Stop::Cancelled,
-        };
-        if !matches!(stop, Stop::Exited(_)) {
-            launch.kill(engine, "KILL").await?;
-            launch.wait(engine, Duration::from_secs(30)).await?;
-        }
-        let duration = t.elapsed();
-        let output = launch.output(engine).await?;
-        Ok::<_, Error>((stop, duration, output))
+    launch.start(engine).await?;
+    let t = Instant::now();
+    // The wait's own limit is past ours: ours kills first, and a wait that never ends is still
+    // an error.
+    let stop = tokio::select! {
+        code = launch.wait(engine, limit + Duration::from_secs(30)) => Stop::Exited(code?),
+        () = tokio::time::sleep(limit) => Stop::Deadline,
+        () = cancel => Stop::Cancelled,
+    };
+    if !matches!(stop, Stop::Exited(_)) {
+        launch.kill(engine, "KILL").await?;
+        launch.wait(engine, Duration::from_secs(30)).await?;
     }
-    .await;
-    let verdict = ran
-        .as_ref()
-        .ok()
-        .map(|(_, _, output)| launch.verdict(output));
-    launch.finish(engine).await?;
-    let (stop, duration, output) = ran?;
-    let verdict = verdict.unwrap_or(launch::InitVerdict::Missing {
-        first_line: String::new(),
-    });
+    let duration = t.elapsed();
+    let output = launch.output(engine).await?;
+    let verdict = launch.verdict(&output);
     let answer = if !verdict.trusted() {
         unavailable(
             "an init that attests exactly the command's policy",
