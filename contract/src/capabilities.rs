@@ -13,10 +13,13 @@ pub const START_CAPABILITIES: &[(&str, u32)] = &[
 ];
 
 /// What an approved command's init adds to its start set when it lays an overlay on /work
-/// (`writes: none`): overlayfs keeps its mounter's credentials and, without DAC_OVERRIDE, cannot
-/// use the `work` directory it makes with mode 0 (measured: EACCES on the first write). Dropped
-/// with the rest before the preflight.
-pub const OVERLAY_CAPABILITY: (&str, u32) = ("DAC_OVERRIDE", 1);
+/// (`writes: none`). Overlayfs keeps its mounter's credentials and copies up with them: without
+/// DAC_OVERRIDE it cannot use the `work` directory it makes with mode 0 (measured: EACCES on the
+/// first write), without CHOWN a copied-up directory cannot take its owner back and without
+/// FOWNER its times (measured: EPERM on the first file made in a directory of the volume).
+/// Dropped with the rest before the preflight: only the overlay keeps them, for its copy-ups.
+pub const OVERLAY_CAPABILITIES: &[(&str, u32)] =
+    &[("CHOWN", 0), ("DAC_OVERRIDE", 1), ("FOWNER", 3)];
 
 /// Docker's default bounding set (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID,
 /// SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD, AUDIT_WRITE, SETFCAP). A bounding set

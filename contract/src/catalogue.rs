@@ -136,6 +136,8 @@ protections! {
         "egress socket dir mounted read-only";
     CommandsReadonly = "commands-readonly", validator: true, init: true, probe: true,
         "with approved commands, their socket dir (the relay's) mounted read-only: the agent reaches the socket and can never replace it or leave anything there";
+    CommandIsolated = "command-isolated", validator: true, init: true, probe: true,
+        "an approved command's container mounts nothing of its agent's: neither the relay's socket dir (a command there could make calls of its own) nor the egress dir (a way to the proxy); with no network it reaches neither the agent, the relay nor the proxy";
     NoResolver = "no-resolver", validator: true, init: false, probe: true,
         "no Dns, DnsSearch, DnsOptions or ExtraHosts; no name the agent looks up gets an answer, from the hosts file or any resolver";
     EgressAllowlist = "egress-allowlist", validator: false, init: false, probe: true,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::phase::Phase;
 
 /// The directory holding the dispatcher's socket, mounted read-only into the agent's container.
-pub const SOCKET_DIR: &str = "/run/cordon/commands";
+pub const SOCKET_DIR: &str = crate::paths::COMMANDS_DIR;
 /// The dispatcher's socket, as the agent's MCP server dials it.
 pub const SOCKET: &str = "/run/cordon/commands/socket";
 /// The MCP server in the agent image: the one exec allowlist entry approved commands add.

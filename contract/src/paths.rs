@@ -48,6 +48,11 @@ pub fn wait_for_policy() -> bool {
 pub const INPUT_DIR: &str = "/run/cordon/input";
 /// The read-only dir holding the egress proxy's unix socket.
 pub const EGRESS_DIR: &str = "/run/cordon/egress";
+/// The approved commands' socket dir (the relay's), in an agent offered commands.
+pub const COMMANDS_DIR: &str = "/run/cordon/commands";
+/// The agent's own directories no approved command's container may have: the relay's socket
+/// (a command there could make calls of its own) and the egress proxy's (a way off the machine).
+pub const AGENT_ONLY_DIRS: [&str; 2] = [COMMANDS_DIR, EGRESS_DIR];
 /// An approved command's overlay area (`writes: none`): the upper and work directories of the
 /// throwaway layer its init lays over /work.
 pub const OVERLAY_AREA: &str = "/run/cordon/overlay";

@@ -69,6 +69,28 @@ pub struct Policy {
     /// and for a command that writes /work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlay: Option<WorkOverlay>,
+    /// Whose container this is. An approved command's holds nothing of its agent's (no egress
+    /// or commands socket dir: [`crate::paths::AGENT_ONLY_DIRS`]), and may execute beneath its
+    /// exec trees.
+    #[serde(default, skip_serializing_if = "Role::is_agent")]
+    pub role: Role,
+}
+
+/// Whose container a policy is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// The vendor CLI's (the default).
+    #[default]
+    Agent,
+    /// An approved command's, run by the dispatcher beside the agent.
+    Command,
+}
+
+impl Role {
+    pub fn is_agent(&self) -> bool {
+        *self == Role::Agent
+    }
 }
 
 /// The overlay an approved command that may not write /work sees there.
@@ -397,7 +419,29 @@ impl Policy {
         self.check_skip()?;
         self.check_egress()?;
         self.check_overlay()?;
+        self.check_role()?;
         self.check_cgroup()
+    }
+
+    /// Only a command's policy has exec trees or an overlay, and it mounts nothing of its agent's.
+    fn check_role(&self) -> Result<(), PolicyError> {
+        if self.role == Role::Command {
+            if let Some(m) = self.mounts.iter().find(|m| {
+                crate::paths::AGENT_ONLY_DIRS
+                    .iter()
+                    .any(|d| m.path == *d || m.path.starts_with(&format!("{d}/")))
+            }) {
+                return Err(bad(format!(
+                    "a command's policy mounts its agent's {}",
+                    m.path
+                )));
+            }
+            return Ok(());
+        }
+        if !self.landlock.exec_trees.is_empty() || self.overlay.is_some() {
+            return Err(bad("only a command's policy has exec trees or an overlay"));
+        }
+        Ok(())
     }
 
     /// An overlay lies on /work over a covered read-only rule, as an overlay mount the workload
@@ -948,6 +992,7 @@ mod consistency_tests {
             egress: None,
             sentinel: None,
             overlay: None,
+            role: Default::default(),
         }
     }
 
@@ -1046,10 +1091,14 @@ mod consistency_tests {
                 bounded(Id::WorkBytes, Id::WorkInodes),
             ),
         ]);
-        p.start_capabilities
-            .push(crate::capabilities::OVERLAY_CAPABILITY.1);
+        p.start_capabilities.extend(
+            crate::capabilities::OVERLAY_CAPABILITIES
+                .iter()
+                .map(|c| c.1),
+        );
         p.landlock.write = vec![crate::paths::TMP.into(), crate::paths::WORK.into()];
         p.landlock.exec_trees = vec!["/".into()];
+        p.role = Role::Command;
         p.overlay = Some(WorkOverlay {
             target: crate::paths::WORK.into(),
             area: crate::paths::OVERLAY_AREA.into(),
@@ -1087,6 +1136,33 @@ mod consistency_tests {
         assert_eq!(p.rules_for(crate::paths::TMP).len(), 1);
         assert_eq!(p.rules_for("/sys/fs/cgroup/pids").len(), 1);
         assert!(p.rules_for("/mnt").is_empty());
+    }
+
+    /// Exec trees and an overlay are a command's alone, and a command's policy mounts nothing of
+    /// its agent's (the relay's socket dir, the egress dir, or anything beneath them).
+    #[test]
+    fn only_a_command_has_its_differences_and_none_of_the_agents_dirs() {
+        let e = refusal(|p| p.role = Role::Agent);
+        assert!(e.contains("only a command's policy"), "{e}");
+        let mut agent = policy();
+        agent.landlock.exec_trees = vec!["/".into()];
+        assert!(agent.check().is_err());
+        for dir in [
+            crate::command::SOCKET_DIR.to_owned(),
+            crate::paths::EGRESS_DIR.to_owned(),
+            format!("{}/inner", crate::command::SOCKET_DIR),
+        ] {
+            let e = refusal(|p| {
+                p.mounts.push(MountRule::required(
+                    &dir,
+                    Access::ReadOnly,
+                    Id::CommandIsolated,
+                    Some("tmpfs"),
+                    None,
+                ))
+            });
+            assert!(e.contains("mounts its agent's"), "{dir}: {e}");
+        }
     }
 
     #[test]

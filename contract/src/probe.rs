@@ -175,6 +175,9 @@ pub mod ops {
         WRITABLE_FLAGS = "mounts" / "writable-flags" => [WritableNosuidNodevNoexec];
         CONTENT_FLAGS = "mounts" / "content-flags" => [ContentNoexec];
         HOST_PATHS = "mounts" / "host-paths" => [NoHostMounts];
+        // An approved command's container: the relay's socket (calls of its own) or the proxy's.
+        COMMAND_RELAY = "mounts" / "command-relay" => [CommandIsolated];
+        COMMAND_EGRESS = "mounts" / "command-egress" => [CommandIsolated];
 
         WORK_CREATE = "phase-worktree" / "create" => [WorkReadonly];
         WORK_APPEND = "phase-worktree" / "append" => [WorkReadonly];

@@ -586,7 +586,7 @@ fn judge_mounts(
         let rules = policy.rules_for(&m.mount_point);
         if rules.is_empty() {
             return Err(refuse(
-                Id::NoHostMounts,
+                unlisted_mount_id(policy, &m.mount_point),
                 "every mountpoint on the policy's list",
                 m.line.clone(),
             ));
@@ -667,7 +667,24 @@ fn judge_mounts(
     pass(Id::WritableNosuidNodevNoexec);
     pass(Id::ContentNoexec);
     pass(Id::NoHostMounts);
+    if policy.role == cordon_contract::policy::Role::Command {
+        pass(Id::CommandIsolated);
+    }
     Ok(())
+}
+
+/// The id of a mountpoint the policy does not list: one of the agent's own directories in a
+/// command's container is that isolation's breach; anything else is a mount that is not the
+/// policy's.
+fn unlisted_mount_id(policy: &Policy, point: &str) -> Id {
+    let agent_only = cordon_contract::paths::AGENT_ONLY_DIRS
+        .iter()
+        .any(|d| point == *d || point.starts_with(&format!("{d}/")));
+    if policy.role == cordon_contract::policy::Role::Command && agent_only {
+        Id::CommandIsolated
+    } else {
+        Id::NoHostMounts
+    }
 }
 
 /// The policy's overlay was laid. Before the mounts are matched to their rules, so an overlay the

@@ -104,6 +104,7 @@ pub(crate) fn good_policy() -> Policy {
         egress: None,
         sentinel: None,
         overlay: None,
+        role: Default::default(),
     }
 }
 
@@ -1013,9 +1014,10 @@ fn command_policy() -> Policy {
         bounded(Id::WorkBytes, Id::WorkInodes),
     ));
     p.start_capabilities
-        .push(capabilities::OVERLAY_CAPABILITY.1);
+        .extend(capabilities::OVERLAY_CAPABILITIES.iter().map(|c| c.1));
     p.landlock.write = vec![paths::TMP.into(), paths::WORK.into()];
     p.landlock.exec_trees = vec!["/".into()];
+    p.role = policy::Role::Command;
     p.overlay = Some(policy::WorkOverlay {
         target: paths::WORK.into(),
         area: paths::OVERLAY_AREA.into(),

@@ -1,6 +1,7 @@
 //! Act, as uid 0 with the start capabilities (CAP_SYS_ADMIN for the mounts, CAP_SETUID and
-//! CAP_SETGID for the filesystem ids, CAP_DAC_OVERRIDE for the area the policy's uid owns): lay an
-//! approved command's throwaway layer over its read-only /work (`policy.overlay`).
+//! CAP_SETGID for the filesystem ids, CAP_DAC_OVERRIDE for the area the policy's uid owns, and
+//! CAP_CHOWN and CAP_FOWNER the overlay's copy-ups need): lay an approved command's throwaway
+//! layer over its read-only /work (`policy.overlay`).
 //!
 //! In the area (a bounded tmpfs the policy's uid owns, mode 0700): `upper` made by the policy's
 //! ids (the overlay's root takes its owner), mode 0755; `work` and `stage` made by root, mode
@@ -99,8 +100,8 @@ fn set_fs_ids(uid: u32, gid: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// Make `upper` as the policy's ids (CAP_CHOWN is not in the start set): the overlay's root takes
-/// its owner and mode. Uid 0's filesystem ids come back afterwards, and with them the effective
+/// Make `upper` as the policy's ids (made, not chowned: nothing of root's is ever in the area the
+/// policy's uid owns): the overlay's root takes its owner and mode. Uid 0's filesystem ids come back afterwards, and with them the effective
 /// CAP_DAC_OVERRIDE the change to a non-zero fsuid cleared (it is still permitted).
 fn make_upper(upper: &str, uid: u32, gid: u32) -> Result<(), String> {
     let made = set_fs_ids(uid, gid).and_then(|()| mkdir(upper, 0o755));

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 
 use cordon_contract::paths;
+use cordon_contract::policy::Role;
 use cordon_contract::probe::{ops, Operation};
 use cordon_contract::Vendor;
 
@@ -99,13 +100,13 @@ fn fill_inodes(p: &mut Probe<'_>, op: &Operation, dir: &str, limit: u64) {
     }
 }
 
-/// The bounded area at `path` in the policy: (bytes, inodes).
+/// The bounded area at `path` in the policy: (bytes, inodes). The last rule at a point is the
+/// one the workload writes (an approved command's /work: the overlay over the covered volume).
 fn area(p: &Probe<'_>, path: &str) -> Option<(u64, u64)> {
     p.ctx
         .policy
-        .mounts
-        .iter()
-        .find(|r| r.path == path)
+        .rules_for(path)
+        .last()
         .and_then(|r| r.bounded)
         .map(|b| (b.bytes, b.inodes))
 }
@@ -123,7 +124,12 @@ pub fn scratch(p: &mut Probe<'_>) {
             &ops::CODEX_HOME_INODES,
         ));
     }
+    // An approved command's container has /tmp alone of these.
+    let command = p.ctx.policy.role == Role::Command;
     for (dir, bytes_op, inodes_op) in areas {
+        if command && p.ctx.policy.rule_for(dir).is_none() {
+            continue;
+        }
         let Some((bytes, inodes)) = area(p, dir) else {
             p.error(format!("the policy bounds no area at {dir}"));
             continue;
@@ -168,7 +174,7 @@ pub fn scratch(p: &mut Probe<'_>) {
 }
 
 pub fn task(p: &mut Probe<'_>) {
-    if !p.ctx.policy.phase.work_writable() {
+    if !p.ctx.work_writable {
         return;
     }
     let Some((bytes, inodes)) = area(p, paths::WORK) else {

@@ -13,6 +13,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::process::{Command, Stdio};
 
 use cordon_contract::paths;
+use cordon_contract::policy::Role;
 use cordon_contract::probe::{fixture, ops};
 
 use crate::report::{check, cpath, Probe};
@@ -113,11 +114,14 @@ fn content_noexec(p: &mut Probe<'_>) {
         (&ops::MMAP_EXEC_CONTROL, Some(paths::POLICY_FILE.to_owned())),
         (&ops::MMAP_EXEC_INPUT, a_file_in(paths::INPUT_DIR)),
     ];
+    // An approved command is given no input files.
+    let command = p.ctx.policy.role == Role::Command;
     for (op, target) in targets {
         match target {
             Some(path) => {
                 p.deny(op, &format!("mmap(PROT_EXEC) {path}"), || mmap_exec(&path));
             }
+            None if command && op.action == ops::MMAP_EXEC_INPUT.action => {}
             None => p.error(format!("{}: no file to map", op.action)),
         }
     }
@@ -135,6 +139,68 @@ fn is_interpreter(path: &str) -> bool {
 }
 
 pub fn run(p: &mut Probe<'_>) {
+    if p.ctx.policy.role == Role::Command {
+        command(p);
+    } else {
+        agent(p);
+    }
+    content_noexec(p);
+    memfd(p);
+    listed_runs(p);
+}
+
+/// A copy of this binary written to `dir`, executable by its mode.
+fn copy_into(dir: &str, token: &str) -> std::io::Result<String> {
+    let copy = format!("{dir}/cordon-exec-{token}");
+    let bytes = own_binary()?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .open(&copy)?;
+    f.write_all(&bytes)?;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))?;
+    Ok(copy)
+}
+
+/// An approved command's container: it executes beneath its image's root and runs what it builds
+/// in /tmp (the positive control), and nothing it writes to /work, whose mount is noexec (the
+/// overlay, or the volume it may write): there the mount alone refuses it.
+fn command(p: &mut Probe<'_>) {
+    let token = p.ctx.token.clone();
+    match copy_into(paths::TMP, &token) {
+        Ok(copy) => {
+            let ran = spawn(&copy, &["workload", "exit", "0"]);
+            if let Err(e) = ran {
+                p.error(format!("a command cannot run what it builds in /tmp: {e}"));
+            }
+            let _ = std::fs::remove_file(&copy);
+        }
+        Err(e) => p.error(format!("cannot copy a binary into {}: {e}", paths::TMP)),
+    }
+    if !p.ctx.work_writable {
+        return;
+    }
+    match copy_into(paths::WORK, &token) {
+        Ok(copy) => {
+            p.deny(
+                &ops::EXEC_SCRATCH_COPY,
+                "exec a copy of a binary in /work",
+                || spawn(&copy, &["workload", "exit", "0"]),
+            );
+            p.deny(
+                &ops::MMAP_EXEC_SCRATCH,
+                "mmap(PROT_EXEC) a file in /work",
+                || mmap_exec(&copy),
+            );
+            let _ = std::fs::remove_file(&copy);
+        }
+        Err(e) => p.error(format!("cannot copy a binary into {}: {e}", paths::WORK)),
+    }
+}
+
+/// The agent's container: only the listed files execute, and nothing it writes to its scratch.
+fn agent(p: &mut Probe<'_>) {
     let listed = p.ctx.policy.landlock.exec.clone();
     let token = p.ctx.token.clone();
     for neighbour in [paths::CLAUDE_CLI, paths::CODEX_CLI] {
@@ -173,18 +239,8 @@ pub fn run(p: &mut Probe<'_>) {
         }
     }
 
-    let copy = format!("{}/cordon-exec-{token}", paths::TMP);
-    let written = own_binary().and_then(|bytes| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o700)
-            .open(&copy)?;
-        f.write_all(&bytes)?;
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
-    });
-    match written {
-        Ok(()) => {
+    match copy_into(paths::TMP, &token) {
+        Ok(copy) => {
             p.deny(
                 &ops::EXEC_SCRATCH_COPY,
                 "exec a copy of a binary in /tmp",
@@ -199,9 +255,10 @@ pub fn run(p: &mut Probe<'_>) {
         }
         Err(e) => p.error(format!("cannot copy a binary into {}: {e}", paths::TMP)),
     }
+}
 
-    content_noexec(p);
-
+/// Nothing runs from a memfd (the init's filter refuses its exec).
+fn memfd(p: &mut Probe<'_>) {
     p.deny(&ops::EXEC_MEMFD, "exec a binary from a memfd", || {
         let name = cpath("cordon-exec");
         // SAFETY: memfd_create with a valid name and no flags.
@@ -223,9 +280,11 @@ pub fn run(p: &mut Probe<'_>) {
         unsafe { libc::close(fd) };
         result
     });
+}
 
-    // The listed files still run.
-    if let Some(first) = listed.first() {
+/// The listed files still run (the positive control).
+fn listed_runs(p: &mut Probe<'_>) {
+    if let Some(first) = p.ctx.policy.landlock.exec.first() {
         let args: &[&str] = if first == paths::PROBE {
             &["workload", "exit", "0"]
         } else {

@@ -99,6 +99,20 @@ fn privileged() -> bool {
     all_caps || sys_writable
 }
 
+/// The last mount at /work is an overlay (the init laid an approved command's throwaway layer).
+fn work_is_overlay() -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|text| cordon_contract::procfs::parse_mountinfo(&text).ok())
+        .and_then(|mounts| {
+            mounts
+                .into_iter()
+                .rev()
+                .find(|m| m.mount_point == paths::WORK)
+        })
+        .is_some_and(|m| m.fstype == "overlay")
+}
+
 /// Run the named probes (every probe, in catalogue order, for `all`) and print their reports.
 fn probes(args: &[String]) -> i32 {
     let Some(which) = args.first() else { usage() };
@@ -122,6 +136,11 @@ fn probes(args: &[String]) -> i32 {
         }
     };
     let policy_uid = policy.uid;
+    // A command that writes nothing writes /work through the init's overlay, in any phase.
+    let work_writable = match policy.overlay {
+        Some(_) => work_is_overlay(),
+        None => policy.phase.work_writable(),
+    };
     let ctx = Ctx {
         policy,
         without_init,
@@ -132,6 +151,7 @@ fn probes(args: &[String]) -> i32 {
         tty: (0..3).any(|fd| unsafe { libc::isatty(fd) } == 1),
         // SAFETY: getuid takes no arguments, cannot fail and only reads the process's credentials.
         foreign_user: unsafe { libc::getuid() } != policy_uid,
+        work_writable,
     };
     let names: Vec<&str> = if which == "all" {
         PROBES.to_vec()

@@ -53,16 +53,24 @@ pub fn digest(root: &str) -> Result<String, String> {
     Ok(hex::encode(Sha256::digest(entries.join("\n").as_bytes())))
 }
 
-fn alias_targets(token: &str, name: &str) -> Vec<String> {
-    vec![
-        format!("{}/{name}-{token}", paths::WORK),
-        format!("{}/{name}-{token}", paths::TMP),
-        format!("{}/{name}-{token}", paths::HOME),
-    ]
+/// The writable scratch areas an alias can be made in: /tmp, and HOME where the policy mounts
+/// one (an approved command's HOME is its /tmp).
+fn scratch_dirs(p: &Probe<'_>) -> Vec<&'static str> {
+    [paths::TMP, paths::HOME]
+        .into_iter()
+        .filter(|d| p.ctx.policy.rule_for(d).is_some_and(|r| r.writable()))
+        .collect()
+}
+
+fn alias_targets(p: &Probe<'_>, name: &str) -> Vec<String> {
+    std::iter::once(paths::WORK)
+        .chain(scratch_dirs(p))
+        .map(|dir| format!("{dir}/{name}-{}", p.ctx.token))
+        .collect()
 }
 
 fn hardlinks(p: &mut Probe<'_>, op: &Operation, source: &str, name: &str) {
-    for target in alias_targets(&p.ctx.token, name) {
+    for target in alias_targets(p, name) {
         if p.deny(op, &format!("hard link {source} to {target}"), || {
             std::fs::hard_link(source, &target)
         }) {
@@ -73,7 +81,7 @@ fn hardlinks(p: &mut Probe<'_>, op: &Operation, source: &str, name: &str) {
 
 /// A symlink in a writable area pointing into the metadata, then an append through it.
 fn symlink_append(p: &mut Probe<'_>, op: &Operation, source: &str, name: &str) {
-    for dir in [paths::TMP, paths::HOME] {
+    for dir in scratch_dirs(p) {
         let alias = format!("{dir}/{name}-{}", p.ctx.token);
         if let Err(e) = std::os::unix::fs::symlink(source, &alias) {
             p.error(format!(

@@ -27,6 +27,10 @@ pub struct Ctx {
     /// The probe does not run as the policy's user: positive checks that need that identity (a
     /// fill of an area the agent owns) cannot be judged, and are counted as skipped.
     pub foreign_user: bool,
+    /// The workload may write /work: the phase writes it, or, in an approved command's container
+    /// that writes nothing, the init laid its throwaway overlay there (without it, /work is the
+    /// volume and must be read-only).
+    pub work_writable: bool,
 }
 
 /// One probe run.

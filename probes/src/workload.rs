@@ -21,7 +21,8 @@
 //!   text (no upload), and each ping a whole answer to a 1 KiB prompt.
 //! - `command-check`: what an approved command's container lets it do, as one JSON line on
 //!   stdout (and one line on stderr): whether the marker file was already in /work, whether it
-//!   could write the marker and the read-only metadata, and whether a copy of itself in /tmp runs
+//!   could write the marker, a file in a directory of /work (made if missing) and the read-only
+//!   metadata, and whether a copy of itself in /tmp runs
 //!   (tests run what they build); its working directory.
 //! - `check-file PATH NEEDLE`: a stand-in test runner: writes `/work/test-output.log` beside the
 //!   sources (as test runners do), then passes (exit 0) when PATH holds NEEDLE and fails (exit 1,
@@ -591,6 +592,9 @@ fn egress_load(args: &[String]) -> Result<String, String> {
 /// The marker file `command-check` looks for and writes.
 pub const COMMAND_MARKER: &str = "/work/cordon-command-marker";
 
+/// The directory `command-check` makes (or finds) in /work and writes a file in.
+pub const COMMAND_DIR: &str = "/work/cordon-command-dir";
+
 /// `check-file`: pass when `path` holds `needle`.
 fn check_file(path: &str, needle: &str) -> i32 {
     println!("running 1 test: {path} holds {needle:?}");
@@ -615,6 +619,13 @@ fn check_file(path: &str, needle: &str) -> i32 {
 fn command_check() -> String {
     let present = std::fs::symlink_metadata(COMMAND_MARKER).is_ok();
     let wrote = std::fs::write(COMMAND_MARKER, b"written by a command\n");
+    // A file in a directory of the tree (under an overlay, the directory is copied up first).
+    let in_dir = std::fs::create_dir(COMMAND_DIR)
+        .or_else(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Ok(()),
+            _ => Err(e),
+        })
+        .and_then(|()| std::fs::write(format!("{COMMAND_DIR}/file"), b"x"));
     let metadata = std::fs::write("/work/.git/cordon-command-marker", b"x");
     let copy = "/tmp/cordon-probe-copy";
     let ran = std::fs::copy("/proc/self/exe", copy)
@@ -630,6 +641,7 @@ fn command_check() -> String {
     serde_json::json!({
         "marker_present": present,
         "wrote_work": wrote.as_ref().map_or_else(|e| e.to_string(), |()| "ok".to_owned()),
+        "wrote_in_dir": in_dir.as_ref().map_or_else(|e| e.to_string(), |()| "ok".to_owned()),
         "wrote_metadata": metadata.as_ref().map_or_else(|e| e.to_string(), |()| "ok".to_owned()),
         "tmp_exec_exit": ran.as_ref().ok().and_then(|s| s.code()),
         "tmp_exec_error": ran.as_ref().err().map(|e| e.to_string()),

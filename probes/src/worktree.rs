@@ -259,7 +259,7 @@ fn pins(p: &mut Probe<'_>, root: &str, masks: &[String]) {
             );
         }
     }
-    if !p.ctx.policy.phase.work_writable() {
+    if !p.ctx.work_writable {
         return;
     }
     // The positive control: a pin's own files are the agent's.
@@ -282,7 +282,7 @@ fn pins(p: &mut Probe<'_>, root: &str, masks: &[String]) {
 }
 
 pub fn run(p: &mut Probe<'_>) {
-    if p.ctx.policy.phase.work_writable() {
+    if p.ctx.work_writable {
         writable_phase(p);
     } else {
         read_only_phase(p);
@@ -345,12 +345,14 @@ mod tests {
                 egress: None,
                 sentinel: None,
                 overlay: None,
+                role: Default::default(),
             },
             without_init,
             token: "t0k".into(),
             privileged: false,
             tty: false,
             foreign_user: false,
+            work_writable: true,
         }
     }
 

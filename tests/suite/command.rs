@@ -285,6 +285,7 @@ async fn a_command_container_writes_work_only_when_it_may_and_runs_what_it_build
     let first = check(&call(command::Writes::None, &["command-check"], 60).await);
     assert_eq!(first["marker_present"], false, "{first}");
     assert_eq!(first["wrote_work"], "ok", "{first}");
+    assert_eq!(first["wrote_in_dir"], "ok", "{first}");
     assert_ne!(first["wrote_metadata"], "ok", "{first}");
     assert_eq!(first["tmp_exec_exit"], 7, "{first}");
     assert_eq!(first["cwd"], "/work", "{first}");
@@ -296,9 +297,13 @@ async fn a_command_container_writes_work_only_when_it_may_and_runs_what_it_build
     assert_eq!(third["wrote_work"], "ok", "{third}");
     assert_ne!(third["wrote_metadata"], "ok", "{third}");
     assert_eq!(third["tmp_exec_exit"], 7, "{third}");
-    // What a writing command wrote is in the volume, and the overlay shows it.
+    // What a writing command wrote is in the volume, and the overlay shows it; rewriting a file
+    // of the volume, or writing into one of its directories, copies it up first (with the
+    // overlay's own capabilities: without CHOWN and FOWNER both were EPERM).
     let fourth = check(&call(command::Writes::None, &["command-check"], 60).await);
     assert_eq!(fourth["marker_present"], true, "{fourth}");
+    assert_eq!(fourth["wrote_work"], "ok", "{fourth}");
+    assert_eq!(fourth["wrote_in_dir"], "ok", "{fourth}");
     // A command that outlives its limit is killed, and says so.
     let t = std::time::Instant::now();
     let slow = call(command::Writes::None, &["sleep", "600000"], 2).await;

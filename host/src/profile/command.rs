@@ -6,8 +6,9 @@
 //! - its /tmp scratch may hold executables (tests run what they build): nosuid and nodev, not
 //!   noexec, and Landlock grants EXECUTE beneath the image root rather than on a list of files;
 //! - `writes: none`: /work is the work volume read-only beneath an overlay the init lays on a
-//!   bounded tmpfs of its own (DAC_OVERRIDE joins the init's start set for that, and is dropped
-//!   with the rest), so what the command writes beside the sources never reaches the volume;
+//!   bounded tmpfs of its own (CHOWN, DAC_OVERRIDE and FOWNER join the init's start set for that,
+//!   and are dropped with the rest: the overlay keeps them for its copy-ups), so what the command
+//!   writes beside the sources never reaches the volume;
 //! - `writes: work`: /work is the work volume writable, with exactly the agent's masks and pins.
 //!
 //! No input files, no egress dir, no proxy; its working directory and environment are the

@@ -340,12 +340,12 @@ impl Profile {
             .map_or(paths::WORK, |role| role.workdir.as_str())
     }
 
-    /// The capabilities the init starts with, as numbers: the shared start set, and DAC_OVERRIDE
-    /// for a command whose init lays an overlay.
+    /// The capabilities the init starts with, as numbers: the shared start set, and the
+    /// overlay's for a command whose init lays one.
     pub fn start_capabilities(&self) -> Vec<(&'static str, u32)> {
         let mut caps = cordon_contract::capabilities::START_CAPABILITIES.to_vec();
         if self.overlay().is_some() {
-            caps.push(cordon_contract::capabilities::OVERLAY_CAPABILITY);
+            caps.extend_from_slice(cordon_contract::capabilities::OVERLAY_CAPABILITIES);
         }
         caps
     }

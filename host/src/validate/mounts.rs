@@ -16,10 +16,18 @@ fn mount_key(m: &Mount) -> String {
     m.target.clone().unwrap_or_default()
 }
 
-/// The id of a mount the profile does not make.
-fn unknown_mount_id(target: &str, source: Option<&str>) -> Id {
+/// The id of a mount the profile does not make: a daemon socket, one of the agent's own
+/// directories in a command's container, or just a mount that is not the profile's.
+fn unknown_mount_id(r: &ReadBack<'_>, target: &str, source: Option<&str>) -> Id {
+    let agent_only = || {
+        cordon_contract::paths::AGENT_ONLY_DIRS
+            .iter()
+            .any(|d| target == *d || target.starts_with(&format!("{d}/")))
+    };
     if names_engine_socket(target) || source.is_some_and(names_engine_socket) {
         Id::NoDockerSocket
+    } else if r.profile.command_role().is_some() && agent_only() {
+        Id::CommandIsolated
     } else {
         Id::NoHostMounts
     }
@@ -108,7 +116,7 @@ pub(super) fn profile_mounts(r: &ReadBack<'_>, d: &mut Diff) {
         let Some((want, id)) = by_target.get(&target).copied() else {
             d.check(
                 false,
-                unknown_mount_id(&target, m.source.as_deref()),
+                unknown_mount_id(r, &target, m.source.as_deref()),
                 &field,
                 "no such mount",
                 (&m.typ, &m.source, &target),
@@ -323,7 +331,7 @@ pub(super) fn mount_points(r: &ReadBack<'_>, d: &mut Diff) {
             }
             None => d.check(
                 false,
-                unknown_mount_id(&dest, point.source.as_deref()),
+                unknown_mount_id(r, &dest, point.source.as_deref()),
                 &field,
                 "no such mount",
                 (&point.typ, &point.source),

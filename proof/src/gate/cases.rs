@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use bollard::models::{
     ContainerCreateBody, DeviceMapping, HostConfig, Mount, MountType, VolumeCreateRequest,
 };
+use cordon_contract::command::Writes;
 use cordon_contract::policy::Policy;
 use cordon_contract::{paths, Id, Phase, Vendor};
 
@@ -118,6 +119,10 @@ pub struct Case {
     /// The agent is offered approved commands: the relay's socket dir is mounted (read-only)
     /// and cordon's MCP server is on the exec allowlist.
     pub commands: bool,
+    /// The container is an approved command's (its profile derived from the case's agent, as
+    /// the dispatcher derives it), writing /work as this says; the probe layer runs cordon-probe
+    /// as the hostile command.
+    pub command: Option<Writes>,
     pub validator: bool,
     pub init: bool,
     pub probe: bool,
@@ -252,6 +257,7 @@ fn case(name: &str, removed: Id, mutate: fn(&mut Mutable<'_>, &GateEnv)) -> Case
             || removed == Id::ProxyContainer,
         agent: false,
         commands: false,
+        command: None,
         validator: layers.validator,
         init: layers.init,
         probe: layers.probe,
@@ -285,6 +291,7 @@ fn full(phase: Phase, vendor: Vendor, gitlinks: bool) -> Case {
         // Execute's C0 offers approved commands: the full profile with the relay's socket dir
         // holds everything too.
         commands: phase == Phase::Execute && !gitlinks,
+        command: None,
         also: vec![],
         facet: None,
         validator: true,
@@ -626,6 +633,181 @@ fn full_agent(phase: Phase) -> Case {
     }
 }
 
+/// An approved command's C0: its container derived from the phase's agent, as the dispatcher
+/// derives it, nothing removed.
+fn full_command(phase: Phase, writes: Writes) -> Case {
+    Case {
+        name: format!(
+            "C0/{phase}/command{}",
+            if writes == Writes::Work {
+                "/writes-work"
+            } else {
+                ""
+            }
+        ),
+        command: Some(writes),
+        egress: false,
+        commands: false,
+        ..full(phase, Vendor::Claude, false)
+    }
+}
+
+/// A removal from an approved command's container (in execute), writing /work as `writes` says.
+fn command_case(
+    name: &str,
+    removed: Id,
+    writes: Writes,
+    mutate: fn(&mut Mutable<'_>, &GateEnv),
+) -> Case {
+    let facet = name
+        .split_once('/')
+        .map(|(_, f)| f)
+        .and_then(|f| COMMAND_FACETS.iter().find(|x| **x == f).copied());
+    Case {
+        name: format!("command/{name}"),
+        command: Some(writes),
+        egress: false,
+        facet,
+        ..case(name, removed, mutate)
+    }
+}
+
+/// The forms a command row's removal can take.
+const COMMAND_FACETS: &[&str] = &["relay", "egress", "disabled", "overlay"];
+
+/// One of the agent's own dirs mounted into a command's container: the relay's socket volume
+/// (made with the case's volumes) at `dir`.
+fn mount_agent_dir(m: &mut Mutable<'_>, dir: &str) {
+    let Some(name) = m.volumes.get(&Kind::Commands).and_then(|v| v.name.clone()) else {
+        return;
+    };
+    m.add_mount(Mount {
+        typ: Some(MountType::VOLUME),
+        source: Some(name),
+        target: Some(dir.to_owned()),
+        read_only: Some(true),
+        ..Default::default()
+    });
+}
+
+/// An approved command's container: C0 in each phase and `writes` it may have, and the rows of
+/// the protections the command's role changes or adds, each removed from its profile: no network
+/// code at all, the read-only work volume beneath the overlay (and the overlay's bounded area),
+/// the read-only metadata, the init's start set (DAC_OVERRIDE for the overlay), the
+/// exec-capable scratch's nosuid and nodev and its bound, no engine socket, no credential, and
+/// nothing of the agent's.
+fn command_cases() -> Vec<Case> {
+    let validator_only = |mut c: Case| {
+        c.init = false;
+        c.probe = false;
+        c
+    };
+    let no_probe = |mut c: Case| {
+        c.probe = false;
+        c
+    };
+    let mut relay = command_case(
+        "command-isolated/relay",
+        Id::CommandIsolated,
+        Writes::None,
+        |m, _| mount_agent_dir(m, cordon_contract::command::SOCKET_DIR),
+    );
+    relay.commands = true;
+    let mut egress = command_case(
+        "command-isolated/egress",
+        Id::CommandIsolated,
+        Writes::Work,
+        |m, _| mount_agent_dir(m, paths::EGRESS_DIR),
+    );
+    egress.commands = true;
+    vec![
+        full_command(Phase::Execute, Writes::None),
+        full_command(Phase::Execute, Writes::Work),
+        full_command(Phase::Review, Writes::None),
+        command_case("network-none", Id::NetworkNone, Writes::None, |m, _| {
+            m.create.network_disabled = Some(false);
+            m.host().network_mode = Some("bridge".into());
+        }),
+        // The engine's network code back, the container on no network: only the read-back sees it.
+        validator_only(command_case(
+            "network-none/disabled",
+            Id::NetworkNone,
+            Writes::None,
+            |m, _| m.create.network_disabled = Some(false),
+        )),
+        command_case("work-readonly", Id::WorkReadonly, Writes::None, |m, _| {
+            m.make_writable(paths::WORK)
+        }),
+        command_case(
+            "metadata-readonly",
+            Id::MetadataReadonly,
+            Writes::Work,
+            |m, _| m.make_writable(paths::METADATA),
+        ),
+        command_case(
+            "init-privileges",
+            Id::InitPrivileges,
+            Writes::None,
+            |m, _| m.create.user = Some(format!("{0}:{0}", m.policy.uid)),
+        ),
+        command_case(
+            "init-privileges/overlay",
+            Id::InitPrivileges,
+            Writes::None,
+            |m, _| {
+                if let Some(caps) = m.host().cap_add.as_mut() {
+                    caps.retain(|c| c != "DAC_OVERRIDE");
+                }
+            },
+        ),
+        no_probe(command_case(
+            "writable-nosuid-nodev-noexec",
+            Id::WritableNosuidNodevNoexec,
+            Writes::None,
+            |m, _| {
+                m.tmpfs(paths::TMP, |o| {
+                    Some(if o == "nosuid" {
+                        "suid".to_owned()
+                    } else {
+                        o.to_owned()
+                    })
+                })
+            },
+        )),
+        command_case("tmp-bytes", Id::TmpBytes, Writes::None, |m, _| {
+            m.drop_tmpfs_option(paths::TMP, "size")
+        }),
+        // The overlay's area unbounded: without the init there is no overlay to fill.
+        no_probe(command_case(
+            "work-bytes/overlay",
+            Id::WorkBytes,
+            Writes::None,
+            |m, _| m.drop_tmpfs_option(paths::OVERLAY_AREA, "size"),
+        )),
+        command_case(
+            "no-docker-socket",
+            Id::NoDockerSocket,
+            Writes::None,
+            |m, env| m.add_mount(bind(&env.socket, "/var/run/docker.sock")),
+        ),
+        command_case(
+            "credential-absent",
+            Id::CredentialAbsent,
+            Writes::None,
+            |m, env| {
+                let entry = format!("ANTHROPIC_API_KEY={}", env.key.as_str());
+                m.create
+                    .env
+                    .get_or_insert_with(Vec::new)
+                    .push(entry.clone());
+                m.policy.env.push(entry);
+            },
+        ),
+        relay,
+        egress,
+    ]
+}
+
 /// Every case of the gate, in the truth table's order.
 pub fn all() -> Vec<Case> {
     let mut cases = full_cases();
@@ -638,6 +820,7 @@ pub fn all() -> Vec<Case> {
         probe_layer_cases(),
         as_root_cases(),
         egress_cases(),
+        command_cases(),
     ] {
         cases.extend(group);
     }

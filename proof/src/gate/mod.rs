@@ -624,7 +624,7 @@ async fn probe_plan(
         landlock_abi: DEFAULT_LANDLOCK_ABI,
         egress,
     })?;
-    let profile = with_commands(case, profile)?;
+    let profile = role_profile(case, env, profile, &[&probe_path, "all"])?;
     let mut prepared = Prepared::new(ctl.engine(), &profile)?;
     add_commands_volume(case, &profile, &mut prepared);
     if let Some(plan) = prepared.egress.as_mut() {
@@ -943,7 +943,45 @@ fn case_profile(
         landlock_abi: DEFAULT_LANDLOCK_ABI,
         egress: case_egress(case),
     })?;
-    with_commands(case, profile)
+    role_profile(
+        case,
+        env,
+        profile,
+        &[cordon_contract::paths::PROBE, "workload", "command-check"],
+    )
+}
+
+/// The profile a case launches: the agent's (offered approved commands when the case asks), or,
+/// in a command's case, one approved command's derived from it as the dispatcher derives it:
+/// cordon-probe running `argv`'s workload from the test image.
+fn role_profile(case: &Case, env: &GateEnv, agent: Profile, argv: &[&str]) -> Result<Profile> {
+    let Some(writes) = case.command else {
+        return with_commands(case, agent);
+    };
+    let command = cordon_contract::command::ApprovedCommand {
+        name: "gate".to_owned(),
+        description: "the gate's command".to_owned(),
+        argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+        image: env.test_image.clone(),
+        env: vec![],
+        workdir: cordon_contract::paths::WORK.to_owned(),
+        deadline_secs: 60,
+        output_bytes: 64 * 1024,
+        scratch: cordon_contract::command::Scratch {
+            bytes: 8 * 1024 * 1024,
+            inodes: 128,
+        },
+        runs: 1,
+        writes,
+    };
+    Profile::command_of(
+        &agent,
+        agent.allocation().clone(),
+        &command,
+        (&env.test_image, &[]),
+        cordon_contract::paths::PROBE,
+        Duration::from_secs(60),
+    )
 }
 
 /// The profile offered approved commands when the case asks for them (the relay's socket dir,
@@ -1046,7 +1084,8 @@ async fn run_validator_init(
         let cell = match run {
             Err(e) => result(Layer::Init, vec![format!("error: {e}")], e.to_string()),
             Ok((code, output)) => {
-                let (observed, detail) = init_observed(code, &output, launch.verdict(&output));
+                let (observed, detail) =
+                    init_observed(case, code, &output, launch.verdict(&output));
                 result(Layer::Init, observed, detail)
             }
         };
@@ -1062,9 +1101,11 @@ async fn run_validator_init(
 }
 
 /// What the init layer observed of a started case, and the evidence: the check it refused with;
-/// nothing for an attestation of the policy we wrote whose workload (the CLI's `--version`) ran
-/// and exited 0; anything else named for what it was.
+/// nothing for an attestation of the policy we wrote whose workload (the CLI's `--version`, or a
+/// command's `command-check`, which ran what it copied into its scratch) ran and exited 0;
+/// anything else named for what it was.
 fn init_observed(
+    case: &Case,
     code: i64,
     output: &launch::Output,
     verdict: InitVerdict,
@@ -1079,7 +1120,11 @@ fn init_observed(
             format!("exit {code}; expected {expected}; observed {observed}"),
         ),
         InitVerdict::Attested { digest_matches, .. } => {
-            let ran = output.stdout.contains("Claude Code");
+            let ran = if case.command.is_some() {
+                output.stdout.contains(r#""tmp_exec_exit":7"#)
+            } else {
+                output.stdout.contains("Claude Code")
+            };
             if code == 0 && digest_matches && ran {
                 (vec![], format!("attested, workload exit {code}"))
             } else {

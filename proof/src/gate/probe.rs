@@ -45,7 +45,12 @@ fn reached(op: &Operation, id: Id, case: &Case) -> bool {
     if !removed.contains(&id) || (mode(case) == Mode::WithoutInit && op.init_only()) {
         return false;
     }
-    let writable_phase = case.phase.work_writable();
+    // A command that writes nothing writes /work through the init's overlay, in any phase; without
+    // the init, /work is the volume, read-only.
+    let writable_phase = match case.command {
+        Some(cordon_contract::command::Writes::None) => mode(case) != Mode::WithoutInit,
+        _ => case.phase.work_writable(),
+    };
     let root = removed.contains(&Id::NonRootUser);
     match (op.probe, op.action) {
         // The egress probe tries nothing without the invocation's network.
@@ -60,6 +65,8 @@ fn reached(op: &Operation, id: Id, case: &Case) -> bool {
         // A writable work tree keeps its flags from its volume's options.
         ("exec-policy", "mmap-exec-work") => !writable_phase,
         ("mounts", "host-paths") => case.facet == Some("disk"),
+        ("mounts", "command-relay") => case.command.is_some() && case.facet == Some("relay"),
+        ("mounts", "command-egress") => case.command.is_some() && case.facet == Some("egress"),
         // A privileged container keeps the masks and read-only paths a create names explicitly
         // (cordon's always does): only their own removal opens them.
         ("read-only-isolation", "masked-paths" | "proc-sys-readonly") => {

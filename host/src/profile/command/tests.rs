@@ -52,7 +52,8 @@ fn a_command_that_writes_nothing_gets_an_overlay_over_its_read_only_work_volume(
     assert!(work[0].covered && work[0].access == Access::ReadOnly);
     assert_eq!(work[1].fstype.as_deref(), Some("overlay"));
     assert_eq!(work[1].bounded.map(|b| b.bytes), Some(16 << 20));
-    // The engine mounts the volume read-only; the init starts with DAC_OVERRIDE too.
+    // The engine mounts the volume read-only; the init starts with the overlay's copy-up
+    // capabilities too.
     let body = profile.create_body();
     let host = body.host_config.clone().unwrap();
     let mounts = host.mounts.clone().unwrap();
@@ -61,8 +62,11 @@ fn a_command_that_writes_nothing_gets_an_overlay_over_its_read_only_work_volume(
         .find(|m| m.target.as_deref() == Some(paths::WORK))
         .unwrap();
     assert_eq!(work_mount.read_only, Some(true));
-    assert!(host.cap_add.unwrap().contains(&"DAC_OVERRIDE".to_owned()));
-    assert!(policy.start_capabilities.contains(&1));
+    let cap_add = host.cap_add.unwrap();
+    for (name, number) in cordon_contract::capabilities::OVERLAY_CAPABILITIES {
+        assert!(cap_add.contains(&(*name).to_owned()), "{name}");
+        assert!(policy.start_capabilities.contains(number), "{name}");
+    }
     // Landlock writes /tmp and /work (the overlay), never the overlay's area.
     assert_eq!(
         policy.landlock.write,
