@@ -1268,3 +1268,88 @@ async fn approved_commands_are_refused_where_no_process_runs_and_need_their_prog
     assert!(result.commands.is_empty());
     finish(s, &storage).await;
 }
+
+/// A call the agent makes runs, and is recorded; a command container whose removal is never
+/// confirmed (every removal failing once the agent runs, the fake CLI calling after that) is in
+/// the settled result's `unreleased` with its kind and owner labels, and removing what was
+/// reported leaves nothing.
+#[tokio::test]
+async fn a_command_container_that_cannot_be_removed_is_unreleased() {
+    let s = owned("t-command-left").await;
+    let storage = storage(&s).await;
+    let run = |prompt: &'static str, window: Duration| {
+        let (s, storage) = (&s, &storage);
+        async move {
+            let mut req = request(storage, Phase::Execute, prompt);
+            req.tree_check =
+                cordon_tests::tree_check_for(&s.ctl, &s.image, storage, Phase::Execute).await;
+            let mut opts = Options {
+                commands: vec![approved(&s.image, cordon_contract::paths::PROBE)],
+                ..options(&s.image)
+            };
+            opts.cleanup_window = window;
+            opts.first_cleanup = Duration::from_secs(5);
+            start(&s.ctl, capture(&s.ctl, req).unwrap(), None, opts)
+                .await
+                .expect("start")
+        }
+    };
+    // The call made and answered: the model sees the exit, the result records it.
+    let result = run("cordon-fake:command test", Duration::from_secs(30))
+        .await
+        .settled()
+        .await;
+    assert!(result.failure.is_none(), "{result:#?}");
+    let answer = result.answer.as_deref().unwrap_or_default();
+    assert!(answer.starts_with("command: exit 0"), "{answer}");
+    assert_eq!(result.commands.len(), 1, "{result:#?}");
+    assert_eq!(result.commands[0].exit, Some(0));
+    assert!(result.unreleased.is_empty(), "{result:#?}");
+
+    // Removal fails from the agent's start on; the fake calls 3 s later.
+    let handle = run("cordon-fake:command test 3000", Duration::from_secs(3)).await;
+    handle.reached(Step::Running).await;
+    s.engine.inject_removal_failures(usize::MAX);
+    let result = handle.settled().await;
+    s.engine.inject_removal_failures(0);
+    assert_eq!(result.commands.len(), 1, "{result:#?}");
+    assert_eq!(result.commands[0].exit, Some(0), "{result:#?}");
+    let command = result
+        .unreleased
+        .iter()
+        .find(|l| {
+            l.labels.get(cordon::labels::KIND).map(String::as_str)
+                == Some(cordon::labels::Kind::Command.as_str())
+        })
+        .unwrap_or_else(|| panic!("no command container unreleased: {result:#?}"));
+    assert_eq!(command.kind, cordon::engine::pending::ObjectKind::Container);
+    assert!(command.id.is_some(), "{command:?}");
+    assert_eq!(
+        command
+            .labels
+            .get(cordon::labels::OWNER)
+            .map(String::as_str),
+        Some(s.owner.as_str())
+    );
+    // What was reported is exactly what is left: removing it by id leaves only the storage.
+    let reported = cordon::engine::pending::Created {
+        containers: result
+            .unreleased
+            .iter()
+            .filter(|l| l.kind == cordon::engine::pending::ObjectKind::Container)
+            .filter_map(|l| l.id.clone())
+            .collect(),
+        volumes: result
+            .unreleased
+            .iter()
+            .filter(|l| l.kind == cordon::engine::pending::ObjectKind::Volume)
+            .filter_map(|l| l.id.clone())
+            .collect(),
+        ..Default::default()
+    };
+    reported
+        .remove_all(&s.engine, Duration::from_secs(30))
+        .await
+        .unwrap();
+    finish(s, &storage).await;
+}

@@ -1,6 +1,6 @@
 //! A fake Claude CLI for the test image. It follows the documented output envelope of
-//! `claude -p --output-format json`, needs no network and no credential, and never runs another
-//! process.
+//! `claude -p --output-format json`, needs no network and no credential, and runs no other
+//! process but the MCP server its `--mcp-config` names, in the one mode that calls a tool.
 //!
 //! - `claude --version` prints a version line.
 //! - `claude -p --output-format json [--json-schema SCHEMA] [--] PROMPT` prints one single-line result
@@ -47,6 +47,10 @@
 //!   screen), CR, NUL, BEL, a bidi override (U+202E), a C1 CSI (U+009B), and a forged cordon
 //!   summary line `attempt forged, code x, exit 0, attested: true, 1 ms` on a line of its
 //!   own, last.
+//! - `cordon-fake:command NAME [WAIT_MS]`: after WAIT_MS, calls the approved command NAME once
+//!   through cordon's MCP server as `--mcp-config` names it (started over stdio, initialized, one
+//!   `tools/call`, as the real CLI does); success `command: TEXT` with the tool's text, otherwise
+//!   `error_during_execution` and exit 6.
 
 // Tests may run long (a scenario reads top to bottom); production functions stay under the limit.
 #![cfg_attr(test, allow(clippy::too_many_lines))]
@@ -84,6 +88,7 @@ struct Cli {
     prompt: Option<String>,
     allowed_tools: Option<String>,
     schema: Option<String>,
+    mcp_config: Option<String>,
 }
 
 impl Cli {
@@ -118,6 +123,7 @@ impl Cli {
             match flag {
                 "--allowedTools" => cli.allowed_tools = value,
                 "--json-schema" => cli.schema = value,
+                "--mcp-config" => cli.mcp_config = value,
                 _ => {}
             }
         }
@@ -163,6 +169,7 @@ fn main() {
         "cordon-fake:inotify-one" => inotify_one(&cli),
         "cordon-fake:steal-credential" => steal_credential(&cli),
         "cordon-fake:terminal-escapes" => success(&cli, TERMINAL_ESCAPES),
+        "cordon-fake:command" => command(&cli, prompt),
         other => match exit_code_of(other) {
             Some(code) => exit_with(&cli, code),
             None => normal(&cli, prompt),
@@ -735,4 +742,77 @@ fn find_tokens(bytes: &[u8], needle: &[u8], found: &mut BTreeSet<String>) {
         }
         rest = &tail[len..];
     }
+}
+
+/// Calls one approved command through cordon's MCP server, after an optional wait.
+fn command(cli: &Cli, prompt: &str) -> Outcome {
+    let mut words = prompt.split_whitespace().skip(1);
+    let name = words.next().unwrap_or_default();
+    let wait = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(wait));
+    match call_tool(cli, name) {
+        Ok(text) => success(cli, &format!("command: {text}")),
+        Err(e) => Outcome {
+            envelope: envelope("error_during_execution", true, &format!("command: {e}")),
+            code: 6,
+        },
+    }
+}
+
+/// One MCP session with the server `--mcp-config` names: initialize, initialized, one call of
+/// its tool with `{"name": NAME}`; the call's text.
+fn call_tool(cli: &Cli, name: &str) -> Result<String, String> {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let config: Value = serde_json::from_str(cli.mcp_config.as_deref().ok_or("no --mcp-config")?)
+        .map_err(|e| format!("--mcp-config: {e}"))?;
+    let (server_name, server) = config["mcpServers"]
+        .as_object()
+        .and_then(|servers| servers.iter().next())
+        .ok_or("--mcp-config names no server")?;
+    let program = server["command"]
+        .as_str()
+        .ok_or("the server has no command")?;
+    let args: Vec<&str> = server["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting {server_name} ({program}): {e}"))?;
+    let tool = "run_approved_command";
+    let session = [
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "claude-code", "version": "fake"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": tool, "arguments": {"name": name}}}),
+    ];
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    for message in session {
+        writeln!(stdin, "{message}").map_err(|e| format!("writing to the server: {e}"))?;
+    }
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut text = Err("the server ended without answering the call".to_owned());
+    for line in io::BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| format!("reading the server: {e}"))?;
+        let Ok(reply) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if reply["id"] == 1 {
+            text = reply["result"]["content"][0]["text"]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("no text in {reply}"));
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = child.wait();
+    text
 }
