@@ -164,6 +164,8 @@ protections! {
         "the sentinel is swapped for the key only at its bound host and port: sent to any other host or port it arrives unchanged";
     ProxyContainer = "proxy-container", validator: true, init: false, probe: false,
         "the proxy's container and the invocation network read back exactly as their profile: the agent's hardening, the invocation network only, the egress volume its only mount, no published port";
+    RelayContainer = "relay-container", validator: true, init: false, probe: false,
+        "the approved commands' relay reads back exactly as its profile: a helper's hardening (the allocation's uid, no capability, read-only root, no network), the commands volume its only mount, stdin open for the dispatcher alone";
     FdHygiene = "fd-hygiene", validator: false, init: true, probe: false,
         "only fds 0-2 are open when the init starts, and its cwd is reachable";
     EnvAllowlist = "env-allowlist", validator: true, init: true, probe: true,

@@ -51,7 +51,7 @@ async fn a_call_reaches_the_controller_through_the_relay_and_its_answer_comes_ba
         .unwrap();
     let mut created = pending::Created::default();
     let record = created.shared();
-    let (volume, relay_id) = relay::create(&engine, &allocation, &owned.image, &record)
+    let (volume, relay_id) = relay::create(&engine, &allocation, &owned.image, None, &record)
         .await
         .expect("the relay");
     let mut relay = Relay::start(&engine, &relay_id).await.expect("listening");

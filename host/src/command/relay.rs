@@ -49,23 +49,41 @@ pub fn relay_body(
     // The relay's stdin closes with the controller's attach (its write half closed, or the
     // controller gone): the relay then ends.
     body.stdin_once = Some(true);
+    // Named, so the read-back holds it to the engine's own runtime (as the proxy's).
+    if let Some(host) = body.host_config.as_mut() {
+        host.runtime = Some("runc".to_owned());
+    }
     body
 }
 
-/// Create the commands volume and the relay (not started), each recorded in `created`. Returns
-/// the volume's spec and the relay's id.
+/// Create the commands volume and the relay (not started), each recorded in `created`, and read
+/// the relay back: a relay that is not exactly its body is refused (`relay-container`) before it
+/// starts. `edit` changes the body after it was planned (the gate's removal; `None` otherwise).
+/// Returns the volume's spec and the relay's id.
 pub async fn create(
     engine: &Engine,
     allocation: &Allocation,
     image_id: &str,
+    edit: Option<fn(&mut ContainerCreateBody)>,
     created: &Shared<'_>,
 ) -> Result<(VolumeSpec, String)> {
     let volume = commands_volume(allocation);
     let request: VolumeCreateRequest = volume.request();
     objects::create_volume(engine, request, created).await?;
-    let body = relay_body(image_id, allocation, &volume);
+    let planned = relay_body(image_id, allocation, &volume);
+    let mut body = planned.clone();
+    if let Some(edit) = edit {
+        edit(&mut body);
+    }
     let id =
         objects::create_container(engine, &allocation.name(Kind::Relay), body, created).await?;
+    let observed = objects::inspect_container(engine, &id)
+        .await?
+        .ok_or_else(|| broken("it vanished after create"))?;
+    let refusals = crate::validate::egress::relay(&planned, image_id, &observed);
+    if !refusals.is_empty() {
+        return Err(Error::Refused(refusals));
+    }
     Ok((volume, id))
 }
 

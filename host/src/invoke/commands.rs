@@ -85,7 +85,7 @@ pub(super) async fn prepare(
         }
     }
     let record = Shared::new(created);
-    let (_, relay_id) = relay::create(engine, allocation, agent.image_id(), &record).await?;
+    let (_, relay_id) = relay::create(engine, allocation, agent.image_id(), None, &record).await?;
     let relay = Relay::start(engine, &relay_id).await?;
     Ok(Dispatcher {
         ledger,

@@ -1,7 +1,8 @@
 //! The read-back of an invocation's network and of the containers on it (the proxy, and the
 //! gate's fake vendor and DNS server), compared with the bodies [`crate::profile::egress`] built:
 //! every field the agent's hardening sets, every field that would widen a container, and the
-//! network's settings. Any difference refuses the start with `proxy-container`.
+//! network's settings. Any difference refuses the start with `proxy-container`. The approved
+//! commands' relay, on no network, is compared the same way (`relay-container`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,9 +12,9 @@ use serde_json::{json, Value};
 
 use crate::error::Refusal;
 
-fn refusal(field: &str, expected: &Value, observed: &Value) -> Refusal {
+fn refusal(id: Id, field: &str, expected: &Value, observed: &Value) -> Refusal {
     let show = |v: &Value| serde_json::to_string(v).unwrap_or_default();
-    Refusal::of_field(Id::ProxyContainer, field, show(expected), show(observed))
+    Refusal::of_field(id, field, show(expected), show(observed))
 }
 
 /// `null`, `false`, an empty list and an empty map all mean "none" to the engine.
@@ -133,13 +134,40 @@ pub fn container(
     observed: &ContainerInspectResponse,
     network: &str,
 ) -> Vec<Refusal> {
+    sibling(
+        Id::ProxyContainer,
+        planned,
+        image_id,
+        observed,
+        Some(network),
+    )
+}
+
+/// Compare the approved commands' relay's read-back with its planned body: on no network.
+pub fn relay(
+    planned: &ContainerCreateBody,
+    image_id: &str,
+    observed: &ContainerInspectResponse,
+) -> Vec<Refusal> {
+    sibling(Id::RelayContainer, planned, image_id, observed, None)
+}
+
+/// Compare a container beside the agent with its planned body, refusing with `id`: on `network`
+/// alone, or (`None`) on none at all.
+fn sibling(
+    id: Id,
+    planned: &ContainerCreateBody,
+    image_id: &str,
+    observed: &ContainerInspectResponse,
+    network: Option<&str>,
+) -> Vec<Refusal> {
     let want = serde_json::to_value(planned).unwrap_or(Value::Null);
     let got = serde_json::to_value(observed).unwrap_or(Value::Null);
     let at = |v: &Value, p: &str| v.pointer(p).cloned().unwrap_or(Value::Null);
     let mut out = Vec::new();
     let mut compare = |field: &str, expected: Value, observed: Value| {
         if !same(&expected, &observed) {
-            out.push(refusal(field, &expected, &observed));
+            out.push(refusal(id, field, &expected, &observed));
         }
     };
     compare("Image", json!(image_id), at(&got, "/Image"));
@@ -182,7 +210,7 @@ pub fn container(
         .unwrap_or_default();
     compare(
         "NetworkSettings.Networks",
-        json!([network]),
+        json!(network.into_iter().collect::<Vec<_>>()),
         json!(networks),
     );
     out
@@ -196,7 +224,7 @@ pub fn network(
     let mut out = Vec::new();
     let mut compare = |field: &str, expected: Value, observed: Value| {
         if !same(&expected, &observed) {
-            out.push(refusal(field, &expected, &observed));
+            out.push(refusal(Id::ProxyContainer, field, &expected, &observed));
         }
     };
     compare(

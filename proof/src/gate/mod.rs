@@ -780,6 +780,9 @@ async fn run_case(
     if case.removed == Some(Id::TreeCheck) {
         return vec![Box::pin(run_capability_case(ctl, owner, image_id, env, case)).await];
     }
+    if case.removed == Some(Id::RelayContainer) {
+        return vec![run_relay_case(ctl, owner, image_id, storage, case).await];
+    }
     let mut results = Vec::new();
     if case.validator || case.init {
         // Boxed: a case's future is large (the launch, its egress, the probes' fixtures), and the
@@ -870,6 +873,70 @@ async fn run_capability_case(
     match (run, removed) {
         (Ok((observed, detail)), Ok(())) => row(observed, detail),
         (Err(e), _) | (_, Err(e)) => row(vec![format!("error: {e}")], e.to_string()),
+    }
+}
+
+/// The relay row: the approved commands' relay made by the dispatcher's own code must read back
+/// clean, and made with its root writable must be refused with exactly `relay-container` before
+/// it starts; both are removed.
+async fn run_relay_case(
+    ctl: &Controller,
+    owner: &Owner,
+    image_id: &str,
+    storage: &TaskStorage,
+    case: &Case,
+) -> CaseResult {
+    let engine = ctl.engine();
+    let started = std::time::Instant::now();
+    let expected = vec![Id::RelayContainer.as_str().to_owned()];
+    let attempt = |edit: Option<fn(&mut bollard::models::ContainerCreateBody)>| async move {
+        let allocation = Allocation::new(owner, "gate", storage.allocation.uid)?;
+        let mut created = cordon::engine::pending::Created::default();
+        let made =
+            cordon::command::relay::create(engine, &allocation, image_id, edit, &created.shared())
+                .await;
+        created.remove_all(engine, Duration::from_secs(30)).await?;
+        Ok::<_, Error>(match made {
+            Ok(_) => vec![],
+            Err(Error::Refused(refusals)) => refusals,
+            Err(e) => return Err(e),
+        })
+    };
+    let run = async {
+        let clean = attempt(None).await?;
+        let edited = attempt(Some(|body| {
+            if let Some(host) = body.host_config.as_mut() {
+                host.readonly_rootfs = Some(false);
+            }
+        }))
+        .await?;
+        // A refusal of the relay as planned is a failure of this row too.
+        let mut observed: Vec<String> = clean
+            .iter()
+            .map(|r| format!("as planned: {}", r.id))
+            .collect();
+        observed.extend(ids(&cordon::validate::ids(&edited)));
+        let detail = clean
+            .iter()
+            .chain(&edited)
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        Ok::<_, Error>((observed, detail))
+    };
+    let (observed, detail) = match run.await {
+        Ok(r) => r,
+        Err(e) => (vec![format!("error: {e}")], e.to_string()),
+    };
+    CaseResult {
+        case: case.name.clone(),
+        layer: Layer::Validator,
+        removed: case.removed,
+        pass: observed == expected,
+        expected,
+        observed,
+        detail,
+        ms: started.elapsed().as_millis() as u64,
     }
 }
 
