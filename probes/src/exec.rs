@@ -178,31 +178,35 @@ fn command(p: &mut Probe<'_>) {
         }
         Err(e) => p.error(format!("cannot copy a binary into {}: {e}", paths::TMP)),
     }
-    if !p.ctx.work_writable {
-        return;
+    if p.ctx.work_writable {
+        runs_nothing_written_to(p, paths::WORK);
     }
-    match copy_into(paths::WORK, &token) {
+}
+
+/// A copy of this binary written to the writable `dir` neither executes nor maps executable.
+fn runs_nothing_written_to(p: &mut Probe<'_>, dir: &str) {
+    let token = p.ctx.token.clone();
+    match copy_into(dir, &token) {
         Ok(copy) => {
             p.deny(
                 &ops::EXEC_SCRATCH_COPY,
-                "exec a copy of a binary in /work",
+                &format!("exec a copy of a binary in {dir}"),
                 || spawn(&copy, &["workload", "exit", "0"]),
             );
             p.deny(
                 &ops::MMAP_EXEC_SCRATCH,
-                "mmap(PROT_EXEC) a file in /work",
+                &format!("mmap(PROT_EXEC) a file in {dir}"),
                 || mmap_exec(&copy),
             );
             let _ = std::fs::remove_file(&copy);
         }
-        Err(e) => p.error(format!("cannot copy a binary into {}: {e}", paths::WORK)),
+        Err(e) => p.error(format!("cannot copy a binary into {dir}: {e}")),
     }
 }
 
 /// The agent's container: only the listed files execute, and nothing it writes to its scratch.
 fn agent(p: &mut Probe<'_>) {
     let listed = p.ctx.policy.landlock.exec.clone();
-    let token = p.ctx.token.clone();
     for neighbour in [paths::CLAUDE_CLI, paths::CODEX_CLI] {
         if !listed.iter().any(|l| l == neighbour) {
             p.deny(
@@ -239,22 +243,7 @@ fn agent(p: &mut Probe<'_>) {
         }
     }
 
-    match copy_into(paths::TMP, &token) {
-        Ok(copy) => {
-            p.deny(
-                &ops::EXEC_SCRATCH_COPY,
-                "exec a copy of a binary in /tmp",
-                || spawn(&copy, &["workload", "exit", "0"]),
-            );
-            p.deny(
-                &ops::MMAP_EXEC_SCRATCH,
-                "mmap(PROT_EXEC) a file in /tmp",
-                || mmap_exec(&copy),
-            );
-            let _ = std::fs::remove_file(&copy);
-        }
-        Err(e) => p.error(format!("cannot copy a binary into {}: {e}", paths::TMP)),
-    }
+    runs_nothing_written_to(p, paths::TMP);
 }
 
 /// Nothing runs from a memfd (the init's filter refuses its exec).

@@ -671,25 +671,7 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
         .check_not_retired(&result.allocation)
         .expect("retirement is the controller's");
     // What was reported is exactly what is left; removing it by id leaves nothing.
-    let reported: cordon::engine::pending::Created = cordon::engine::pending::Created {
-        containers: result
-            .unreleased
-            .iter()
-            .filter(|l| l.kind == cordon::engine::pending::ObjectKind::Container)
-            .filter_map(|l| l.id.clone())
-            .collect(),
-        volumes: result
-            .unreleased
-            .iter()
-            .filter(|l| l.kind == cordon::engine::pending::ObjectKind::Volume)
-            .filter_map(|l| l.id.clone())
-            .collect(),
-        ..Default::default()
-    };
-    reported
-        .remove_all(&s.engine, Duration::from_secs(10))
-        .await
-        .unwrap();
+    remove_reported(&s.engine, &result.unreleased).await;
     finish(s, &storage).await;
 }
 
@@ -1332,24 +1314,30 @@ async fn a_command_container_that_cannot_be_removed_is_unreleased() {
         Some(s.owner.as_str())
     );
     // What was reported is exactly what is left: removing it by id leaves only the storage.
-    let reported = cordon::engine::pending::Created {
-        containers: result
-            .unreleased
+    remove_reported(&s.engine, &result.unreleased).await;
+    finish(s, &storage).await;
+}
+
+/// Remove, by id, the containers and volumes a result reported unreleased.
+async fn remove_reported(
+    engine: &cordon::Engine,
+    unreleased: &[cordon::engine::pending::Leftover],
+) {
+    use cordon::engine::pending::{Created, ObjectKind};
+    let ids = |kind: ObjectKind| {
+        unreleased
             .iter()
-            .filter(|l| l.kind == cordon::engine::pending::ObjectKind::Container)
+            .filter(|l| l.kind == kind)
             .filter_map(|l| l.id.clone())
-            .collect(),
-        volumes: result
-            .unreleased
-            .iter()
-            .filter(|l| l.kind == cordon::engine::pending::ObjectKind::Volume)
-            .filter_map(|l| l.id.clone())
-            .collect(),
+            .collect()
+    };
+    let reported = Created {
+        containers: ids(ObjectKind::Container),
+        volumes: ids(ObjectKind::Volume),
         ..Default::default()
     };
     reported
-        .remove_all(&s.engine, Duration::from_secs(30))
+        .remove_all(engine, Duration::from_secs(30))
         .await
         .unwrap();
-    finish(s, &storage).await;
 }

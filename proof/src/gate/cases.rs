@@ -797,14 +797,7 @@ fn command_cases() -> Vec<Case> {
             "credential-absent",
             Id::CredentialAbsent,
             Writes::None,
-            |m, env| {
-                let entry = format!("ANTHROPIC_API_KEY={}", env.key.as_str());
-                m.create
-                    .env
-                    .get_or_insert_with(Vec::new)
-                    .push(entry.clone());
-                m.policy.env.push(entry);
-            },
+            key_in_environment,
         ),
         relay,
         egress,
@@ -975,14 +968,21 @@ fn egress_cases() -> Vec<Case> {
 /// The vendor key put back into the agent's environment, as an invocation did before the
 /// custody (and into the policy's copy of it, so only this protection stands in the way).
 fn credential_case() -> Case {
-    case("credential-absent", Id::CredentialAbsent, |m, env| {
-        let entry = format!("ANTHROPIC_API_KEY={}", env.key.as_str());
-        m.create
-            .env
-            .get_or_insert_with(Vec::new)
-            .push(entry.clone());
-        m.policy.env.push(entry);
-    })
+    case(
+        "credential-absent",
+        Id::CredentialAbsent,
+        key_in_environment,
+    )
+}
+
+/// The run's key in the container's environment and the policy's copy of it.
+fn key_in_environment(m: &mut Mutable<'_>, env: &GateEnv) {
+    let entry = format!("ANTHROPIC_API_KEY={}", env.key.as_str());
+    m.create
+        .env
+        .get_or_insert_with(Vec::new)
+        .push(entry.clone());
+    m.policy.env.push(entry);
 }
 
 /// A repository whose links leave the checkout (what the seeder refuses).
