@@ -35,6 +35,25 @@ pub struct ClaudeInvokeBench {
     pub image_first_reused: bool,
     pub image_reused_ms: u128,
     pub image_size_bytes: i64,
+    /// Finding the built image by its recipe, against writing and hashing its context (what
+    /// finding it cost before), interleaved: the medians and their ratio.
+    pub image_found_median_ms: f64,
+    pub image_rehash_median_ms: f64,
+    pub image_found_ratio: f64,
+}
+
+/// Find the built image by its recipe and hash its context, interleaved `runs` times: the medians.
+async fn finding(ctl: &Controller, agent: &AgentImageSpec, runs: usize) -> Result<(f64, f64)> {
+    let (mut found, mut rehash) = (Vec::new(), Vec::new());
+    for _ in 0..runs.max(1) {
+        let t = std::time::Instant::now();
+        build_agent_image(ctl.engine(), agent, &|_| {}).await?;
+        found.push(t.elapsed().as_secs_f64() * 1000.0);
+        let t = std::time::Instant::now();
+        cordon::image::agent::context_digest(agent).await?;
+        rehash.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok((median(&found), median(&rehash)))
 }
 
 /// Run the benchmark: `test_image` runs the fake CLI (and the fake API's fixtures), the agent
@@ -48,6 +67,7 @@ pub async fn invoke_claude(
 ) -> Result<ClaudeInvokeBench> {
     let first = build_agent_image(ctl.engine(), agent, &|_| {}).await?;
     let again = build_agent_image(ctl.engine(), agent, &|_| {}).await?;
+    let (found_median, rehash_median) = finding(ctl, agent, runs).await?;
     let dir = std::env::temp_dir().join(format!(
         "cordon-bench-claude-{}",
         uuid::Uuid::new_v4().simple()
@@ -111,6 +131,9 @@ pub async fn invoke_claude(
         image_first_reused: first.built.reused,
         image_reused_ms: again.built.build_ms,
         image_size_bytes: again.built.size_bytes,
+        image_found_median_ms: found_median,
+        image_rehash_median_ms: rehash_median,
+        image_found_ratio: found_median / rehash_median,
     })
 }
 
@@ -122,7 +145,8 @@ impl ClaudeInvokeBench {
              fake CLI (test image) median {:.0} ms; real CLI (agent image, fake API) median {:.0} ms; \
              ratio {:.2}\n\
              the real CLI's container run is {:.1} % of its invocation\n\
-             agent image: {} bytes; first build {} ms{}, reused {} ms\n",
+             agent image: {} bytes; first build {} ms{}, reused {} ms\n\
+             finding it by its recipe median {:.0} ms against hashing its context {:.0} ms: ratio {:.3}\n",
             self.files,
             self.runs,
             self.fake_cli_median_ms,
@@ -132,7 +156,10 @@ impl ClaudeInvokeBench {
             self.image_size_bytes,
             self.image_first_ms,
             if self.image_first_reused { " (reused)" } else { " (cold)" },
-            self.image_reused_ms
+            self.image_reused_ms,
+            self.image_found_median_ms,
+            self.image_rehash_median_ms,
+            self.image_found_ratio
         )
     }
 }

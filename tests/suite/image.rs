@@ -103,14 +103,7 @@ async fn the_interpreter_runs_no_cordon_binary() {
                 .into_iter()
                 .find(|c| c.layer == Layer::Probe)
                 .expect("the probe row");
-            let _ = engine
-                .docker()
-                .remove_image(
-                    &agent.built.id,
-                    None::<bollard::query_parameters::RemoveImageOptions>,
-                    None,
-                )
-                .await;
+            remove_agent_image(&engine, &agent).await;
             row
         }
     };
@@ -123,6 +116,103 @@ async fn the_interpreter_runs_no_cordon_binary() {
         ["exec-allowlist/exec-policy/exec-via-interpreter"],
         "{readable:?}"
     );
+}
+
+/// Remove a test's agent image, every tag of it (its context's and its recipe's).
+async fn remove_agent_image(engine: &cordon::Engine, agent: &image::agent::AgentImage) {
+    let _ = engine
+        .docker()
+        .remove_image(
+            &agent.built.id,
+            Some(bollard::query_parameters::RemoveImageOptions {
+                force: true,
+                ..Default::default()
+            }),
+            None,
+        )
+        .await;
+}
+
+/// An agent image built before is found by its recipe (the inputs' identities, no read of the
+/// CLI or its libraries): the same tag and id, reused; a recipe tag moved to another image is not
+/// trusted (the context is written and hashed again, and the tag is put back).
+#[tokio::test]
+async fn an_agent_image_built_before_is_found_by_its_recipe_and_a_moved_recipe_tag_is_not_trusted()
+{
+    use std::sync::Mutex;
+    let ctl = controller().await;
+    let engine = ctl.engine().clone();
+    let test_image = cordon_tests::image(&engine).await;
+    // A mode of its own: an image no other test builds or removes.
+    let spec = image::agent::AgentImageSpec {
+        static_mode: 0o751,
+        ..image::agent::AgentImageSpec::new(
+            "/bin/true".into(),
+            image::BinarySource::Workspace(image::default_workspace()),
+        )
+    };
+    let build = || async {
+        let said = Mutex::new(Vec::new());
+        let agent = image::agent::build_agent_image(&engine, &spec, &|line| {
+            said.lock().unwrap().push(line.to_owned())
+        })
+        .await
+        .expect("a small agent image");
+        let by_recipe = said
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("by its recipe"));
+        (agent, by_recipe)
+    };
+    let (first, _) = build().await;
+    let (again, by_recipe) = build().await;
+    assert!(by_recipe, "{again:?}");
+    assert!(again.built.reused);
+    assert_eq!(
+        (
+            &again.built.tag,
+            &again.built.id,
+            &again.cli_sha256,
+            &again.files
+        ),
+        (
+            &first.built.tag,
+            &first.built.id,
+            &first.cli_sha256,
+            &first.files
+        )
+    );
+    // The recipe's tag moved to another image (the test image): not trusted.
+    let recipe_tag = engine
+        .docker()
+        .inspect_image(&first.built.id)
+        .await
+        .unwrap()
+        .repo_tags
+        .unwrap_or_default()
+        .into_iter()
+        .find(|t| t.contains(":recipe-"))
+        .expect("a recipe tag");
+    let (repo, tag) = recipe_tag.split_once(':').unwrap();
+    engine
+        .docker()
+        .tag_image(
+            &test_image,
+            Some(bollard::query_parameters::TagImageOptions {
+                repo: Some(repo.to_owned()),
+                tag: Some(tag.to_owned()),
+            }),
+        )
+        .await
+        .unwrap();
+    let (moved, by_recipe) = build().await;
+    assert!(!by_recipe, "a moved recipe tag was trusted: {moved:?}");
+    assert_eq!(moved.built.id, first.built.id);
+    // Put back on the right image.
+    let (back, by_recipe) = build().await;
+    assert!(by_recipe && back.built.id == first.built.id, "{back:?}");
+    remove_agent_image(&engine, &first).await;
 }
 
 /// A source image for the toolchain test, FROM scratch: a program, a link to it, a link loop, a
