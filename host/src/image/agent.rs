@@ -14,9 +14,11 @@
 //!
 //! Finding an image built before costs no read of the CLI: its recipe (the layout, each host
 //! file's and the CLI's identity as the kernel keeps it, the CA bundle's and cordon's binaries'
-//! digests) is a second tag, `cordon-agent:recipe-<16 hex>`, on an image whose labels name its
-//! context's and its CLI's digests. A recipe tag whose image is not the one its context tag
-//! names is not trusted: the context is written and hashed as before.
+//! digests) names a second tag, `cordon-agent:recipe-<16 hex of the recipe>-<the CLI's sha256>`,
+//! put only on the image its context's tag names, right after the context was hashed. An image
+//! carries no label (the engine would copy it into every container's labels, which the validator
+//! holds to the profile's). A recipe tag on an image without exactly one context tag is not
+//! trusted: the context is written and hashed as before.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -76,13 +78,9 @@ const STATIC_BINARIES: [(&str, &str); 4] = [
     ("cordon-egress", crate::profile::egress::PROXY_BINARY),
 ];
 
-/// The labels a built agent image carries: its context's sha256 and its CLI's.
-const CONTEXT_LABEL: &str = "io.cordon.context-sha256";
-const CLI_LABEL: &str = "io.cordon.cli-sha256";
-
 /// The same Dockerfile as the test image's: no `USER` (the profile sets the user; the init drops
 /// to the agent's uid) and no `WORKDIR` (it would make `/work` in the image).
-const DOCKERFILE: &str = "FROM scratch\nCOPY rootfs/ /\nLABEL io.cordon.image=agent\nENTRYPOINT [\"/sbin/cordon-init\"]\n";
+const DOCKERFILE: &str = "FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [\"/sbin/cordon-init\"]\n";
 
 /// What the agent image is built from.
 #[derive(Debug, Clone)]
@@ -530,25 +528,7 @@ fn recipe_of(inputs: &Inputs) -> Result<(String, Vec<(String, u64)>)> {
     Ok((hex::encode(recipe.finalize()), files))
 }
 
-/// An image, when it exists.
-async fn inspect_image(
-    engine: &Engine,
-    tag: &str,
-) -> Result<Option<bollard::models::ImageInspect>> {
-    match bounded(
-        "inspect image",
-        CALL_TIMEOUT,
-        engine.docker().inspect_image(tag),
-    )
-    .await
-    {
-        Ok(image) => Ok(Some(image)),
-        Err(e) if crate::engine::objects::not_found(&e) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// What a recipe's tag found: the image its context tag names too.
+/// What a recipe's tag found: the image its context's tag names too.
 struct Found {
     context_tag: String,
     id: String,
@@ -575,29 +555,16 @@ impl Found {
     }
 }
 
-/// Put the recipe's tag on the image of `tag` just built or reused, when its labels say it was
-/// built from exactly the context just written (one built before images carried labels never
-/// gets one).
-async fn tag_recipe(
-    engine: &Engine,
-    tag: &str,
-    image: &bollard::models::ImageInspect,
-    written: &Written,
-    recipe: &str,
-) -> Result<()> {
-    let labels = image
-        .config
-        .as_ref()
-        .and_then(|c| c.labels.clone())
-        .unwrap_or_default();
-    if labels.get(CONTEXT_LABEL) != Some(&written.digest)
-        || labels.get(CLI_LABEL) != Some(&written.cli_sha256)
-    {
-        return Ok(());
-    }
+/// Put the recipe's tag (with the CLI's digest) on the image the context's `tag` names, built or
+/// reused just now from the context just written.
+async fn tag_recipe(engine: &Engine, tag: &str, written: &Written, recipe: &str) -> Result<()> {
     let options = bollard::query_parameters::TagImageOptions {
         repo: Some(REPOSITORY.to_owned()),
-        tag: Some(recipe_tag_part(recipe)),
+        tag: Some(format!(
+            "{}-{}",
+            recipe_tag_part(recipe),
+            written.cli_sha256
+        )),
     };
     bounded(
         "tag image",
@@ -607,31 +574,53 @@ async fn tag_recipe(
     .await
 }
 
-/// The image a recipe's tag names, when its labels name a context whose own tag names the same
-/// image (only [`tag_recipe`] puts a recipe's tag anywhere, after the context was hashed).
+/// The image a recipe's tag names: one image, holding one such tag (a CLI digest of 64 hex) and
+/// exactly one context tag ([`tag_for_digest`]'s shape), which [`tag_recipe`] alone puts there.
 async fn by_recipe(engine: &Engine, recipe: &str) -> Result<Option<Found>> {
-    let tag = format!("{REPOSITORY}:{}", recipe_tag_part(recipe));
-    let Some(image) = inspect_image(engine, &tag).await? else {
+    let prefix = format!("{REPOSITORY}:{}-", recipe_tag_part(recipe));
+    let options = bollard::query_parameters::ListImagesOptions {
+        filters: Some([("reference".to_owned(), vec![format!("{prefix}*")])].into()),
+        ..Default::default()
+    };
+    let images = bounded(
+        "list images",
+        CALL_TIMEOUT,
+        engine.docker().list_images(Some(options)),
+    )
+    .await?;
+    let [listed] = images.as_slice() else {
         return Ok(None);
     };
-    let labels = image
-        .config
-        .as_ref()
-        .and_then(|c| c.labels.clone())
-        .unwrap_or_default();
-    let (Some(context), Some(cli)) = (labels.get(CONTEXT_LABEL), labels.get(CLI_LABEL)) else {
+    // The listing shows only the tags the filter matched: the image's own are in its inspect.
+    let image = bounded(
+        "inspect image",
+        CALL_TIMEOUT,
+        engine.docker().inspect_image(&listed.id),
+    )
+    .await?;
+    let tags = image.repo_tags.unwrap_or_default();
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let clis: Vec<&str> = tags
+        .iter()
+        .filter_map(|t| t.strip_prefix(&prefix))
+        .filter(|cli| hex(cli, 64))
+        .collect();
+    let contexts: Vec<&String> = tags
+        .iter()
+        .filter(|t| {
+            t.strip_prefix(REPOSITORY)
+                .and_then(|t| t.strip_prefix(':'))
+                .is_some_and(|part| hex(part, 16))
+        })
+        .collect();
+    let ([cli], [context]) = (clis.as_slice(), contexts.as_slice()) else {
         return Ok(None);
     };
-    let id = image.id.clone().unwrap_or_default();
-    let context_tag = tag_for_digest(context);
-    let same = inspect_image(engine, &context_tag)
-        .await?
-        .is_some_and(|by_context| by_context.id.as_deref() == Some(id.as_str()));
-    Ok((same && !id.is_empty()).then(|| Found {
-        context_tag,
-        id,
-        size_bytes: image.size.unwrap_or_default(),
-        cli_sha256: cli.clone(),
+    Ok(Some(Found {
+        context_tag: (*context).clone(),
+        id: listed.id.clone(),
+        size_bytes: image.size.unwrap_or(listed.size),
+        cli_sha256: (*cli).to_owned(),
     }))
 }
 
@@ -807,16 +796,8 @@ pub async fn build_agent_image(
         // The engine answers only once it has the whole context: the request's own bound must
         // cover the upload.
         let docker = engine.docker().clone().with_timeout(BUILD_STEP_TIMEOUT);
-        let mut options = super::build_options(&tag);
-        options.labels = Some(
-            [
-                (CONTEXT_LABEL.to_owned(), written.digest.clone()),
-                (CLI_LABEL.to_owned(), written.cli_sha256.clone()),
-            ]
-            .into(),
-        );
         let stream = docker.build_image(
-            options,
+            super::build_options(&tag),
             None,
             Some(bollard::body_try_stream(file_chunks(context))),
         );
@@ -829,7 +810,7 @@ pub async fn build_agent_image(
         engine.docker().inspect_image(&tag),
     )
     .await?;
-    tag_recipe(engine, &tag, &inspect, &written, &recipe).await?;
+    tag_recipe(engine, &tag, &written, &recipe).await?;
     let built = BuiltImage {
         tag,
         id: inspect.id.unwrap_or_default(),
