@@ -107,6 +107,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("contract::policy::tests::", "../contract/src"),
     ("relay::tests::", "../init/src"),
     ("image::toolchain::tests::", "../host/src/image"),
+    ("image::agent::tests::", "../host/src/image"),
     ("mcp::rpc::tests::", "../mcp/src"),
     ("mcp::stdio::tests::", "../mcp/src"),
     ("mcp::main::tests::", "../mcp/src"),

@@ -212,6 +212,33 @@ async fn an_agent_image_built_before_is_found_by_its_recipe_and_a_moved_recipe_t
     // Put back on the right image.
     let (back, by_recipe) = build().await;
     assert!(by_recipe && back.built.id == first.built.id, "{back:?}");
+    // An input that moved (the CLI copied elsewhere: another inode) is a new recipe: its tag
+    // replaces the old one on the same image.
+    let dir = std::env::temp_dir().join(format!("cordon-recipe-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let moved_cli = dir.join("true");
+    std::fs::copy("/bin/true", &moved_cli).unwrap();
+    let moved_spec = image::agent::AgentImageSpec {
+        cli: moved_cli,
+        ..spec.clone()
+    };
+    let rebuilt = image::agent::build_agent_image(&engine, &moved_spec, &|_| {})
+        .await
+        .expect("the same image");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(rebuilt.built.id, first.built.id);
+    let recipes: Vec<String> = engine
+        .docker()
+        .inspect_image(&first.built.id)
+        .await
+        .unwrap()
+        .repo_tags
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.contains(":recipe-"))
+        .collect();
+    assert_eq!(recipes.len(), 1, "{recipes:?}");
+    assert_ne!(recipes[0], recipe_tag);
     remove_agent_image(&engine, &first).await;
 }
 

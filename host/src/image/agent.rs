@@ -556,22 +556,47 @@ impl Found {
 }
 
 /// Put the recipe's tag (with the CLI's digest) on the image the context's `tag` names, built or
-/// reused just now from the context just written.
+/// reused just now from the context just written, and take its older recipe tags off (an input
+/// that moved leaves one behind: they would only pile up).
 async fn tag_recipe(engine: &Engine, tag: &str, written: &Written, recipe: &str) -> Result<()> {
+    let part = format!("{}-{}", recipe_tag_part(recipe), written.cli_sha256);
     let options = bollard::query_parameters::TagImageOptions {
         repo: Some(REPOSITORY.to_owned()),
-        tag: Some(format!(
-            "{}-{}",
-            recipe_tag_part(recipe),
-            written.cli_sha256
-        )),
+        tag: Some(part.clone()),
     };
     bounded(
         "tag image",
         CALL_TIMEOUT,
         engine.docker().tag_image(tag, Some(options)),
     )
-    .await
+    .await?;
+    let image = bounded(
+        "inspect image",
+        CALL_TIMEOUT,
+        engine.docker().inspect_image(tag),
+    )
+    .await?;
+    let ours = format!("{REPOSITORY}:{part}");
+    let older = format!("{REPOSITORY}:recipe-");
+    for stale in image
+        .repo_tags
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| *t != ours && t.starts_with(&older))
+    {
+        // Untagging only: the image keeps its context's tag.
+        bounded(
+            "untag image",
+            CALL_TIMEOUT,
+            engine.docker().remove_image(
+                &stale,
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            ),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// The image a recipe's tag names: one image, holding one such tag (a CLI digest of 64 hex) and
