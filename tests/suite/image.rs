@@ -133,9 +133,25 @@ async fn remove_agent_image(engine: &cordon::Engine, agent: &image::agent::Agent
         .await;
 }
 
+/// The recipe tags an image carries.
+async fn recipe_tags(engine: &cordon::Engine, id: &str) -> Vec<String> {
+    engine
+        .docker()
+        .inspect_image(id)
+        .await
+        .unwrap()
+        .repo_tags
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.contains(":recipe-"))
+        .collect()
+}
+
 /// An agent image built before is found by its recipe (the inputs' identities, no read of the
-/// CLI or its libraries): the same tag and id, reused; a recipe tag moved to another image is not
-/// trusted (the context is written and hashed again, and the tag is put back).
+/// CLI or its libraries): the same tag and id, reused; a recipe tag moved to another image (an
+/// agent image of another context, or one with none) is not trusted (the context is written and
+/// hashed again, and the tag put back); an input that moved makes a new recipe whose tag replaces
+/// the old one.
 #[tokio::test]
 async fn an_agent_image_built_before_is_found_by_its_recipe_and_a_moved_recipe_tag_is_not_trusted()
 {
@@ -183,32 +199,43 @@ async fn an_agent_image_built_before_is_found_by_its_recipe_and_a_moved_recipe_t
             &first.files
         )
     );
-    // The recipe's tag moved to another image (the test image): not trusted.
-    let recipe_tag = engine
-        .docker()
-        .inspect_image(&first.built.id)
+    // The recipe's tag moved to another agent image (one with a context tag of its own) and to
+    // the test image (none): not trusted either time.
+    let [recipe_tag] = recipe_tags(&engine, &first.built.id)
         .await
-        .unwrap()
-        .repo_tags
-        .unwrap_or_default()
-        .into_iter()
-        .find(|t| t.contains(":recipe-"))
-        .expect("a recipe tag");
-    let (repo, tag) = recipe_tag.split_once(':').unwrap();
-    engine
-        .docker()
-        .tag_image(
-            &test_image,
-            Some(bollard::query_parameters::TagImageOptions {
-                repo: Some(repo.to_owned()),
-                tag: Some(tag.to_owned()),
-            }),
-        )
-        .await
+        .try_into()
         .unwrap();
-    let (moved, by_recipe) = build().await;
-    assert!(!by_recipe, "a moved recipe tag was trusted: {moved:?}");
-    assert_eq!(moved.built.id, first.built.id);
+    let other = image::agent::build_agent_image(
+        &engine,
+        &image::agent::AgentImageSpec {
+            static_mode: 0o715,
+            ..spec.clone()
+        },
+        &|_| {},
+    )
+    .await
+    .expect("another agent image");
+    for elsewhere in [&other.built.id, &test_image] {
+        let (repo, tag) = recipe_tag.split_once(':').unwrap();
+        engine
+            .docker()
+            .tag_image(
+                elsewhere,
+                Some(bollard::query_parameters::TagImageOptions {
+                    repo: Some(repo.to_owned()),
+                    tag: Some(tag.to_owned()),
+                }),
+            )
+            .await
+            .unwrap();
+        let (moved, by_recipe) = build().await;
+        assert!(
+            !by_recipe,
+            "a recipe tag on {elsewhere} was trusted: {moved:?}"
+        );
+        assert_eq!(moved.built.id, first.built.id);
+    }
+    remove_agent_image(&engine, &other).await;
     // Put back on the right image.
     let (back, by_recipe) = build().await;
     assert!(by_recipe && back.built.id == first.built.id, "{back:?}");
@@ -227,16 +254,7 @@ async fn an_agent_image_built_before_is_found_by_its_recipe_and_a_moved_recipe_t
         .expect("the same image");
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(rebuilt.built.id, first.built.id);
-    let recipes: Vec<String> = engine
-        .docker()
-        .inspect_image(&first.built.id)
-        .await
-        .unwrap()
-        .repo_tags
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| t.contains(":recipe-"))
-        .collect();
+    let recipes = recipe_tags(&engine, &first.built.id).await;
     assert_eq!(recipes.len(), 1, "{recipes:?}");
     assert_ne!(recipes[0], recipe_tag);
     remove_agent_image(&engine, &first).await;

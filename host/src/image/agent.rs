@@ -14,11 +14,12 @@
 //!
 //! Finding an image built before costs no read of the CLI: its recipe (the layout, each host
 //! file's and the CLI's identity as the kernel keeps it, the CA bundle's and cordon's binaries'
-//! digests) names a second tag, `cordon-agent:recipe-<16 hex of the recipe>-<the CLI's sha256>`,
-//! put only on the image its context's tag names, right after the context was hashed. An image
-//! carries no label (the engine would copy it into every container's labels, which the validator
-//! holds to the profile's). A recipe tag on an image without exactly one context tag is not
-//! trusted: the context is written and hashed as before.
+//! digests) names a second tag, `cordon-agent:recipe-<16 hex of the recipe>-<16 hex of the
+//! context's digest>-<the CLI's sha256>`, put only on the image its context's tag names, right
+//! after the context was hashed. An image carries no label (the engine would copy it into every
+//! container's labels, which the validator holds to the profile's). A recipe tag on an image that
+//! does not also carry the context tag it names is not trusted: the context is written and hashed
+//! as before.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -559,7 +560,12 @@ impl Found {
 /// reused just now from the context just written, and take its older recipe tags off (an input
 /// that moved leaves one behind: they would only pile up).
 async fn tag_recipe(engine: &Engine, tag: &str, written: &Written, recipe: &str) -> Result<()> {
-    let part = format!("{}-{}", recipe_tag_part(recipe), written.cli_sha256);
+    let context = written.digest.get(..16).unwrap_or(&written.digest);
+    let part = format!(
+        "{}-{context}-{}",
+        recipe_tag_part(recipe),
+        written.cli_sha256
+    );
     let options = bollard::query_parameters::TagImageOptions {
         repo: Some(REPOSITORY.to_owned()),
         tag: Some(part.clone()),
@@ -599,8 +605,9 @@ async fn tag_recipe(engine: &Engine, tag: &str, written: &Written, recipe: &str)
     Ok(())
 }
 
-/// The image a recipe's tag names: one image, holding one such tag (a CLI digest of 64 hex) and
-/// exactly one context tag ([`tag_for_digest`]'s shape), which [`tag_recipe`] alone puts there.
+/// The image a recipe's tag names: one image, holding one such tag, which names the context's
+/// tag (16 hex) and the CLI's digest (64 hex), and holding that context tag too. Only
+/// [`tag_recipe`] puts a recipe's tag anywhere, after hashing that context.
 async fn by_recipe(engine: &Engine, recipe: &str) -> Result<Option<Found>> {
     let prefix = format!("{REPOSITORY}:{}-", recipe_tag_part(recipe));
     let options = bollard::query_parameters::ListImagesOptions {
@@ -625,24 +632,20 @@ async fn by_recipe(engine: &Engine, recipe: &str) -> Result<Option<Found>> {
     .await?;
     let tags = image.repo_tags.unwrap_or_default();
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
-    let clis: Vec<&str> = tags
+    let named: Vec<(&str, &str)> = tags
         .iter()
-        .filter_map(|t| t.strip_prefix(&prefix))
-        .filter(|cli| hex(cli, 64))
+        .filter_map(|t| t.strip_prefix(&prefix)?.split_once('-'))
+        .filter(|(context, cli)| hex(context, 16) && hex(cli, 64))
         .collect();
-    let contexts: Vec<&String> = tags
-        .iter()
-        .filter(|t| {
-            t.strip_prefix(REPOSITORY)
-                .and_then(|t| t.strip_prefix(':'))
-                .is_some_and(|part| hex(part, 16))
-        })
-        .collect();
-    let ([cli], [context]) = (clis.as_slice(), contexts.as_slice()) else {
+    let [(context, cli)] = named.as_slice() else {
         return Ok(None);
     };
+    let context_tag = format!("{REPOSITORY}:{context}");
+    if !tags.contains(&context_tag) {
+        return Ok(None);
+    }
     Ok(Some(Found {
-        context_tag: (*context).clone(),
+        context_tag,
         id: listed.id.clone(),
         size_bytes: image.size.unwrap_or(listed.size),
         cli_sha256: (*cli).to_owned(),
