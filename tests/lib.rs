@@ -692,6 +692,7 @@ pub fn prepare_request(owner: &Owner, repo: &Repo, head: &str) -> cordon::task::
         work: cordon::storage::DEFAULT_WORK,
         deadline: Duration::from_secs(120),
         uids: cordon::uids::UidRange::default(),
+        shared: false,
     }
 }
 

@@ -23,8 +23,12 @@ pub enum VendorArg {
 pub struct RunArgs {
     #[arg(long)]
     phase: cordon_contract::Phase,
-    #[arg(long)]
-    repo: PathBuf,
+    #[arg(long, required_unless_present = "snapshot")]
+    repo: Option<PathBuf>,
+    /// Read a shared snapshot (`cordon task prepare --shared`'s handle, JSON or @FILE) instead
+    /// of seeding storage of the run's own: planning, questions and review only.
+    #[arg(long, conflicts_with_all = ["repo", "ops", "paths", "commit", "command_file"])]
+    snapshot: Option<String>,
     #[arg(long, default_value = "HEAD")]
     head: String,
     #[arg(
@@ -387,7 +391,7 @@ fn one_shot(
         exec: agent.exec,
         phase: args.phase,
         vendor: agent.vendor,
-        repo: args.repo,
+        repo: args.repo.clone().unwrap_or_default(),
         head: args.head,
         prompt,
         schema: args.schema,
@@ -402,6 +406,11 @@ fn one_shot(
         declared_paths: args.paths,
         commit,
         commands,
+        snapshot: args
+            .snapshot
+            .as_deref()
+            .map(crate::task::parse_handle)
+            .transpose()?,
     })
 }
 

@@ -49,6 +49,10 @@ pub enum TaskAction {
         /// The uids storage allocations may run as (`FIRST-LAST`): no host account may use one.
         #[arg(long, default_value = "1100000-1999999")]
         uid_range: cordon::uids::UidRange,
+        /// Make a shared snapshot: read by many planning, questions and review invocations at
+        /// once, each as a uid of its own, its digest checked by each before it starts.
+        #[arg(long)]
+        shared: bool,
     },
     /// Remove task storage: by its handle (JSON, or @FILE), or by --allocation (and --owner).
     Remove {
@@ -57,6 +61,10 @@ pub enum TaskAction {
         allocation: Option<String>,
         #[arg(long)]
         owner: Option<String>,
+        /// For a shared snapshot an invocation still mounts: wait this long for the last one to
+        /// be gone (0: refuse at once, `snapshot-in-use`).
+        #[arg(long, default_value_t = 0)]
+        wait_secs: u64,
     },
 }
 
@@ -82,6 +90,7 @@ pub async fn run(ctx: &Ctx, action: TaskAction) -> anyhow::Result<ExitCode> {
             work_inodes,
             deadline_secs,
             uid_range,
+            shared,
         } => {
             let request = cordon::task::PrepareRequest {
                 repo,
@@ -98,6 +107,7 @@ pub async fn run(ctx: &Ctx, action: TaskAction) -> anyhow::Result<ExitCode> {
                 },
                 deadline: std::time::Duration::from_secs(deadline_secs),
                 uids: uid_range,
+                shared,
             };
             let built = image::build(ctx).await?;
             // The steps go to stderr with --json too: stdout carries only the handle.
@@ -118,6 +128,7 @@ pub async fn run(ctx: &Ctx, action: TaskAction) -> anyhow::Result<ExitCode> {
             handle,
             allocation,
             owner,
+            wait_secs,
         } => {
             let handle: cordon::task::StorageHandle = match (handle, allocation, owner) {
                 (Some(text), None, None) => parse_handle(&text)?,
@@ -134,7 +145,8 @@ pub async fn run(ctx: &Ctx, action: TaskAction) -> anyhow::Result<ExitCode> {
                 }
                 _ => anyhow::bail!("give a handle or --allocation (with --owner to require it)"),
             };
-            cordon::task::remove(ctl, &handle).await?;
+            let wait = std::time::Duration::from_secs(wait_secs);
+            cordon::task::remove_when_unused(ctl, &handle, wait).await?;
             print(
                 ctx.json,
                 &serde_json::json!({"removed": handle.allocation}),

@@ -166,6 +166,8 @@ protections! {
         "the proxy's container and the invocation network read back exactly as their profile: the agent's hardening, the invocation network only, the egress volume its only mount, no published port";
     RelayContainer = "relay-container", validator: true, init: false, probe: false,
         "the approved commands' relay reads back exactly as its profile: a helper's hardening (the allocation's uid, no capability, read-only root, no network), the commands volume its only mount, stdin open for the dispatcher alone";
+    SnapshotVerified = "snapshot-verified", validator: false, init: true, probe: false,
+        "a read-only phase over a shared snapshot starts only on the tree that was recorded: the init digests /work with its metadata and refuses any other digest before the workload exists";
     FdHygiene = "fd-hygiene", validator: false, init: true, probe: false,
         "only fds 0-2 are open when the init starts, and its cwd is reachable";
     EnvAllowlist = "env-allowlist", validator: true, init: true, probe: true,

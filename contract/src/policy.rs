@@ -74,6 +74,11 @@ pub struct Policy {
     /// exec trees.
     #[serde(default, skip_serializing_if = "Role::is_agent")]
     pub role: Role,
+    /// A shared snapshot's recorded digest (`sha256:` and 64 hex digits, the `digest` role's over
+    /// /work with its metadata): the init computes the tree it mounts and refuses any other before
+    /// the workload exists (`snapshot-verified`). Absent over an invocation's own storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_digest: Option<String>,
 }
 
 /// Whose container a policy is for.
@@ -420,7 +425,29 @@ impl Policy {
         self.check_egress()?;
         self.check_overlay()?;
         self.check_role()?;
+        self.check_work_digest()?;
         self.check_cgroup()
+    }
+
+    /// A snapshot's digest is a sha256 as the digest role writes it, and only an agent's read-only
+    /// phase (nothing writes /work there) mounts a snapshot.
+    fn check_work_digest(&self) -> Result<(), PolicyError> {
+        let Some(digest) = &self.work_digest else {
+            return Ok(());
+        };
+        let hex = digest.strip_prefix("sha256:").unwrap_or("");
+        if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(bad(format!(
+                "work digest {digest:?} is not sha256:<64 hex>"
+            )));
+        }
+        if self.role != Role::Agent || self.phase.work_writable() {
+            return Err(bad(format!(
+                "a snapshot is mounted by a read-only phase's agent only, not {:?} in {}",
+                self.role, self.phase
+            )));
+        }
+        Ok(())
     }
 
     /// Only a command's policy has exec trees or an overlay, and it mounts nothing of its agent's.
@@ -992,6 +1019,7 @@ mod consistency_tests {
             egress: None,
             sentinel: None,
             overlay: None,
+            work_digest: None,
             role: Default::default(),
         }
     }

@@ -12,6 +12,16 @@ pub use cordon_contract::refusal::Refusal;
 pub use cordon_repo::Unusable;
 pub use input::InputFault;
 
+/// The ids of [`Error::Snapshot`]: a phase that writes /work over a snapshot, approved commands
+/// over one, a handle without the digest recorded when it was made, a snapshot still mounted
+/// when its removal's wait ran out.
+pub const SNAPSHOT_IDS: [&str; 4] = [
+    "snapshot-writable-phase",
+    "snapshot-commands",
+    "snapshot-unverified",
+    "snapshot-in-use",
+];
+
 /// Everything that can go wrong in the cordon library.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -96,6 +106,10 @@ pub enum Error {
     Retired(String),
     #[error("uid ({id}): {reason}")]
     Uid { id: &'static str, reason: String },
+    /// A shared snapshot refused for this use: a phase that writes, approved commands, a handle
+    /// without the recorded digest.
+    #[error("snapshot ({id}): {reason}")]
+    Snapshot { id: &'static str, reason: String },
     /// The pre-launch tree check refused: every reason, each with its path (the same answer on
     /// retry: a person must look).
     #[error("the pre-launch tree check refused: {}", findings_text(.findings, *.more))]
@@ -240,7 +254,7 @@ impl Error {
             Error::VendorRefused(_) => "vendor-refused",
             Error::AttemptCaptured(_) => "attempt-captured",
             Error::AttemptOwned(..) => "attempt-owned",
-            Error::Uid { id, .. } => id,
+            Error::Uid { id, .. } | Error::Snapshot { id, .. } => id,
             Error::TreeRefused { .. } => "tree-refused",
             Error::TreeReader(_) => "tree-reader-failed",
             Error::AuditRefused { .. } => "audit-refused",
@@ -348,6 +362,9 @@ mod tests {
             "uid-in-use",
         ] {
             all.push(Error::Uid { id, reason: text() });
+        }
+        for id in SNAPSHOT_IDS {
+            all.push(Error::Snapshot { id, reason: text() });
         }
         all.push(Error::TreeRefused {
             findings: vec![],

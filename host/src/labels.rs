@@ -255,6 +255,17 @@ pub fn others(holders: &[Holder], allocation: &uuid::Uuid) -> Vec<String> {
         .collect()
 }
 
+/// Objects of any kind and of another allocation that hold `uid` (an invocation over a shared
+/// snapshot: the uid is its own, not a storage's).
+pub fn not_of(holders: &[Holder], allocation: &uuid::Uuid) -> Vec<String> {
+    let mine = allocation.to_string();
+    holders
+        .iter()
+        .filter(|h| h.allocation.as_deref() != Some(mine.as_str()))
+        .map(|h| h.what.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,5 +353,10 @@ mod tests {
             },
         ];
         assert_eq!(others(&holders, &mine), ["volume c", "volume d"]);
+        // Over a shared snapshot the uid is the invocation's own: another's control volume counts.
+        assert_eq!(
+            not_of(&holders, &mine),
+            ["volume b", "volume c", "volume d"]
+        );
     }
 }

@@ -44,6 +44,16 @@ pub async fn new_allocation(engine: &Engine, owner: &Owner, attempt: &str) -> Re
     Allocation::new(owner, attempt, uid)
 }
 
+/// The keeper's command: it digests `digest_root` on SIGUSR1 (recovery reads it back to tell a
+/// shared snapshot, whose keeper digests /work, from a task's storage).
+pub fn keeper_command(digest_root: &str) -> Vec<String> {
+    let mut command = vec![paths::INIT.to_owned(), "keeper".to_owned()];
+    if digest_root != paths::METADATA {
+        command.push(digest_root.to_owned());
+    }
+    command
+}
+
 /// A task's work and metadata volumes and the keeper that holds them.
 #[derive(Debug, Clone)]
 pub struct TaskStorage {
@@ -53,6 +63,8 @@ pub struct TaskStorage {
     pub metadata_volume: String,
     pub metadata: Area,
     pub keeper: String,
+    /// A shared snapshot's recorded digest (see [`StorageRef::snapshot`]).
+    pub snapshot: Option<String>,
     created: Created,
 }
 
@@ -95,13 +107,16 @@ impl TaskStorage {
             metadata_volume,
             metadata,
             keeper,
+            snapshot: None,
             created,
         }
     }
 
     /// As [`TaskStorage::create_held_at`], and right after the first create, check that nothing
     /// but that object carries the allocation id; if anything does, remove what was made and
-    /// refuse (the check before the create and the create are not atomic).
+    /// refuse (the check before the create and the create are not atomic). The keeper digests
+    /// `digest_root` when asked: the metadata for a task's storage, the whole of /work for a
+    /// shared snapshot.
     pub async fn create_checked(
         engine: &Engine,
         allocation: &Allocation,
@@ -109,6 +124,7 @@ impl TaskStorage {
         work: (VolumeCreateRequest, Area),
         metadata: (VolumeCreateRequest, Area),
         metadata_at: &str,
+        digest_root: &str,
     ) -> Result<TaskStorage> {
         TaskStorage::create_inner(
             engine,
@@ -116,7 +132,7 @@ impl TaskStorage {
             image_id,
             work,
             metadata,
-            metadata_at,
+            (metadata_at, digest_root),
             true,
         )
         .await
@@ -160,6 +176,7 @@ impl TaskStorage {
             control_volume: invocation.name(Kind::Control),
             input_volume: invocation.name(Kind::Input),
             egress_volume: invocation.name(Kind::Egress),
+            snapshot: self.snapshot.clone(),
         }
     }
 
@@ -211,7 +228,7 @@ impl TaskStorage {
             image_id,
             work,
             metadata,
-            metadata_at,
+            (metadata_at, paths::METADATA),
             false,
         )
         .await
@@ -223,7 +240,7 @@ impl TaskStorage {
         image_id: &str,
         work: (VolumeCreateRequest, Area),
         metadata: (VolumeCreateRequest, Area),
-        metadata_at: &str,
+        (metadata_at, digest_root): (&str, &str),
         check_unique: bool,
     ) -> Result<TaskStorage> {
         let mut created = Created::default();
@@ -273,7 +290,7 @@ impl TaskStorage {
                 image_id,
                 allocation,
                 Kind::Keeper,
-                vec![paths::INIT.to_owned(), "keeper".to_owned()],
+                keeper_command(digest_root),
                 vec![
                     volume_mount(&work_spec, paths::WORK, false),
                     volume_mount(&metadata_spec, metadata_at, false),
@@ -292,6 +309,7 @@ impl TaskStorage {
                 metadata_volume,
                 metadata: metadata.1,
                 keeper,
+                snapshot: None,
                 created,
             }),
             Err(e) => {

@@ -56,6 +56,7 @@ const CHECKS: &[(&str, Check)] = &[
     ("exec allowlist", exec_allowlist),
     ("socket families", socket_families),
     ("sealed", sealed),
+    ("snapshot", snapshot),
 ];
 
 /// Run every preflight check in order. Returns the ids that passed. A check that fails with a
@@ -551,6 +552,21 @@ fn sealed(_: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
         ));
     }
     Ok(vec![Id::InitSealed])
+}
+
+/// Over a shared snapshot, /work is the tree whose digest was recorded when it was made.
+fn snapshot(policy: &Policy, obs: &Observations) -> Result<Vec<Id>, Refusal> {
+    let (Some(want), Some(seen_digest)) = (&policy.work_digest, &obs.work_digest) else {
+        return match &policy.work_digest {
+            None => Ok(vec![]),
+            Some(want) => Err(refuse(Id::SnapshotVerified, want.clone(), "not read")),
+        };
+    };
+    let found = seen(Id::SnapshotVerified, "the digest of /work", seen_digest)?;
+    if found != want {
+        return Err(refuse(Id::SnapshotVerified, want.clone(), found.clone()));
+    }
+    Ok(vec![Id::SnapshotVerified])
 }
 
 fn judge_mounts(

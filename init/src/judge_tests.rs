@@ -104,6 +104,7 @@ pub(crate) fn good_policy() -> Policy {
         egress: None,
         sentinel: None,
         overlay: None,
+        work_digest: None,
         role: Default::default(),
     }
 }
@@ -212,6 +213,7 @@ fn good_observations() -> Observations {
             swap: Ok((1u64 << 28).to_string()),
             cpu: Ok("100000 100000".into()),
         },
+        work_digest: None,
     }
 }
 
@@ -1300,4 +1302,31 @@ fn an_overlay_laid_from_elsewhere_is_refused() {
     // Options the kernel adds on its own are no concern.
     let o = command_mount(options, &format!("{options},xino=off,uuid=null"));
     assert!(preflight(&command_policy(), &o).is_ok());
+}
+
+/// Over a shared snapshot the tree must be the one recorded: a changed one, an unreadable one
+/// and one never read are each refused; the recorded one passes and is attested.
+#[test]
+fn a_snapshot_passes_only_with_its_recorded_digest() {
+    let recorded = format!("sha256:{}", "a".repeat(64));
+    let mut p = good_policy();
+    p.work_digest = Some(recorded.clone());
+    let mut o = good_observations();
+    let breach = |found: Option<Result<String, String>>| {
+        let mut o = good_observations();
+        o.work_digest = found;
+        let refusal = preflight(&p, &o).unwrap_err();
+        assert_eq!(refusal.id, Id::SnapshotVerified, "{refusal:?}");
+        refusal
+    };
+    let changed = breach(Some(Ok(format!("sha256:{}", "b".repeat(64)))));
+    assert_eq!(changed.expected, recorded);
+    assert_eq!(changed.observed, format!("sha256:{}", "b".repeat(64)));
+    breach(Some(Err("./x: Permission denied".into())));
+    breach(None);
+    o.work_digest = Some(Ok(recorded));
+    assert!(preflight(&p, &o).unwrap().contains(&Id::SnapshotVerified));
+    // Without a snapshot nothing is read and nothing is attested.
+    let passed = preflight(&good_policy(), &good_observations()).unwrap();
+    assert!(!passed.contains(&Id::SnapshotVerified));
 }

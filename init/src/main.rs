@@ -304,14 +304,22 @@ fn keeper(mask: &nix::sys::signal::SigSet) -> ! {
         role: "keeper".into(),
     });
     // SIGUSR1 asks for the digest of the metadata it holds (the seeder's baseline, taken here so
-    // that no second container has to start for it).
-    let code = supervise::hold(mask, || {
-        match digest::tree(std::path::Path::new(paths::METADATA)) {
-            Ok((digest, entries)) => emit(&InitLine::Digest { digest, entries }),
-            Err(reason) => emit(&InitLine::Failure {
-                reason: format!("digest: {reason}"),
-            }),
-        }
+    // that no second container has to start for it), or of all of /work when it holds a shared
+    // snapshot (`keeper /work`: the digest every init over the snapshot checks).
+    let root = match std::env::args().nth(2).as_deref() {
+        None => paths::METADATA,
+        Some(paths::WORK) => paths::WORK,
+        Some(other) => fail(format!(
+            "a keeper digests {} or {}, not {other:?}",
+            paths::METADATA,
+            paths::WORK
+        )),
+    };
+    let code = supervise::hold(mask, || match digest::tree(std::path::Path::new(root)) {
+        Ok((digest, entries)) => emit(&InitLine::Digest { digest, entries }),
+        Err(reason) => emit(&InitLine::Failure {
+            reason: format!("digest: {reason}"),
+        }),
     })
     .unwrap_or_else(|e| fail(e));
     std::process::exit(code);

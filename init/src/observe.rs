@@ -89,6 +89,9 @@ pub struct Observations {
     pub pins: BTreeMap<String, Result<(), String>>,
     pub env: Vec<String>,
     pub cgroup_limits: CgroupObs,
+    /// The digest of /work with its metadata, read only when the policy names a shared
+    /// snapshot's (the `digest` role's code, so equal trees give the keeper's digest).
+    pub work_digest: Option<Result<String, String>>,
 }
 
 /// The kernel filesystems the preflight reads most, each opened once: a lookup from "/" walks
@@ -631,7 +634,16 @@ pub fn gather(k: &Kernel, policy: &Policy, acted: Acted) -> Observations {
             .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
             .collect(),
         cgroup_limits: cgroup_limits(k),
+        work_digest: policy.work_digest.as_ref().map(|_| work_digest()),
     }
+}
+
+/// The digest of /work; the walk moves the cwd, which is put back.
+fn work_digest() -> Result<String, String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("getcwd: {e}"))?;
+    let digest = crate::digest::tree(std::path::Path::new(paths::WORK)).map(|(d, _)| d);
+    std::env::set_current_dir(&cwd).map_err(|e| format!("back to {}: {e}", cwd.display()))?;
+    digest
 }
 
 #[cfg(test)]

@@ -345,6 +345,7 @@ mod tests {
                 egress: None,
                 sentinel: None,
                 overlay: None,
+                work_digest: None,
                 role: Default::default(),
             },
             without_init,

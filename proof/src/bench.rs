@@ -611,6 +611,7 @@ pub(crate) fn questions_run(dir: &std::path::Path, run: usize) -> cordon::invoke
         declared_paths: Vec::new(),
         commit: None,
         commands: Vec::new(),
+        snapshot: None,
     }
 }
 

@@ -95,6 +95,7 @@ pub(crate) async fn prepared_tree(
         work,
         deadline: Duration::from_secs(900),
         uids: cordon::uids::UidRange::default(),
+        shared: false,
     };
     let storage = task::prepare(&ctl.clone().with_helper_image(image_id), &request).await?;
     Ok((storage, tree_bytes))

@@ -103,6 +103,7 @@ fn unused_storage() -> StorageHandle {
         head: None,
         gitlinks: Some(vec![]),
         metadata_baseline: None,
+        snapshot: None,
     }
 }
 
@@ -1165,7 +1166,7 @@ async fn one_invocation_exhausting_inotify_leaves_another_its_own() {
 }
 
 /// An approved command of the test image's probe.
-fn approved(image: &str, argv0: &str) -> cordon_contract::command::ApprovedCommand {
+pub(super) fn approved(image: &str, argv0: &str) -> cordon_contract::command::ApprovedCommand {
     cordon_contract::command::ApprovedCommand {
         name: "test".to_owned(),
         description: "the tests".to_owned(),

@@ -10,6 +10,7 @@ mod init;
 mod invoke;
 mod launch;
 mod layout;
+mod snapshot;
 mod task;
 mod tree_check;
 mod validator;

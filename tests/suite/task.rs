@@ -1055,6 +1055,7 @@ async fn an_allocation_taken_during_create_is_refused_after_the_first_create() {
         (work, cordon::storage::DEFAULT_WORK),
         (metadata, cordon::storage::DEFAULT_METADATA),
         cordon_contract::paths::METADATA,
+        cordon_contract::paths::METADATA,
     )
     .await
     .expect_err("a second holder of the id");
@@ -1173,6 +1174,7 @@ async fn recovery_and_removal_never_touch_what_labels_do_not_prove() {
         head: None,
         gitlinks: None,
         metadata_baseline: None,
+        snapshot: None,
     };
     match task::remove(&s.ctl, &handle).await {
         Err(Error::Unreleased(left)) => {

@@ -434,6 +434,7 @@ async fn make_storage(fake: &Arc<Recording>, a: &Allocation) -> crate::error::Re
         (work, DEFAULT_WORK),
         (metadata, DEFAULT_METADATA),
         cordon_contract::paths::METADATA,
+        cordon_contract::paths::METADATA,
     )
     .await
 }

@@ -367,6 +367,21 @@ pub async fn uid_holders(engine: &Engine, uid: Uid) -> Result<Vec<Holder>> {
         .collect())
 }
 
+/// The containers (any state) that mount any of `volumes`, as the engine lists them.
+pub async fn volume_users(engine: &Engine, volumes: &[&str]) -> Result<BTreeSet<String>> {
+    let calls = engine.calls();
+    let lists = volumes.iter().map(|name| {
+        let filters = HashMap::from([("volume".to_owned(), vec![(*name).to_owned()])]);
+        bounded(
+            "list a volume's containers",
+            CALL_TIMEOUT,
+            calls.list_containers(Some(filters)),
+        )
+    });
+    let listed = futures_util::future::try_join_all(lists).await?;
+    Ok(listed.into_iter().flatten().filter_map(|c| c.id).collect())
+}
+
 /// The uids live cordon objects carry (any owner).
 pub async fn live_uids(engine: &Engine) -> Result<BTreeSet<u32>> {
     let listed = Listed::with_label(engine, UID).await?;

@@ -104,6 +104,9 @@ pub struct Options {
     /// questions): the agent is offered one tool that runs them by name, each in a command
     /// container of its own ([`crate::command`]).
     pub commands: Vec<cordon_contract::command::ApprovedCommand>,
+    /// Where an invocation over a shared snapshot takes its own uid from (over its own storage
+    /// it runs as the storage's).
+    pub uids: crate::uids::UidRange,
 }
 
 /// How the vendor CLI reaches its API, for corporate proxies and LLM gateways (and the tests'
@@ -163,6 +166,7 @@ impl Options {
             allocation: None,
             vendor: VendorOptions::default(),
             commands: Vec::new(),
+            uids: crate::uids::UidRange::default(),
         }
     }
 }
@@ -189,6 +193,7 @@ mod tests {
             head: None,
             gitlinks: Some(vec![]),
             metadata_baseline: None,
+            snapshot: None,
         }
     }
 

@@ -52,6 +52,9 @@ pub struct OneShot {
     pub commit: Option<OneShotCommit>,
     /// The runner's approved commands (review, execute, fix).
     pub commands: Vec<cordon_contract::command::ApprovedCommand>,
+    /// A shared snapshot to read instead of storage of the run's own (planning, questions and
+    /// review): nothing is prepared or removed, `repo` and `head` are not read.
+    pub snapshot: Option<task::StorageHandle>,
 }
 
 /// What a one-shot execute or fix commits after its run (see [`crate::audit::CommitRequest`]).
@@ -170,6 +173,31 @@ pub async fn oneshot(
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<OneShotReport> {
     let started = Instant::now();
+    if let Some(snapshot) = &run.snapshot {
+        let result = invoke(
+            ctl,
+            image_id,
+            run,
+            request(run, snapshot, None),
+            shutdown,
+            progress,
+        )
+        .await?;
+        return Ok(OneShotReport {
+            result: result.as_ref().clone(),
+            tree_check: None,
+            link_snapshot: None,
+            audit: None,
+            storage_left: None,
+            timings: OneShotTimings {
+                prepare_ms: 0.0,
+                check_ms: 0.0,
+                invoke_ms: ms(started),
+                remove_ms: 0.0,
+                total_ms: ms(started),
+            },
+        });
+    }
     let prepare = PrepareRequest {
         repo: run.repo.clone(),
         head: run.head.clone(),
@@ -179,6 +207,7 @@ pub async fn oneshot(
         work: run.work,
         deadline: Duration::from_secs(600),
         uids: run.uids,
+        shared: false,
     };
     // The keeper and the audit's readers run the invocation's image.
     let ctl = &ctl.clone().with_helper_image(image_id);
@@ -287,6 +316,7 @@ async fn invoke(
             egress: run.egress.clone(),
             vendor: run.vendor_options.clone(),
             commands: run.commands.clone(),
+            uids: run.uids,
             ..Options::new(match &run.exec {
                 Some(exec) => ImageSource::Agent {
                     id: image_id.to_owned(),

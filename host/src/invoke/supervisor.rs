@@ -75,8 +75,13 @@ pub async fn start(
         return Err(Error::Deadline("the invocation's deadline".into()));
     }
     let owner = Owner::new(&request.storage.owner)?;
-    // The invocation runs as its storage's uid: the work tree is that uid's.
-    let mut allocation = Allocation::new(&owner, &request.attempt, request.storage.uid)?;
+    // The invocation runs as its storage's uid (the work tree is that uid's), or over a shared
+    // snapshot as one of its own (the tree is readable, not owned).
+    let uid = match &request.storage.snapshot {
+        None => request.storage.uid,
+        Some(_) => snapshot_uid(ctl, request.phase, &options).await?,
+    };
+    let mut allocation = Allocation::new(&owner, &request.attempt, uid)?;
     allocation.id = options.allocation.unwrap_or_else(uuid::Uuid::new_v4);
     if allocation.id.is_nil() {
         return Err(Error::Invalid(
@@ -144,6 +149,29 @@ pub async fn start(
         let _ = result_tx.send(Some(Arc::new(result)));
     });
     Ok(handle)
+}
+
+/// A uid of its own for an invocation over a shared snapshot, in a phase that writes nothing and
+/// with no approved command (a command's container runs as its agent's uid over the agent's
+/// storage: that is a review with storage of its own).
+async fn snapshot_uid(
+    ctl: &Controller,
+    phase: cordon_contract::Phase,
+    options: &Options,
+) -> Result<crate::uids::Uid> {
+    if phase.work_writable() {
+        return Err(Error::Snapshot {
+            id: "snapshot-writable-phase",
+            reason: format!("{phase} writes /work: it takes storage of its own"),
+        });
+    }
+    if !options.commands.is_empty() {
+        return Err(Error::Snapshot {
+            id: "snapshot-commands",
+            reason: "an invocation offered approved commands takes storage of its own".into(),
+        });
+    }
+    crate::storage::pick_uid(ctl.engine(), &options.uids).await
 }
 
 /// The custody of a credential: its sentinel, CA and vault, for the vendor's API host, valid

@@ -96,7 +96,7 @@ async fn made(
     let started = Instant::now();
     let engine = ctl.engine();
     let storage = &agent.storage().storage;
-    let allocation = Allocation::new(&storage.owner, &storage.attempt, storage.uid)?;
+    let allocation = Allocation::new(&storage.owner, &storage.attempt, agent.allocation().uid)?;
     let profile = Profile::command_of(
         agent,
         allocation,

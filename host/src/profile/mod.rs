@@ -127,6 +127,10 @@ pub struct StorageRef {
     pub control_volume: String,
     pub input_volume: String,
     pub egress_volume: String,
+    /// A shared snapshot's recorded digest: the storage is read by many read-only invocations,
+    /// each as a uid of its own (not the storage's), and each init checks the tree against this.
+    /// `None` for an invocation's own storage.
+    pub snapshot: Option<String>,
 }
 
 /// The CFS period Docker uses for NanoCpus.

@@ -63,6 +63,7 @@ impl Profile {
                 .map(|_| super::egress::agent_forward().0),
             sentinel: self.sentinel().map(str::to_owned),
             overlay: self.overlay(),
+            work_digest: self.spec.storage.snapshot.clone(),
             role: if self.command_role().is_some() {
                 policy::Role::Command
             } else {

@@ -167,15 +167,24 @@ impl ProfileSpec {
         self.storage.metadata.check("metadata")
     }
 
-    /// The invocation runs as its storage's uid.
+    /// The invocation runs as its storage's uid; over a shared snapshot, as one of its own, in a
+    /// read-only phase, with no approved command.
     fn check_uid(&self) -> Result<()> {
-        if self.allocation.uid != self.storage.storage.uid {
-            return Err(Error::Invalid(format!(
-                "the invocation's uid {} is not its storage's {}",
-                self.allocation.uid, self.storage.storage.uid
-            )));
+        let (own, storage) = (self.allocation.uid, self.storage.storage.uid);
+        match &self.storage.snapshot {
+            None if own != storage => Err(Error::Invalid(format!(
+                "the invocation's uid {own} is not its storage's {storage}"
+            ))),
+            Some(_) if own == storage => Err(Error::Invalid(format!(
+                "an invocation over a shared snapshot runs as a uid of its own, not the \
+                 snapshot's {storage}"
+            ))),
+            Some(_) if self.phase.work_writable() => Err(Error::Snapshot {
+                id: "snapshot-writable-phase",
+                reason: format!("{} writes /work: it takes storage of its own", self.phase),
+            }),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn check_limits(&self) -> Result<()> {

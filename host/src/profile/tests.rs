@@ -27,6 +27,7 @@ pub(crate) fn spec() -> ProfileSpec {
             control_volume: "c".into(),
             input_volume: "i".into(),
             egress_volume: "e".into(),
+            snapshot: None,
         },
         allocation,
         limits: Limits::default(),

@@ -64,8 +64,9 @@ impl Profile {
                     &s.egress_volume,
                     self.spec.allocation.labels(Kind::Egress),
                     // The agent's, as before (its mount is read-only: `egress-readonly`); the proxy,
-                    // its own uid in the agent's group, makes its socket here.
-                    tmpfs_volume_options(EGRESS_AREA, 0o770, uid),
+                    // its own uid in the agent's group, makes its socket here. The agent's uid,
+                    // not the storage's: over a shared snapshot the two differ.
+                    tmpfs_volume_options(EGRESS_AREA, 0o770, self.spec.allocation.uid),
                 ),
             ),
         ];

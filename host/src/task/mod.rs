@@ -50,22 +50,45 @@ pub struct StorageHandle {
     /// The metadata digest the seeder recorded (absent in a recovered handle: pass back the one
     /// you recorded).
     pub metadata_baseline: Option<String>,
+    /// Present when this storage is a shared snapshot: many read-only invocations mount it, each
+    /// as a uid of its own; no phase that writes does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<Snapshot>,
+}
+
+/// What a shared snapshot's handle holds besides its storage's.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Snapshot {
+    /// The digest of /work with its metadata, taken by its keeper once seeding finished: every
+    /// init over the snapshot refuses another tree (absent in a recovered handle: pass back the
+    /// one you recorded; a snapshot without it is never mounted).
+    pub digest: Option<String>,
 }
 
 impl StorageHandle {
-    /// The storage as the launch code uses it.
+    /// The storage as the launch code uses it (a snapshot's only with its recorded digest).
     pub fn storage(&self) -> Result<TaskStorage> {
         let owner = Owner::new(&self.owner)?;
         let mut allocation = Allocation::new(&owner, &self.attempt, self.uid)?;
         allocation.id = self.allocation;
-        Ok(TaskStorage::from_parts(
+        let mut storage = TaskStorage::from_parts(
             allocation,
             self.work_volume.clone(),
             self.work,
             self.metadata_volume.clone(),
             self.metadata,
             self.keeper.clone(),
-        ))
+        );
+        if let Some(snapshot) = &self.snapshot {
+            storage.snapshot = Some(snapshot.digest.clone().ok_or_else(|| Error::Snapshot {
+                id: "snapshot-unverified",
+                reason: format!(
+                    "snapshot {} has no recorded digest: pass back the one its prepare returned",
+                    self.allocation
+                ),
+            })?);
+        }
+        Ok(storage)
     }
 }
 
@@ -125,8 +148,10 @@ pub struct PrepareRequest {
     pub allocation: Option<uuid::Uuid>,
     pub work: Area,
     pub deadline: Duration,
-    /// Where the storage's uid comes from.
+    /// Where the storage's uid comes from (and, for a snapshot, each invocation's over it).
     pub uids: UidRange,
+    /// Make a shared snapshot for read-only phases rather than one invocation's storage.
+    pub shared: bool,
 }
 
 /// Size the metadata volume from what the clone needs, with room for git's own files.
@@ -189,6 +214,12 @@ pub async fn prepare_with(
         edit_work(&mut work_request);
         tracing::debug!("staged; allocating");
         progress("allocating task storage");
+        // A snapshot's keeper digests the whole tree: that is what each init over it checks.
+        let digest_root = if request.shared {
+            paths::WORK
+        } else {
+            paths::METADATA
+        };
         let storage = TaskStorage::create_checked(
             engine,
             &allocation,
@@ -196,6 +227,7 @@ pub async fn prepare_with(
             (work_request, request.work),
             (metadata_request, metadata),
             paths::METADATA,
+            digest_root,
         )
         .await?;
         tracing::debug!("allocated; seeding");
@@ -227,7 +259,10 @@ pub async fn prepare_with(
                 uid: allocation.uid,
                 head: Some(staged.head.clone()),
                 gitlinks: tree::gitlinks(&staged.entries),
-                metadata_baseline: Some(baseline),
+                metadata_baseline: (!request.shared).then(|| baseline.clone()),
+                snapshot: request.shared.then_some(Snapshot {
+                    digest: Some(baseline),
+                }),
             }),
             Err(e) => {
                 storage.remove(engine).await?;
@@ -372,9 +407,45 @@ pub async fn volume_digest(
 }
 
 /// Remove storage by its handle: the keeper and both volumes, each only if it still carries the
-/// handle's owner labels. Idempotent; names what it could not confirm removed.
+/// handle's owner labels. Idempotent; names what it could not confirm removed. A shared snapshot
+/// that an invocation still mounts is refused (`snapshot-in-use`) and left whole: see
+/// [`remove_when_unused`].
 pub async fn remove(ctl: &Controller, handle: &StorageHandle) -> Result<()> {
+    remove_when_unused(ctl, handle, Duration::ZERO).await
+}
+
+/// [`remove`], waiting up to `wait` for the last invocation that mounts a shared snapshot to be
+/// gone (its containers, whatever their state: a created one holds the volume too).
+pub async fn remove_when_unused(
+    ctl: &Controller,
+    handle: &StorageHandle,
+    wait: Duration,
+) -> Result<()> {
     let engine = ctl.engine();
+    if handle.snapshot.is_some() {
+        let until = Instant::now() + wait;
+        loop {
+            let mut users =
+                objects::volume_users(engine, &[&handle.work_volume, &handle.metadata_volume])
+                    .await?;
+            users.retain(|id| !id.starts_with(handle.keeper.as_str()));
+            if users.is_empty() {
+                break;
+            }
+            if Instant::now() >= until {
+                return Err(Error::Snapshot {
+                    id: "snapshot-in-use",
+                    reason: format!(
+                        "snapshot {} is still mounted by {} container(s) after {wait:?}: {}",
+                        handle.allocation,
+                        users.len(),
+                        crate::error::bounded_list(&users.into_iter().collect::<Vec<_>>(), 400)
+                    ),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
     let want = |kind: Kind| {
         BTreeMap::from([
             (OWNER.to_owned(), handle.owner.clone()),

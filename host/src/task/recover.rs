@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::StorageHandle;
+use super::{Snapshot, StorageHandle};
 use crate::controller::Controller;
 use crate::engine::objects::{self, Labelled, Listed};
 use crate::engine::pending::{Created, ObjectKind};
@@ -44,6 +44,8 @@ pub struct Seen {
     pub live: bool,
     /// A volume's driver options (the areas are read back from them).
     pub options: HashMap<String, String>,
+    /// A keeper holding a shared snapshot (its command digests all of /work).
+    pub snapshot: bool,
 }
 
 /// Everything recovery looks at.
@@ -79,6 +81,12 @@ pub async fn recover(ctl: &Controller, owner: &Owner, foreign: bool) -> Result<R
     act(ctl.engine(), owner, classify(&listing, owner, foreign)).await
 }
 
+/// Whether a keeper's command (as the engine lists it, argv joined by spaces) is a shared
+/// snapshot's.
+fn holds_snapshot(command: &str) -> bool {
+    command == crate::storage::keeper_command(cordon_contract::paths::WORK).join(" ")
+}
+
 /// Everything with any cordon label, and the engine-made volumes under a cordon name.
 pub async fn list(engine: &Engine) -> Result<Listing> {
     let any = Listed::with_label(engine, KIND).await?;
@@ -92,6 +100,7 @@ pub async fn list(engine: &Engine) -> Result<Listing> {
             let labels = c.labels.clone().unwrap_or_default();
             let keeper = labels.get(KIND).map(String::as_str) == Some(Kind::Keeper.as_str());
             let complete = names.iter().any(|n| ObjectName::is_complete_keeper(n));
+            let snapshot = keeper && c.command.as_deref().is_some_and(holds_snapshot);
             let object = Labelled {
                 kind: ObjectKind::Container,
                 id: c.id.unwrap_or_default(),
@@ -103,6 +112,7 @@ pub async fn list(engine: &Engine) -> Result<Listing> {
                     object,
                     live,
                     options: HashMap::new(),
+                    snapshot,
                 });
             }
         }
@@ -117,6 +127,7 @@ pub async fn list(engine: &Engine) -> Result<Listing> {
                     object,
                     live: false,
                     options: v.options,
+                    snapshot: false,
                 });
             }
         }
@@ -131,6 +142,7 @@ pub async fn list(engine: &Engine) -> Result<Listing> {
                     object,
                     live: false,
                     options: HashMap::new(),
+                    snapshot: false,
                 });
             }
         }
@@ -279,6 +291,7 @@ fn classify_storage(plan: &mut Plan, owner: &Owner, allocation: uuid::Uuid, part
                 head: None,
                 gitlinks: None,
                 metadata_baseline: None,
+                snapshot: keeper.seen.snapshot.then_some(Snapshot { digest: None }),
             });
         }
         _ => {
@@ -381,11 +394,13 @@ pub async fn recover_one(
         ..
     } = Listed::with_label(engine, &format!("{ALLOCATION}={allocation}")).await?;
     let mut keeper = None;
+    let mut snapshot = false;
     let mut work = None;
     let mut metadata = None;
     let mut attempt = None;
     let mut labels = Vec::new();
     for c in containers {
+        let command = c.command.clone();
         let complete = c
             .names
             .unwrap_or_default()
@@ -403,6 +418,7 @@ pub async fn recover_one(
             attempt.get_or_insert(a);
             labels.push(object.labels.clone());
             keeper = Some(object.id);
+            snapshot = command.as_deref().is_some_and(holds_snapshot);
         }
     }
     for v in volumes {
@@ -439,6 +455,7 @@ pub async fn recover_one(
                 head: None,
                 gitlinks: None,
                 metadata_baseline: None,
+                snapshot: snapshot.then_some(Snapshot { digest: None }),
             })
         }
         _ => None,

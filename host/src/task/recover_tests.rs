@@ -26,6 +26,7 @@ fn seen(kind: ObjectKind, id: &str, labels: HashMap<String, String>, live: bool)
         },
         live,
         options,
+        snapshot: false,
     }
 }
 

@@ -89,18 +89,24 @@ fn check_volume(
     );
 }
 
-/// No other live storage allocation runs as this uid.
+/// No other live storage allocation runs as this uid; over a shared snapshot, where the uid is the
+/// invocation's own, nothing but the invocation's own objects carries it.
 pub(super) fn uid_holders(r: &ReadBack<'_>, d: &mut Diff) {
     let profile = r.profile;
     let storage = profile.storage().storage.id;
     match &r.observed.uid_holders {
         Ok(holders) => {
-            let others = crate::labels::others(holders, &storage);
+            let (others, owner) = if profile.storage().snapshot.is_some() {
+                let own = profile.allocation().id;
+                (crate::labels::not_of(holders, &own), own)
+            } else {
+                (crate::labels::others(holders, &storage), storage)
+            };
             d.check(
                 others.is_empty(),
                 Id::UidPerAllocation,
                 &format!("objects labelled {UID}={}", profile.allocation().uid),
-                format!("only allocation {storage}'s storage"),
+                format!("only allocation {owner}'s"),
                 &others,
             );
         }

@@ -278,6 +278,7 @@ async fn probe_storage(
             work: PROBE_WORK,
             deadline: Duration::from_secs(120),
             uids: cordon::uids::UidRange::default(),
+            shared: false,
         };
         let variant = case.storage;
         let handle = cordon::task::prepare_with(
