@@ -51,6 +51,14 @@ pub enum BenchAction {
         #[arg(long)]
         fake_vendor: bool,
     },
+    /// Questions invocations over one shared snapshot (warm) and over storage of their own
+    /// (cold), against a bare hardened run of the same image and flags, interleaved.
+    Snapshot {
+        #[arg(long, default_value_t = 5_000)]
+        files: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// The egress path (forwarder, proxy) against a direct TLS connection to the same endpoint:
     /// throughput, added round-trip latency, and the proxy's memory with 32 tunnels open.
     Egress {
@@ -211,6 +219,12 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             let report = bench::invoke(engine, &built.id, files, runs, launch_runs)
                 .await
                 .context("benchmarking invocations")?;
+            shown(ctx, &report, report.text())
+        }
+        BenchAction::Snapshot { files, runs } => {
+            let report = cordon_proof::bench_snapshot::snapshot(engine, &built.id, files, runs)
+                .await
+                .context("benchmarking shared snapshots")?;
             shown(ctx, &report, report.text())
         }
         BenchAction::Gate { parallel } => {

@@ -21,6 +21,7 @@ pub mod bench_check;
 pub mod bench_claude;
 pub mod bench_command;
 pub mod bench_egress;
+pub mod bench_snapshot;
 pub mod bench_terminate;
 pub mod doctor;
 pub mod fake_api;

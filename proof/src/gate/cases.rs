@@ -459,6 +459,12 @@ fn storage_cases() -> Vec<Case> {
             case("uid-per-allocation/shared", Id::UidPerAllocation, |_, _| {}),
             StorageVariant::SharedUid,
         ),
+        // A read-only phase over a snapshot whose tree is not the one its prepare recorded (one
+        // changed since): the policy names another digest than the tree's.
+        case("snapshot-verified", Id::SnapshotVerified, |m, _| {
+            m.policy.work_digest = Some(format!("sha256:{}", "0".repeat(64)));
+        })
+        .with_phase(Phase::Questions),
         case("host-namespaces/pid", Id::HostNamespaces, |m, _| {
             m.host().pid_mode = Some("host".into())
         }),

@@ -1,0 +1,246 @@
+//! `cordon bench snapshot`: questions invocations of the fake vendor CLI over one shared snapshot
+//! (warm: the snapshot exists), over storage of their own (cold: prepare, run, remove), and a bare
+//! hardened run of the same image with the same create request (the vendor CLI as its entrypoint,
+//! only the snapshot's two volumes mounted, created, started, waited for and removed), interleaved
+//! run by run.
+
+use std::time::{Duration, Instant};
+
+use cordon_contract::{paths, Phase};
+
+use cordon::controller::Controller;
+use cordon::engine::objects;
+use cordon::engine::pending::Created;
+use cordon::error::{Error, Result};
+use cordon::labels::Owner;
+use cordon::launch::{Launch, Prepared};
+use cordon::storage::TaskStorage;
+use cordon::task::{self, StorageHandle};
+
+use crate::bench::{answered, generate_repository, median, profile_in, questions_run};
+
+/// The targets of issue 24 (target 1).
+pub const WARM_RATIO_TARGET: f64 = 1.3;
+pub const COLD_TARGET_MS: f64 = 1500.0;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SnapshotBench {
+    pub files: usize,
+    pub runs: usize,
+    /// Preparing the shared snapshot, once (staging, seeding, the keeper's digest of the tree).
+    pub snapshot_prepare_ms: f64,
+    /// End to end over the snapshot: capture, start, run, settle, cleanup.
+    pub warm_ms: Vec<f64>,
+    /// End to end over storage of its own: prepare, run, remove.
+    pub cold_ms: Vec<f64>,
+    /// The bare hardened run: create, start, wait, remove.
+    pub bare_ms: Vec<f64>,
+    pub warm_median_ms: f64,
+    pub cold_median_ms: f64,
+    pub bare_median_ms: f64,
+    /// warm / bare (target: at most [`WARM_RATIO_TARGET`]).
+    pub warm_ratio: f64,
+    /// Each step's share of the warm median: setup (volumes, create, read-back, start), the
+    /// run (the init's preflight with its digest of the tree, and the CLI), cleanup.
+    pub warm_shares: Vec<(String, f64)>,
+}
+
+impl SnapshotBench {
+    pub fn text(&self) -> String {
+        let verdict = |ok: bool| if ok { "meets" } else { "MISSES" };
+        format!(
+            "snapshot of {} files prepared once in {:.0} ms; {} interleaved runs\n\
+             warm (over the snapshot): {:.0} ms median; bare hardened run: {:.0} ms; ratio {:.2} \
+             ({} the target {WARM_RATIO_TARGET})\n\
+             warm shares: {}\n\
+             cold (own storage: prepare, run, remove): {:.0} ms median ({} the target \
+             {COLD_TARGET_MS:.0} ms)\n",
+            self.files,
+            self.snapshot_prepare_ms,
+            self.runs,
+            self.warm_median_ms,
+            self.bare_median_ms,
+            self.warm_ratio,
+            verdict(self.warm_ratio <= WARM_RATIO_TARGET),
+            self.warm_shares
+                .iter()
+                .map(|(n, s)| format!("{n} {:.0} %", s * 100.0))
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.cold_median_ms,
+            verdict(self.cold_median_ms <= COLD_TARGET_MS),
+        )
+    }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Run the snapshot benchmark on a generated repository of `files` files.
+pub async fn snapshot(
+    ctl: &Controller,
+    image_id: &str,
+    files: usize,
+    runs: usize,
+) -> Result<SnapshotBench> {
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-bench-snapshot-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let repo = dir.clone();
+    let generated =
+        tokio::task::spawn_blocking(move || generate_repository(&repo, files, files as u64 * 4096))
+            .await
+            .map_err(|e| Error::Internal(format!("generator: {e}")));
+    let ctl = &ctl.clone().with_helper_image(image_id);
+    let owner = Owner::random("bench-snap");
+    let mut handle: Option<StorageHandle> = None;
+    let result = async {
+        generated??;
+        let t = Instant::now();
+        let mut request = questions_run(&dir, 0);
+        let prepare = task::PrepareRequest {
+            repo: dir.clone(),
+            head: "HEAD".to_owned(),
+            owner: owner.clone(),
+            attempt: "bench-snapshot".to_owned(),
+            allocation: None,
+            work: request.work,
+            deadline: Duration::from_secs(600),
+            uids: request.uids,
+            shared: true,
+        };
+        let snap = task::prepare(ctl, &prepare).await?;
+        handle = Some(snap.clone());
+        let prepared_ms = ms(t);
+        let mut samples: [Vec<f64>; 6] = Default::default();
+        for run in 0..runs {
+            let t = Instant::now();
+            request = questions_run(&dir, run);
+            request.owner = owner.clone();
+            request.snapshot = Some(snap.clone());
+            let report = answered(
+                cordon::invoke::oneshot::oneshot(
+                    ctl,
+                    image_id,
+                    &request,
+                    std::future::pending(),
+                    &|_| {},
+                )
+                .await?,
+            )?;
+            samples[0].push(ms(t));
+            let r = report.result.timings;
+            samples[3].push(r.setup_ms);
+            samples[4].push(r.run_ms);
+            samples[5].push(r.cleanup_ms);
+            let t = Instant::now();
+            answered(
+                cordon::invoke::oneshot::oneshot(
+                    ctl,
+                    image_id,
+                    &questions_run(&dir, run),
+                    std::future::pending(),
+                    &|_| {},
+                )
+                .await?,
+            )?;
+            samples[1].push(ms(t));
+            samples[2].push(bare_once(ctl, &owner, image_id, &snap).await?);
+        }
+        Ok::<_, Error>((prepared_ms, samples))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(snap) = &handle {
+        task::remove(ctl, snap).await?;
+    }
+    let (snapshot_prepare_ms, s) = result?;
+    let warm = median(&s[0]);
+    Ok(SnapshotBench {
+        files,
+        runs,
+        snapshot_prepare_ms,
+        warm_median_ms: warm,
+        cold_median_ms: median(&s[1]),
+        bare_median_ms: median(&s[2]),
+        warm_ratio: warm / median(&s[2]),
+        warm_shares: ["setup", "run", "cleanup"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ((*n).to_owned(), median(&s[i + 3]) / warm))
+            .collect(),
+        warm_ms: s[0].clone(),
+        cold_ms: s[1].clone(),
+        bare_ms: s[2].clone(),
+    })
+}
+
+/// One bare hardened run over the snapshot: the agent's create request (same image, user,
+/// capabilities, seccomp, limits, read-only root, scratch tmpfs, no network), with the vendor CLI
+/// as its entrypoint and only the snapshot's volumes mounted; created, started, waited for and
+/// removed, all timed.
+async fn bare_once(
+    ctl: &Controller,
+    owner: &Owner,
+    image_id: &str,
+    snap: &StorageHandle,
+) -> Result<f64> {
+    let engine = ctl.engine();
+    let mut storage: TaskStorage = snap.storage()?;
+    // The bare run is the storage's own uid: nothing checks it.
+    storage.snapshot = None;
+    let profile = profile_in(Phase::Questions, owner, image_id, &storage)?;
+    let mut create = Prepared::new(engine, &profile)?.plan.create;
+    create.entrypoint = Some(vec![paths::CLAUDE_CLI.to_owned()]);
+    create.cmd = Some(
+        [
+            "-p",
+            "--output-format",
+            "json",
+            "what does this repository do?",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    );
+    create.user = Some(format!("{0}:{0}", snap.uid));
+    if let Some(host) = create.host_config.as_mut() {
+        if let Some(mounts) = host.mounts.as_mut() {
+            mounts.retain(|m| {
+                matches!(
+                    m.target.as_deref(),
+                    Some(paths::WORK) | Some(paths::METADATA)
+                )
+            });
+        }
+    }
+    let mut created = Created::default();
+    let t = Instant::now();
+    let run = async {
+        let id = objects::create_container(
+            engine,
+            &cordon::labels::tool_name(),
+            create,
+            &created.shared(),
+        )
+        .await?;
+        let mut launch = Launch::adopt(id);
+        launch.start(engine).await?;
+        let code = launch.wait(engine, Duration::from_secs(60)).await?;
+        if code != 0 {
+            let output = launch.output(engine).await?;
+            return Err(Error::Internal(format!(
+                "bare run exited {code}: {}",
+                output.stderr.chars().take(300).collect::<String>()
+            )));
+        }
+        Ok(())
+    }
+    .await;
+    let removed = created.remove_all(engine, Duration::from_secs(30)).await;
+    let elapsed = ms(t);
+    run?;
+    removed?;
+    Ok(elapsed)
+}
