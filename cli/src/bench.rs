@@ -221,12 +221,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
                 .context("benchmarking invocations")?;
             shown(ctx, &report, report.text())
         }
-        BenchAction::Snapshot { files, runs } => {
-            let report = cordon_proof::bench_snapshot::snapshot(engine, &built.id, files, runs)
-                .await
-                .context("benchmarking shared snapshots")?;
-            shown(ctx, &report, report.text())
-        }
+        BenchAction::Snapshot { files, runs } => snapshot(ctx, &built.id, files, runs).await,
         BenchAction::Gate { parallel } => {
             let agent = crate::image::agent(ctx, None).await?;
             let report = bench::gate(engine, &built.id, Some((&agent).into()), parallel)
@@ -251,6 +246,14 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
 }
 
 /// Print a benchmark's report (JSON, or its text): it ran.
+/// `cordon bench snapshot`.
+async fn snapshot(ctx: &Ctx, image: &str, files: usize, runs: usize) -> anyhow::Result<ExitCode> {
+    let report = cordon_proof::bench_snapshot::snapshot(&ctx.ctl, image, files, runs)
+        .await
+        .context("benchmarking shared snapshots")?;
+    shown(ctx, &report, report.text())
+}
+
 fn shown<R: serde::Serialize>(ctx: &Ctx, report: &R, text: String) -> anyhow::Result<ExitCode> {
     print(ctx.json, report, move || text)?;
     Ok(ExitCode::SUCCESS)

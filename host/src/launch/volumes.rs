@@ -105,13 +105,15 @@ impl InvocationVolumes {
     }
 }
 
-/// What goes into a loader: the proxy's vault (first, before the proxy starts), the policy, the
-/// input files (root-owned, 0444), then the ready marker the init waits for.
+/// What goes into a loader: the proxy's vault (first, before the proxy starts), the input files
+/// (root-owned, 0444), then the policy and the ready marker the init waits for, in one tar whose
+/// last entry is the marker (the engine extracts entries in order: the policy is whole before
+/// the marker exists). One upload fewer than a tar each: each is a round trip of the engine's
+/// extractor, 60-150 ms here.
 #[derive(Clone)]
 pub struct Uploads {
     control: Vec<u8>,
     input: Option<Vec<u8>>,
-    ready: Vec<u8>,
     vault: Option<VaultTar>,
     /// The loader was started already (to deliver the vault).
     started: bool,
@@ -130,13 +132,12 @@ impl std::fmt::Debug for Uploads {
 impl Uploads {
     pub fn new(policy_bytes: &[u8], input_files: &[(&str, &[u8])]) -> Result<Uploads> {
         Ok(Uploads {
-            control: tar_of(&[("policy.json", policy_bytes)])?,
+            control: tar_of(&[("policy.json", policy_bytes), ("ready", b"")])?,
             input: if input_files.is_empty() {
                 None
             } else {
                 Some(tar_of(input_files)?)
             },
-            ready: tar_of(&[("ready", b"")])?,
             vault: None,
             started: false,
         })
@@ -197,9 +198,8 @@ pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads) -> Result
     if !uploads.started {
         objects::start_container(engine, "loader", loader).await?;
     }
-    upload(engine, loader, paths::CONTROL_DIR, uploads.control.clone()).await?;
     if let Some(input) = &uploads.input {
         upload(engine, loader, paths::INPUT_DIR, input.clone()).await?;
     }
-    upload(engine, loader, paths::CONTROL_DIR, uploads.ready.clone()).await
+    upload(engine, loader, paths::CONTROL_DIR, uploads.control.clone()).await
 }
