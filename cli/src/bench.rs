@@ -59,6 +59,16 @@ pub enum BenchAction {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// Many questions invocations at once over one shared snapshot, each attested, until the
+    /// last settles, against as many bare hardened runs at once.
+    Density {
+        #[arg(long, default_value_t = 16)]
+        invocations: usize,
+        #[arg(long, default_value_t = 1_000)]
+        files: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// The egress path (forwarder, proxy) against a direct TLS connection to the same endpoint:
     /// throughput, added round-trip latency, and the proxy's memory with 32 tunnels open.
     Egress {
@@ -222,6 +232,11 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             shown(ctx, &report, report.text())
         }
         BenchAction::Snapshot { files, runs } => snapshot(ctx, &built.id, files, runs).await,
+        BenchAction::Density {
+            invocations,
+            files,
+            runs,
+        } => density(ctx, &built.id, invocations, files, runs).await,
         BenchAction::Gate { parallel } => {
             let agent = crate::image::agent(ctx, None).await?;
             let report = bench::gate(engine, &built.id, Some((&agent).into()), parallel)
@@ -251,6 +266,20 @@ async fn snapshot(ctx: &Ctx, image: &str, files: usize, runs: usize) -> anyhow::
     let report = cordon_proof::bench_snapshot::snapshot(&ctx.ctl, image, files, runs)
         .await
         .context("benchmarking shared snapshots")?;
+    shown(ctx, &report, report.text())
+}
+
+/// `cordon bench density`.
+async fn density(
+    ctx: &Ctx,
+    image: &str,
+    invocations: usize,
+    files: usize,
+    runs: usize,
+) -> anyhow::Result<ExitCode> {
+    let report = cordon_proof::bench_snapshot::density(&ctx.ctl, image, invocations, files, runs)
+        .await
+        .context("benchmarking density")?;
     shown(ctx, &report, report.text())
 }
 

@@ -244,3 +244,174 @@ async fn bare_once(
     removed?;
     Ok(elapsed)
 }
+
+/// The density target of issue 24 (target 6).
+pub const DENSITY_RATIO_TARGET: f64 = 2.0;
+
+/// `cordon bench density`: `invocations` questions invocations started at once over one shared
+/// snapshot, until the last settles (each must answer, attested), against as many bare hardened
+/// runs started at once, the two rounds alternating which goes first.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DensityBench {
+    pub invocations: usize,
+    pub runs: usize,
+    pub files: usize,
+    /// Wall time of each round: all started, the last settled (ms).
+    pub cordon_ms: Vec<f64>,
+    pub bare_ms: Vec<f64>,
+    pub cordon_median_ms: f64,
+    pub bare_median_ms: f64,
+    /// cordon / bare (target: at most [`DENSITY_RATIO_TARGET`]).
+    pub ratio: f64,
+}
+
+impl DensityBench {
+    pub fn text(&self) -> String {
+        format!(
+            "{} concurrent questions invocations over one snapshot of {} files, {} rounds: \
+             {:.0} ms median; {} concurrent bare hardened runs: {:.0} ms; ratio {:.2} ({} the \
+             target {DENSITY_RATIO_TARGET})\n",
+            self.invocations,
+            self.files,
+            self.runs,
+            self.cordon_median_ms,
+            self.invocations,
+            self.bare_median_ms,
+            self.ratio,
+            if self.ratio <= DENSITY_RATIO_TARGET {
+                "meets"
+            } else {
+                "MISSES"
+            },
+        )
+    }
+}
+
+/// Every invocation of one round answered and attested, or why not.
+fn attested(report: cordon::invoke::oneshot::OneShotReport) -> Result<()> {
+    let report = answered(report)?;
+    if report.result.attestation.is_none() {
+        return Err(Error::Internal(
+            "a density run answered without an attestation".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// One round of the density benchmark, either arm.
+struct Round<'a> {
+    ctl: &'a Controller,
+    image_id: &'a str,
+    owner: &'a Owner,
+    snap: &'a StorageHandle,
+    invocations: usize,
+}
+
+impl Round<'_> {
+    /// All invocations started at once over the snapshot; the wall time until the last settled.
+    async fn cordon(&self, dir: &std::path::Path, run: usize) -> Result<f64> {
+        let t = Instant::now();
+        let all = (0..self.invocations).map(|i| {
+            let mut one = questions_run(dir, run * self.invocations + i);
+            one.owner = self.owner.clone();
+            one.snapshot = Some(self.snap.clone());
+            async move {
+                attested(
+                    cordon::invoke::oneshot::oneshot(
+                        self.ctl,
+                        self.image_id,
+                        &one,
+                        std::future::pending(),
+                        &|_| {},
+                    )
+                    .await?,
+                )
+            }
+        });
+        futures_util::future::try_join_all(all).await?;
+        Ok(ms(t))
+    }
+
+    /// As many bare hardened runs at once; the wall time until the last was removed.
+    async fn bare(&self) -> Result<f64> {
+        let t = Instant::now();
+        let all = (0..self.invocations)
+            .map(|_| bare_once(self.ctl, self.owner, self.image_id, self.snap));
+        futures_util::future::try_join_all(all).await?;
+        Ok(ms(t))
+    }
+}
+
+/// Run the density benchmark.
+pub async fn density(
+    ctl: &Controller,
+    image_id: &str,
+    invocations: usize,
+    files: usize,
+    runs: usize,
+) -> Result<DensityBench> {
+    let dir = std::env::temp_dir().join(format!(
+        "cordon-bench-density-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let repo = dir.clone();
+    let generated =
+        tokio::task::spawn_blocking(move || generate_repository(&repo, files, files as u64 * 4096))
+            .await
+            .map_err(|e| Error::Internal(format!("generator: {e}")));
+    let ctl = &ctl.clone().with_helper_image(image_id);
+    let owner = Owner::random("bench-dense");
+    let mut handle: Option<StorageHandle> = None;
+    let result = async {
+        generated??;
+        let base = questions_run(&dir, 0);
+        let prepare = task::PrepareRequest {
+            repo: dir.clone(),
+            head: "HEAD".to_owned(),
+            owner: owner.clone(),
+            attempt: "bench-density".to_owned(),
+            allocation: None,
+            work: base.work,
+            deadline: Duration::from_secs(600),
+            uids: base.uids,
+            shared: true,
+        };
+        let snap = task::prepare(ctl, &prepare).await?;
+        handle = Some(snap.clone());
+        let (mut cordon, mut bare) = (Vec::new(), Vec::new());
+        for run in 0..runs {
+            let first = run % 2 == 0;
+            let mine = Round {
+                ctl,
+                image_id,
+                owner: &owner,
+                snap: &snap,
+                invocations,
+            };
+            if first {
+                cordon.push(mine.cordon(&dir, run).await?);
+                bare.push(mine.bare().await?);
+            } else {
+                bare.push(mine.bare().await?);
+                cordon.push(mine.cordon(&dir, run).await?);
+            }
+        }
+        Ok::<_, Error>((cordon, bare))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(snap) = &handle {
+        task::remove_when_unused(ctl, snap, Duration::from_secs(60)).await?;
+    }
+    let (cordon, bare) = result?;
+    Ok(DensityBench {
+        invocations,
+        runs,
+        files,
+        cordon_median_ms: median(&cordon),
+        bare_median_ms: median(&bare),
+        ratio: median(&cordon) / median(&bare),
+        cordon_ms: cordon,
+        bare_ms: bare,
+    })
+}
