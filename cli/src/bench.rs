@@ -231,12 +231,9 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
                 .context("benchmarking invocations")?;
             shown(ctx, &report, report.text())
         }
-        BenchAction::Snapshot { files, runs } => snapshot(ctx, &built.id, files, runs).await,
-        BenchAction::Density {
-            invocations,
-            files,
-            runs,
-        } => density(ctx, &built.id, invocations, files, runs).await,
+        BenchAction::Snapshot { .. } | BenchAction::Density { .. } => {
+            snapshots(ctx, &built.id, action).await
+        }
         BenchAction::Gate { parallel } => {
             let agent = crate::image::agent(ctx, None).await?;
             let report = bench::gate(engine, &built.id, Some((&agent).into()), parallel)
@@ -261,26 +258,28 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
 }
 
 /// Print a benchmark's report (JSON, or its text): it ran.
-/// `cordon bench snapshot`.
-async fn snapshot(ctx: &Ctx, image: &str, files: usize, runs: usize) -> anyhow::Result<ExitCode> {
-    let report = cordon_proof::bench_snapshot::snapshot(&ctx.ctl, image, files, runs)
-        .await
-        .context("benchmarking shared snapshots")?;
-    shown(ctx, &report, report.text())
-}
-
-/// `cordon bench density`.
-async fn density(
-    ctx: &Ctx,
-    image: &str,
-    invocations: usize,
-    files: usize,
-    runs: usize,
-) -> anyhow::Result<ExitCode> {
-    let report = cordon_proof::bench_snapshot::density(&ctx.ctl, image, invocations, files, runs)
-        .await
-        .context("benchmarking density")?;
-    shown(ctx, &report, report.text())
+/// `cordon bench snapshot` and `cordon bench density`.
+async fn snapshots(ctx: &Ctx, image: &str, action: BenchAction) -> anyhow::Result<ExitCode> {
+    use cordon_proof::bench_snapshot as b;
+    match action {
+        BenchAction::Density {
+            invocations,
+            files,
+            runs,
+        } => {
+            let report = b::density(&ctx.ctl, image, invocations, files, runs)
+                .await
+                .context("benchmarking density")?;
+            shown(ctx, &report, report.text())
+        }
+        BenchAction::Snapshot { files, runs } => {
+            let report = b::snapshot(&ctx.ctl, image, files, runs)
+                .await
+                .context("benchmarking shared snapshots")?;
+            shown(ctx, &report, report.text())
+        }
+        _ => anyhow::bail!("not a snapshot benchmark"),
+    }
 }
 
 fn shown<R: serde::Serialize>(ctx: &Ctx, report: &R, text: String) -> anyhow::Result<ExitCode> {
