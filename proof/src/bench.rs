@@ -583,6 +583,34 @@ pub struct InvokeBench {
     pub launch_runs: usize,
 }
 
+/// A generated repository of `files` files of about 4 KiB (a mid-sized source tree) in a
+/// directory of its own, removed when dropped.
+pub(crate) struct SourceTree(std::path::PathBuf);
+
+impl SourceTree {
+    pub(crate) async fn generate(name: &str, files: usize) -> Result<SourceTree> {
+        let tree = SourceTree(std::env::temp_dir().join(format!(
+            "cordon-bench-{name}-{}",
+            uuid::Uuid::new_v4().simple()
+        )));
+        let dir = tree.0.clone();
+        tokio::task::spawn_blocking(move || generate_repository(&dir, files, files as u64 * 4096))
+            .await
+            .map_err(|e| Error::Internal(format!("generator: {e}")))??;
+        Ok(tree)
+    }
+
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for SourceTree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Run `run` of an invocation benchmark: a questions-phase invocation of the fake vendor CLI on
 /// the repository at `dir`, with its own owner and attempt, no network.
 pub(crate) fn questions_run(dir: &std::path::Path, run: usize) -> cordon::invoke::oneshot::OneShot {
@@ -643,21 +671,12 @@ pub async fn invoke(
     runs: usize,
     launch_runs: usize,
 ) -> Result<InvokeBench> {
-    let dir = std::env::temp_dir().join(format!(
-        "cordon-bench-invoke-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let repo = dir.clone();
-    // About 4 KiB a file: a mid-sized source tree.
-    let generated =
-        tokio::task::spawn_blocking(move || generate_repository(&repo, files, files as u64 * 4096))
-            .await
-            .map_err(|e| Error::Internal(format!("generator: {e}")));
+    let tree = SourceTree::generate("invoke", files).await?;
+    let dir = tree.path();
     let result = async {
-        generated??;
         let mut steps: [Vec<f64>; 6] = Default::default();
         for run in 0..runs {
-            let one = questions_run(&dir, run);
+            let one = questions_run(dir, run);
             let report = answered(
                 cordon::invoke::oneshot::oneshot(
                     ctl,
@@ -687,7 +706,7 @@ pub async fn invoke(
         Ok::<_, Error>(steps)
     }
     .await;
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(tree);
     let steps = result?;
     let launch = launch(ctl, image_id, launch_runs).await?;
     let total = median(&steps[0]);

@@ -17,7 +17,7 @@ use cordon::launch::{Launch, Prepared};
 use cordon::storage::TaskStorage;
 use cordon::task::{self, StorageHandle};
 
-use crate::bench::{answered, generate_repository, median, profile_in, questions_run};
+use crate::bench::{answered, median, profile_in, questions_run, SourceTree};
 
 /// The targets of issue 24 (target 1).
 pub const WARM_RATIO_TARGET: f64 = 1.3;
@@ -73,6 +73,47 @@ impl SnapshotBench {
     }
 }
 
+/// A generated repository seeded as a shared snapshot of an owner of its own.
+struct Fixture {
+    tree: SourceTree,
+    owner: Owner,
+    snap: StorageHandle,
+    /// The snapshot's prepare (stage, seed, the keeper's digest), the generation excluded.
+    prepare_ms: f64,
+}
+
+impl Fixture {
+    async fn new(ctl: &Controller, name: &str, files: usize) -> Result<Fixture> {
+        let tree = SourceTree::generate(name, files).await?;
+        let owner = Owner::random(&format!("bench-{name}"));
+        let base = questions_run(tree.path(), 0);
+        let prepare = task::PrepareRequest {
+            repo: tree.path().to_path_buf(),
+            head: "HEAD".to_owned(),
+            owner: owner.clone(),
+            attempt: format!("bench-{name}"),
+            allocation: None,
+            work: base.work,
+            deadline: Duration::from_secs(600),
+            uids: base.uids,
+            shared: true,
+        };
+        let t = Instant::now();
+        let snap = task::prepare(ctl, &prepare).await?;
+        Ok(Fixture {
+            tree,
+            owner,
+            snap,
+            prepare_ms: ms(t),
+        })
+    }
+
+    /// Remove the snapshot once nothing mounts it (the tree goes when dropped).
+    async fn remove(self, ctl: &Controller) -> Result<()> {
+        task::remove_when_unused(ctl, &self.snap, Duration::from_secs(60)).await
+    }
+}
+
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
 }
@@ -84,40 +125,14 @@ pub async fn snapshot(
     files: usize,
     runs: usize,
 ) -> Result<SnapshotBench> {
-    let dir = std::env::temp_dir().join(format!(
-        "cordon-bench-snapshot-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let repo = dir.clone();
-    let generated =
-        tokio::task::spawn_blocking(move || generate_repository(&repo, files, files as u64 * 4096))
-            .await
-            .map_err(|e| Error::Internal(format!("generator: {e}")));
     let ctl = &ctl.clone().with_helper_image(image_id);
-    let owner = Owner::random("bench-snap");
-    let mut handle: Option<StorageHandle> = None;
+    let fixture = Fixture::new(ctl, "snapshot", files).await?;
+    let (dir, owner, snap) = (fixture.tree.path(), &fixture.owner, &fixture.snap);
     let result = async {
-        generated??;
-        let t = Instant::now();
-        let mut request = questions_run(&dir, 0);
-        let prepare = task::PrepareRequest {
-            repo: dir.clone(),
-            head: "HEAD".to_owned(),
-            owner: owner.clone(),
-            attempt: "bench-snapshot".to_owned(),
-            allocation: None,
-            work: request.work,
-            deadline: Duration::from_secs(600),
-            uids: request.uids,
-            shared: true,
-        };
-        let snap = task::prepare(ctl, &prepare).await?;
-        handle = Some(snap.clone());
-        let prepared_ms = ms(t);
         let mut samples: [Vec<f64>; 6] = Default::default();
         for run in 0..runs {
             let t = Instant::now();
-            request = questions_run(&dir, run);
+            let mut request = questions_run(dir, run);
             request.owner = owner.clone();
             request.snapshot = Some(snap.clone());
             let report = answered(
@@ -140,23 +155,21 @@ pub async fn snapshot(
                 cordon::invoke::oneshot::oneshot(
                     ctl,
                     image_id,
-                    &questions_run(&dir, run),
+                    &questions_run(dir, run),
                     std::future::pending(),
                     &|_| {},
                 )
                 .await?,
             )?;
             samples[1].push(ms(t));
-            samples[2].push(bare_once(ctl, &owner, image_id, &snap).await?);
+            samples[2].push(bare_once(ctl, owner, image_id, snap).await?);
         }
-        Ok::<_, Error>((prepared_ms, samples))
+        Ok::<_, Error>(samples)
     }
     .await;
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Some(snap) = &handle {
-        task::remove(ctl, snap).await?;
-    }
-    let (snapshot_prepare_ms, s) = result?;
+    let snapshot_prepare_ms = fixture.prepare_ms;
+    fixture.remove(ctl).await?;
+    let s = result?;
     let warm = median(&s[0]);
     Ok(SnapshotBench {
         files,
@@ -350,59 +363,32 @@ pub async fn density(
     files: usize,
     runs: usize,
 ) -> Result<DensityBench> {
-    let dir = std::env::temp_dir().join(format!(
-        "cordon-bench-density-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let repo = dir.clone();
-    let generated =
-        tokio::task::spawn_blocking(move || generate_repository(&repo, files, files as u64 * 4096))
-            .await
-            .map_err(|e| Error::Internal(format!("generator: {e}")));
     let ctl = &ctl.clone().with_helper_image(image_id);
-    let owner = Owner::random("bench-dense");
-    let mut handle: Option<StorageHandle> = None;
+    let fixture = Fixture::new(ctl, "density", files).await?;
     let result = async {
-        generated??;
-        let base = questions_run(&dir, 0);
-        let prepare = task::PrepareRequest {
-            repo: dir.clone(),
-            head: "HEAD".to_owned(),
-            owner: owner.clone(),
-            attempt: "bench-density".to_owned(),
-            allocation: None,
-            work: base.work,
-            deadline: Duration::from_secs(600),
-            uids: base.uids,
-            shared: true,
-        };
-        let snap = task::prepare(ctl, &prepare).await?;
-        handle = Some(snap.clone());
         let (mut cordon, mut bare) = (Vec::new(), Vec::new());
         for run in 0..runs {
             let first = run % 2 == 0;
             let mine = Round {
                 ctl,
                 image_id,
-                owner: &owner,
-                snap: &snap,
+                owner: &fixture.owner,
+                snap: &fixture.snap,
                 invocations,
             };
+            let dir = fixture.tree.path();
             if first {
-                cordon.push(mine.cordon(&dir, run).await?);
+                cordon.push(mine.cordon(dir, run).await?);
                 bare.push(mine.bare().await?);
             } else {
                 bare.push(mine.bare().await?);
-                cordon.push(mine.cordon(&dir, run).await?);
+                cordon.push(mine.cordon(dir, run).await?);
             }
         }
         Ok::<_, Error>((cordon, bare))
     }
     .await;
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Some(snap) = &handle {
-        task::remove_when_unused(ctl, snap, Duration::from_secs(60)).await?;
-    }
+    fixture.remove(ctl).await?;
     let (cordon, bare) = result?;
     Ok(DensityBench {
         invocations,
