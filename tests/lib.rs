@@ -484,9 +484,19 @@ pub fn test_limits() -> Limits {
     }
 }
 
-/// A profile over `storage`.
+/// A profile over `storage`, as its uid.
 pub fn profile(owner: &Owner, image_id: &str, storage: &TaskStorage, run: &Run) -> Profile {
     let allocation = Allocation::new(owner, "test", storage.allocation.uid).expect("allocation");
+    profile_of(allocation, image_id, storage, run)
+}
+
+/// A profile of `allocation` over `storage` (over a shared snapshot, its uid is its own).
+pub fn profile_of(
+    allocation: Allocation,
+    image_id: &str,
+    storage: &TaskStorage,
+    run: &Run,
+) -> Profile {
     Profile::new(ProfileSpec {
         phase: run.phase,
         vendor: run.vendor,

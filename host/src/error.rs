@@ -13,12 +13,13 @@ pub use cordon_repo::Unusable;
 pub use input::InputFault;
 
 /// The ids of [`Error::Snapshot`]: a phase that writes /work over a snapshot, approved commands
-/// over one, a handle without the digest recorded when it was made, a snapshot still mounted
-/// when its removal's wait ran out.
-pub const SNAPSHOT_IDS: [&str; 4] = [
+/// over one, a handle without the digest recorded when it was made, a handle whose snapshot mark
+/// its keeper contradicts, a snapshot still mounted when its removal's wait ran out.
+pub const SNAPSHOT_IDS: [&str; 5] = [
     "snapshot-writable-phase",
     "snapshot-commands",
     "snapshot-unverified",
+    "snapshot-mark",
     "snapshot-in-use",
 ];
 
@@ -468,6 +469,7 @@ mod tests {
                 "snapshot-writable-phase",
                 "snapshot-commands",
                 "snapshot-unverified",
+                "snapshot-mark",
                 "snapshot-in-use",
                 "tree-refused",
                 "tree-reader-failed",

@@ -74,16 +74,16 @@ impl SnapshotBench {
 }
 
 /// A generated repository seeded as a shared snapshot of an owner of its own.
-struct Fixture {
-    tree: SourceTree,
-    owner: Owner,
-    snap: StorageHandle,
+pub(crate) struct Fixture {
+    pub(crate) tree: SourceTree,
+    pub(crate) owner: Owner,
+    pub(crate) snap: StorageHandle,
     /// The snapshot's prepare (stage, seed, the keeper's digest), the generation excluded.
-    prepare_ms: f64,
+    pub(crate) prepare_ms: f64,
 }
 
 impl Fixture {
-    async fn new(ctl: &Controller, name: &str, files: usize) -> Result<Fixture> {
+    pub(crate) async fn new(ctl: &Controller, name: &str, files: usize) -> Result<Fixture> {
         let tree = SourceTree::generate(name, files).await?;
         let owner = Owner::random(&format!("bench-{name}"));
         let base = questions_run(tree.path(), 0);
@@ -109,7 +109,7 @@ impl Fixture {
     }
 
     /// Remove the snapshot once nothing mounts it (the tree goes when dropped).
-    async fn remove(self, ctl: &Controller) -> Result<()> {
+    pub(crate) async fn remove(self, ctl: &Controller) -> Result<()> {
         task::remove_when_unused(ctl, &self.snap, Duration::from_secs(60)).await
     }
 }

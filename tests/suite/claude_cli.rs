@@ -408,11 +408,15 @@ async fn the_cli_reaches_only_its_api_and_its_switches_keep_telemetry_off() {
             .iter()
             .filter(|l| l.get("egress").and_then(Value::as_str) != Some("listening"))
             .filter(|l| l.get("egress").and_then(Value::as_str) != Some("vendor"))
-            // A connection the CLI closed before its head ended (CI saw one without a target) or
-            // before the 200 (CI saw one to the API host, once) asked for nothing: no byte of it
-            // reached any upstream. Every other refusal stays, with its id.
+            // A connection the CLI closed before its head ended (CI saw one without a target),
+            // before the 200 (CI saw one to the API host, once) or after it but before its
+            // ClientHello (CI saw one as the chatty CLI exited) asked for nothing: no byte of it
+            // reached any upstream. Every other refusal stays, with its id and reason.
             .filter(|l| {
-                !(l["egress"] == "refused" && (l["target"].is_null() || l["id"] == "egress-closed"))
+                let closed_before_hello =
+                    l["id"] == "egress-sni" && l["reason"] == "closed before a ClientHello";
+                !(l["egress"] == "refused"
+                    && (l["target"].is_null() || l["id"] == "egress-closed" || closed_before_hello))
             })
             .map(|l| match l["egress"].as_str() {
                 Some("refused") => format!("{} {} {}", l["egress"], l["id"], l["target"]),

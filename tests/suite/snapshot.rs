@@ -1,7 +1,7 @@
 //! Shared snapshots on the real engine: one seeded copy read by many read-only invocations at
 //! once, each as a uid of its own; refused to a phase that writes, to approved commands, to a
-//! handle without its digest, and to any invocation once its tree changed; found by recovery;
-//! removed only when its last user is gone.
+//! handle without its digest or with a mark its keeper contradicts, and to any invocation once
+//! its tree changed; found by recovery; removed only when its last user is gone.
 
 use std::time::{Duration, Instant};
 
@@ -203,6 +203,43 @@ async fn a_snapshot_refuses_a_writable_phase_commands_no_digest_and_a_changed_tr
         .await
         .expect_err("commands");
     assert_eq!(err.id(), "snapshot-commands", "{err}");
+
+    // The mark is the keeper's to say, not the caller's: the snapshot passed as a task's storage
+    // (which would run as its uid and, in execute, write it) and a task's storage passed as a
+    // snapshot are refused before anything is made.
+    let mut unmarked = snap.clone();
+    unmarked.snapshot = None;
+    for phase in [Phase::Questions, Phase::Execute] {
+        let err = begin(&s, request(&unmarked, phase, "hi"), options(&s))
+            .await
+            .expect_err("an unmarked snapshot");
+        assert_eq!(err.id(), "snapshot-mark", "{phase}: {err}");
+        assert!(err.to_string().contains("by its keeper's command"), "{err}");
+    }
+    let repo = Repo::new("snapshot-own");
+    repo.write("README.md", b"# own\n", 0o644);
+    let head = repo.commit();
+    let mut own = task::prepare(&s.ctl, &prepare_request(&s.owner, &repo, &head))
+        .await
+        .expect("a task's storage");
+    let own_objects = task::objects_with_allocation(&s.engine, &own.allocation)
+        .await
+        .unwrap()
+        .len();
+    own.snapshot = snap.snapshot.clone();
+    let err = begin(&s, request(&own, Phase::Questions, "hi"), options(&s))
+        .await
+        .expect_err("a task's storage marked a snapshot");
+    assert_eq!(err.id(), "snapshot-mark", "{err}");
+    assert_eq!(
+        task::objects_with_allocation(&s.engine, &own.allocation)
+            .await
+            .unwrap()
+            .len(),
+        own_objects
+    );
+    own.snapshot = None;
+    task::remove(&s.ctl, &own).await.expect("remove own");
 
     // Recovery finds it, marked a snapshot, without the digest: unusable until it is given back.
     let found = task::recover::recover_one(&s.engine, &s.owner, &snap.allocation)

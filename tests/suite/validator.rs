@@ -868,3 +868,69 @@ async fn every_field_check_refuses_its_own_change() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Over a shared snapshot the invocation runs as a uid of its own that no object of another
+/// allocation may carry, of whatever kind (an invocation's objects do not own a uid, so two
+/// concurrent picks of one uid would otherwise both pass). The real read-back of a questions C0
+/// over a snapshot is accepted; with another allocation's egress volume really made with that
+/// uid, it is refused with exactly `uid-per-allocation`.
+#[tokio::test]
+async fn over_a_snapshot_another_allocations_object_with_the_uid_is_refused() {
+    use cordon::engine::objects;
+    use cordon::labels::{Allocation, Kind};
+    let mut f = fixture("t-snapuid").await;
+    f.storage.snapshot = Some(format!("sha256:{}", "0".repeat(64)));
+    let uid = cordon::storage::pick_uid(&f.engine, &cordon::uids::UidRange::default())
+        .await
+        .expect("a uid");
+    assert_ne!(uid, f.storage.allocation.uid);
+    let allocation = Allocation::new(&f.owner, "test", uid).expect("allocation");
+    let run = Run::vendor(Phase::Questions, &["--version"]);
+    let profile = cordon_tests::profile_of(allocation, &f.image, &f.storage, &run);
+    let prepared = Prepared::new(&f.engine, &profile).unwrap();
+    let launch = launch::create(&f.ctl, &profile, prepared)
+        .await
+        .expect("create");
+    assert!(launch.refusals.is_empty(), "{:?}", launch.refusals);
+
+    let other = Allocation {
+        id: uuid::Uuid::new_v4(),
+        ..profile.allocation().clone()
+    };
+    let decoy = bollard::models::VolumeCreateRequest {
+        name: Some(other.name(Kind::Egress)),
+        driver: Some("local".into()),
+        driver_opts: Some(HashMap::from([
+            ("type".into(), "tmpfs".into()),
+            ("device".into(), "tmpfs".into()),
+            ("o".into(), format!("size=1m,uid={uid},gid={uid}")),
+        ])),
+        labels: Some(other.labels(Kind::Egress)),
+        ..Default::default()
+    };
+    let mut made = cordon::engine::pending::Created::default();
+    objects::create_volume(&f.engine, decoy, &made.shared())
+        .await
+        .expect("the decoy");
+    let held = launch::read_back(&f.engine, &launch.container, &profile)
+        .await
+        .expect("read back");
+    made.remove_all(&f.engine, std::time::Duration::from_secs(30))
+        .await
+        .expect("remove the decoy");
+    let clean = launch::read_back(&f.engine, &launch.container, &profile)
+        .await
+        .expect("read back");
+    launch.finish(&f.engine).await.unwrap();
+    f.storage.snapshot = None;
+    f.finish().await;
+    assert!(validate(&profile, &clean).is_empty(), "{clean:#?}");
+    let refusals = validate(&profile, &held);
+    assert_eq!(ids(&refusals), [Id::UidPerAllocation], "{refusals:?}");
+    assert!(
+        refusals
+            .iter()
+            .any(|r| r.to_string().contains(&other.name(Kind::Egress))),
+        "{refusals:?}"
+    );
+}

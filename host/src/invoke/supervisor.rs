@@ -75,6 +75,7 @@ pub async fn start(
         return Err(Error::Deadline("the invocation's deadline".into()));
     }
     let owner = Owner::new(&request.storage.owner)?;
+    request.storage.check_mark(ctl.engine()).await?;
     // The invocation runs as its storage's uid (the work tree is that uid's), or over a shared
     // snapshot as one of its own (the tree is readable, not owned).
     let uid = match &request.storage.snapshot {

@@ -92,6 +92,71 @@ impl StorageHandle {
     }
 }
 
+impl StorageHandle {
+    /// The labels this handle's object of `kind` carries.
+    fn labels(&self, kind: Kind) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (OWNER.to_owned(), self.owner.clone()),
+            (ATTEMPT.to_owned(), self.attempt.clone()),
+            (ALLOCATION.to_owned(), self.allocation.to_string()),
+            (KIND.to_owned(), kind.as_str().to_owned()),
+            (UID.to_owned(), self.uid.to_string()),
+        ])
+    }
+
+    /// Whether `labels` are this handle's object of `kind`'s.
+    fn carries(&self, labels: &std::collections::HashMap<String, String>, kind: Kind) -> bool {
+        self.labels(kind)
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+    }
+
+    /// The handle's snapshot mark agrees with its keeper (`snapshot-mark`): a shared snapshot's
+    /// keeper digests /work, a task storage's its metadata. The engine's record decides, not the
+    /// caller's: a snapshot passed without its mark would run as the snapshot's uid and, in
+    /// execute or fix, write the tree other invocations are reading. One inspect; a keeper that is
+    /// gone or not this storage's is refused too, since then nothing can tell.
+    pub async fn check_mark(&self, engine: &Engine) -> Result<()> {
+        let refuse = |expected: &str, observed: String| Error::Snapshot {
+            id: "snapshot-mark",
+            reason: format!(
+                "storage {}: expected {expected}, observed {observed}",
+                self.allocation
+            ),
+        };
+        let keeper = objects::inspect_container(engine, &self.keeper)
+            .await?
+            .ok_or_else(|| refuse("its keeper", format!("no container {}", self.keeper)))?;
+        let config = keeper.config.unwrap_or_default();
+        if !self.carries(&config.labels.unwrap_or_default(), Kind::Keeper) {
+            return Err(refuse(
+                "its keeper",
+                format!("container {} with other labels", self.keeper),
+            ));
+        }
+        let snapshot_keeper = storage::keeper_command(paths::WORK);
+        let command = config.entrypoint.unwrap_or_default();
+        let kept = if command == snapshot_keeper {
+            "a shared snapshot"
+        } else {
+            "a task's storage"
+        };
+        let marked = if self.snapshot.is_some() {
+            "a shared snapshot"
+        } else {
+            "a task's storage"
+        };
+        if kept == marked {
+            Ok(())
+        } else {
+            Err(refuse(
+                &format!("{marked}, as the handle says"),
+                format!("{kept}, by its keeper's command {command:?}"),
+            ))
+        }
+    }
+}
+
 /// An allocation id callers record first: a lowercase UUID v4.
 pub fn parse_allocation(text: &str) -> Result<uuid::Uuid> {
     let id = uuid::Uuid::parse_str(text)
@@ -446,23 +511,11 @@ pub async fn remove_when_unused(
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
-    let want = |kind: Kind| {
-        BTreeMap::from([
-            (OWNER.to_owned(), handle.owner.clone()),
-            (ATTEMPT.to_owned(), handle.attempt.clone()),
-            (ALLOCATION.to_owned(), handle.allocation.to_string()),
-            (KIND.to_owned(), kind.as_str().to_owned()),
-            (UID.to_owned(), handle.uid.to_string()),
-        ])
-    };
-    let matches = |labels: &std::collections::HashMap<String, String>, kind: Kind| {
-        want(kind).iter().all(|(k, v)| labels.get(k) == Some(v))
-    };
     let mut foreign = Vec::new();
     let mut created = Created::default();
     if let Some(c) = objects::inspect_container(engine, &handle.keeper).await? {
         let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
-        if matches(&labels, Kind::Keeper) {
+        if handle.carries(&labels, Kind::Keeper) {
             created.containers.push(handle.keeper.clone());
         } else {
             foreign.push(format!("container {} (labels differ)", handle.keeper));
@@ -473,7 +526,7 @@ pub async fn remove_when_unused(
         (&handle.metadata_volume, Kind::Metadata),
     ] {
         match objects::inspect_volume(engine, name).await? {
-            Some(v) if matches(&v.labels, kind) => created.volumes.push(name.clone()),
+            Some(v) if handle.carries(&v.labels, kind) => created.volumes.push(name.clone()),
             Some(_) => foreign.push(format!("volume {name} (labels differ)")),
             None => {}
         }
