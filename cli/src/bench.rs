@@ -1,4 +1,5 @@
-//! `cordon bench`: launch, gate, invoke, seed and egress benchmarks.
+//! `cordon bench`: launch, gate, invoke, snapshot, density, seed, check, audit, command, egress
+//! and terminate benchmarks, and all of the speed targets at once.
 
 use std::process::ExitCode;
 
@@ -125,6 +126,13 @@ pub enum BenchAction {
         #[arg(long)]
         loose: bool,
     },
+    /// Every speed target in order (snapshot, the real CLI over a warm snapshot, seed, commit,
+    /// egress, density, the gate), each against its target, with the machine and the date.
+    All {
+        /// Interleaved runs of each benchmark (the gate runs once).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// Seeding a generated repository against a plain upload of the same tree.
     Seed {
         #[arg(long, default_value_t = 20_000)]
@@ -148,6 +156,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
     let built = image::build(ctx).await?;
     let engine = &ctx.ctl;
     match action {
+        BenchAction::All { runs } => all(ctx, &built.id, runs).await,
         BenchAction::Seed { files, mib, runs } => {
             let report = bench::seed(engine, &built.id, files, mib * 1024 * 1024, runs)
                 .await
@@ -207,13 +216,10 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
                     "bench invoke --vendor claude needs --fake-vendor (no credential is used)"
                 );
             }
-            let cache = cordon::image::pinned::default_cache(&cordon::image::default_workspace());
-            let cli =
-                cordon::image::pinned::fetch(&cordon::image::pinned::CLAUDE_CLI, &cache, &|_| {})
-                    .await
-                    .context("fetching the pinned Claude Code CLI")?;
-            let spec =
-                cordon::image::agent::AgentImageSpec::new(cli, crate::image::binary_source(ctx));
+            let spec = cordon::image::agent::AgentImageSpec::new(
+                claude_cli().await?,
+                crate::image::binary_source(ctx),
+            );
             let report =
                 cordon_proof::bench_claude::invoke_claude(&ctx.ctl, &built.id, &spec, files, runs)
                     .await
@@ -255,6 +261,31 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
             shown(ctx, &report, report.text())
         }
     }
+}
+
+/// `bench all`: every target in order; fails when one is missed.
+async fn all(ctx: &Ctx, image: &str, runs: usize) -> anyhow::Result<ExitCode> {
+    let spec = cordon::image::agent::AgentImageSpec::new(
+        claude_cli().await?,
+        crate::image::binary_source(ctx),
+    );
+    let bar = crate::progress::spinner(ctx.json);
+    let report = cordon_proof::bench_all::all(&ctx.ctl, image, &spec, runs, &|step| {
+        bar.set_message(step.to_owned())
+    })
+    .await;
+    bar.finish_and_clear();
+    let report = report.context("running every benchmark")?;
+    print(ctx.json, &report, || report.text())?;
+    Ok(verdict(report.missed == 0))
+}
+
+/// The pinned Claude Code CLI, fetched (or found in the cache).
+async fn claude_cli() -> anyhow::Result<std::path::PathBuf> {
+    let cache = cordon::image::pinned::default_cache(&cordon::image::default_workspace());
+    cordon::image::pinned::fetch(&cordon::image::pinned::CLAUDE_CLI, &cache, &|_| {})
+        .await
+        .context("fetching the pinned Claude Code CLI")
 }
 
 /// Print a benchmark's report (JSON, or its text): it ran.

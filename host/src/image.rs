@@ -388,6 +388,25 @@ impl Drop for TestDir {
     }
 }
 
+/// A file's identity as the kernel keeps it: device, inode, size, and its modification and
+/// change times to the nanosecond. Any write moves the change time, which only the kernel sets.
+pub(crate) fn identity(file: &std::fs::File, what: &Path) -> Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file
+        .metadata()
+        .map_err(|e| Error::io(format!("fstat {}", what.display()), e))?;
+    Ok(format!(
+        "{}:{} {} {}.{} {}.{}",
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod bench;
+pub mod bench_all;
 pub mod bench_audit;
 pub mod bench_check;
 pub mod bench_claude;

@@ -474,25 +474,6 @@ fn recipe_tag_part(recipe: &str) -> String {
     format!("recipe-{}", recipe.get(..16).unwrap_or(recipe))
 }
 
-/// A file's identity as the kernel keeps it: device, inode, size, and its modification and
-/// change times to the nanosecond. Any write moves the change time, which only the kernel sets.
-fn identity(file: &File, what: &Path) -> Result<String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = file
-        .metadata()
-        .map_err(|e| Error::io(format!("fstat {}", what.display()), e))?;
-    Ok(format!(
-        "{}:{} {} {}.{} {}.{}",
-        m.dev(),
-        m.ino(),
-        m.size(),
-        m.mtime(),
-        m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec()
-    ))
-}
-
 /// The recipe of `inputs` (what names their context without reading the CLI or the libraries:
 /// the Dockerfile, every entry's path and mode, the CLI's and each host file's identity, the CA
 /// bundle's and cordon's binaries' digests) and every file's size, by path.
@@ -508,10 +489,13 @@ fn recipe_of(inputs: &Inputs) -> Result<(String, Vec<(String, u64)>)> {
             continue;
         };
         let (id, size) = match source {
-            Source::Cli => (identity(&inputs.cli, Path::new("the CLI"))?, inputs.cli_len),
+            Source::Cli => (
+                super::identity(&inputs.cli, Path::new("the CLI"))?,
+                inputs.cli_len,
+            ),
             Source::Host(host) => {
                 let (file, size) = open_host("host file", host, MAX_LIBRARY_BYTES)?;
-                (identity(&file, host)?, size)
+                (super::identity(&file, host)?, size)
             }
             Source::CaBundle => (digest(&inputs.ca), inputs.ca.len() as u64),
             Source::Static(binary) => {

@@ -168,22 +168,77 @@ struct Absent;
 
 /// Whether `path` is the verified CLI of `pin`: a regular file (opened without following a
 /// link, checked with fstat) of the pinned size whose sha256 matches.
+///
+/// The 400 MB file is hashed only when its record (`claude.verified` beside it) does not name
+/// its identity as the kernel keeps it (device, inode, size, modification and change times) with
+/// the pinned digest: any write to it moves its change time (to the kernel's clock tick), which
+/// only the kernel sets, so a file unchanged since it last hashed to the pin is not read again (the trust the agent image's
+/// recipe already places in the same identity). A hash that passes writes the record, with the
+/// identity taken before and after it (a file changed while it was read is not recorded).
 fn verify_file(pin: &PinnedCli, path: &Path) -> std::result::Result<(), Absent> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|_| Absent)?;
+    let file = open_regular(path).map_err(|_| Absent)?;
     let meta = file.metadata().map_err(|_| Absent)?;
     if !meta.is_file() || meta.len() != pin.cli_bytes {
         return Err(Absent);
     }
-    let (digest, read) = sha256_of(file.take(pin.cli_bytes + 1)).map_err(|_| Absent)?;
-    if read == pin.cli_bytes && digest == pin.cli_sha256 {
-        Ok(())
-    } else {
-        Err(Absent)
+    let identity = super::identity(&file, path).map_err(|_| Absent)?;
+    let record = format!("{identity} sha256:{}\n", pin.cli_sha256);
+    let record_path = record_path(path);
+    if read_record(&record_path).as_deref() == Some(record.as_bytes()) {
+        return Ok(());
     }
+    let (digest, read) = sha256_of((&file).take(pin.cli_bytes + 1)).map_err(|_| Absent)?;
+    if read != pin.cli_bytes || digest != pin.cli_sha256 {
+        return Err(Absent);
+    }
+    if super::identity(&file, path).ok().as_deref() == Some(identity.as_str()) {
+        // Only a cache of the answer: failing to write it means the next fetch hashes again.
+        let _ = write_record(&record_path, record.as_bytes());
+    }
+    Ok(())
+}
+
+/// Where the record of a verified CLI lives: beside it.
+fn record_path(cli: &Path) -> PathBuf {
+    cli.with_extension("verified")
+}
+
+/// Open `path` for reading without following a link or blocking on a FIFO.
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+}
+
+/// A record's bytes: a regular file of at most 1 KiB, else nothing.
+fn read_record(path: &Path) -> Option<Vec<u8>> {
+    const MAX_RECORD: u64 = 1024;
+    let file = open_regular(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_RECORD {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD + 1).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// Write a record whole or not at all (a temporary file renamed over it).
+fn write_record(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temporary = path.with_extension(format!("verified-{}", uuid::Uuid::new_v4().simple()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&temporary)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(&temporary, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
 }
 
 /// The hex sha256 of everything `reader` yields, and how many bytes that was.
@@ -601,6 +656,69 @@ mod tests {
         assert!(verify_file(&pin, &link).is_err());
         // A directory.
         assert!(verify_file(&pin, &dir.0).is_err());
+    }
+
+    /// A copy that hashed to the pin is not read again while its identity stands: its record
+    /// answers (shown by a record naming the identity of a file with other bytes, which then
+    /// passes unread). Any write moves the identity, and the file is hashed again: other bytes of
+    /// the same size are refused, the pinned bytes pass and are recorded anew. A record that is
+    /// not a regular file, or too large, is not read.
+    #[test]
+    fn a_copy_unchanged_since_it_verified_is_not_hashed_again() {
+        let dir = TempDir::new("record");
+        let wheel = wheel(&dir.0, &[(MEMBER, CLI)]);
+        let pin = pin_of(&wheel, CLI);
+        let target = dir.0.join("claude");
+        let record = record_path(&target);
+        std::fs::write(&target, CLI).unwrap();
+        assert!(verify_file(&pin, &target).is_ok());
+        let written = std::fs::read_to_string(&record).unwrap();
+        assert!(
+            written.ends_with(&format!(" sha256:{}\n", pin.cli_sha256)),
+            "{written}"
+        );
+        assert!(verify_file(&pin, &target).is_ok());
+
+        // Other bytes, same size: the write moves the identity, the hash refuses them. (The
+        // kernel's times move by its clock tick: each rewrite here also sets a modification time
+        // of its own, so that two writes within one tick still differ.)
+        let rewrite = |bytes: &[u8], secs: u64| {
+            std::fs::write(&target, bytes).unwrap();
+            File::options()
+                .write(true)
+                .open(&target)
+                .unwrap()
+                .set_modified(std::time::UNIX_EPOCH + Duration::from_secs(secs))
+                .unwrap();
+        };
+        let mut other = CLI.to_vec();
+        other[5] ^= 1;
+        rewrite(&other, 1);
+        assert!(verify_file(&pin, &target).is_err());
+        // A record naming that file's identity is trusted without a read: the record is the
+        // whole of the fast path, and only a hash that passed writes one.
+        let identity = crate::image::identity(&File::open(&target).unwrap(), &target).unwrap();
+        std::fs::write(&record, format!("{identity} sha256:{}\n", pin.cli_sha256)).unwrap();
+        assert!(verify_file(&pin, &target).is_ok());
+        std::fs::remove_file(&record).unwrap();
+        assert!(verify_file(&pin, &target).is_err());
+        assert!(!record.exists(), "a failed hash records nothing");
+
+        // The pinned bytes again: hashed, passed, recorded with the new identity.
+        rewrite(CLI, 2);
+        assert!(verify_file(&pin, &target).is_ok());
+        assert_ne!(
+            std::fs::read_to_string(&record).unwrap(),
+            format!("{identity} sha256:{}\n", pin.cli_sha256)
+        );
+
+        // Records that are not regular files or are too large are ignored, never followed.
+        std::fs::remove_file(&record).unwrap();
+        std::os::unix::fs::symlink(&wheel, &record).unwrap();
+        assert_eq!(read_record(&record), None);
+        std::fs::remove_file(&record).unwrap();
+        std::fs::write(&record, vec![b'x'; 2048]).unwrap();
+        assert_eq!(read_record(&record), None);
     }
 
     #[test]
