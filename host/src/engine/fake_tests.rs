@@ -111,6 +111,57 @@ async fn removal_goes_containers_one_at_a_time_off_a_network_then_networks_then_
     assert!(fake.holds().is_empty(), "{:?}", fake.holds());
 }
 
+/// Containers made on no network at all leave side by side first, without a pause; only those
+/// that may be on the network wait their turn, each followed by the pause. A container not
+/// recorded off the network (adopted, recovered) is taken to be on it.
+#[tokio::test(start_paused = true)]
+async fn containers_off_the_network_go_side_by_side_before_those_on_it() {
+    let fake = Arc::new(Recording::new(
+        vec![
+            network("n", no_labels()),
+            volume("v", no_labels()),
+            container("loader", no_labels(), &["v"], None),
+            container("agent", no_labels(), &["v"], None),
+            container("proxy", no_labels(), &["v"], Some("n")),
+            container("adopted", no_labels(), &[], None),
+        ],
+        Script::default(),
+    ));
+    let record = Created {
+        containers: ["loader", "proxy", "agent", "adopted"]
+            .map(|c| format!("id-{c}"))
+            .to_vec(),
+        networks: vec!["id-n".into()],
+        volumes: vec!["v".into()],
+        off_network: ["id-loader", "id-agent"].map(str::to_owned).into(),
+        ..Created::default()
+    };
+    let start = Instant::now();
+    record
+        .remove_all(&engine(&fake), Duration::from_secs(10))
+        .await
+        .expect("removed");
+    let order = removals(&fake);
+    let mut first_two = order[..2].to_vec();
+    first_two.sort();
+    assert_eq!(
+        first_two,
+        ["remove container id-agent", "remove container id-loader"]
+    );
+    assert_eq!(
+        order[2..],
+        [
+            "remove container id-proxy",
+            "remove container id-adopted",
+            "remove network id-n",
+            "remove volume v"
+        ]
+    );
+    // One pause for each of the two that may be on the network, none for the others.
+    assert_eq!(start.elapsed(), 2 * NETWORK_SETTLE);
+    assert!(fake.holds().is_empty(), "{:?}", fake.holds());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_refused_removal_is_retried_each_second_within_the_window() {
     let fake = Arc::new(Recording::new(

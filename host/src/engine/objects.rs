@@ -102,6 +102,12 @@ pub async fn create_container(
     record: &Shared<'_>,
 ) -> Result<String> {
     let labels = body.labels.clone().unwrap_or_default();
+    let off_network = body.network_disabled == Some(true)
+        || body
+            .host_config
+            .as_ref()
+            .and_then(|h| h.network_mode.as_deref())
+            == Some("none");
     record.with(|c| c.begin(ObjectKind::Container, name, &labels));
     let result = bounded(
         "create container",
@@ -109,7 +115,11 @@ pub async fn create_container(
         engine.calls().create_container(name.to_owned(), body),
     )
     .await;
-    answered(record, ObjectKind::Container, name, result)
+    let id = answered(record, ObjectKind::Container, name, result)?;
+    if off_network {
+        record.with(|c| c.off_network.insert(id.clone()));
+    }
+    Ok(id)
 }
 
 /// Create a network from `request` (which names it), recorded in `record` as it goes. Returns its

@@ -2,7 +2,7 @@
 //! included), and its removal: by the id captured at create, a pending create resolved by its name
 //! and exactly the labels it was sent with.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -27,6 +27,10 @@ pub struct Created {
     pub pending: Vec<Pending>,
     /// The labels each object was created with, by id (containers, networks) or name (volumes).
     pub labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// Containers created on no network at all (networking disabled, or mode `none`): their
+    /// removal touches no user-defined network, so it need not wait its turn among those that
+    /// leave one. A container not known to be here (one adopted or recovered) waits its turn.
+    pub off_network: BTreeSet<String>,
 }
 
 /// A [`Created`] record that creates running side by side write to as they go (each records its
@@ -233,30 +237,40 @@ impl Created {
                 left.labels.insert(id.clone(), pending.labels.clone());
             }
         }
-        if self.holds_network() {
-            // One at a time, with a pause: on this engine (20.10.24) two containers leaving one
-            // user-defined network at once can deadlock the daemon for good (libnetwork takes
-            // the network's and the controller's locks in opposite orders in `getSvcRecords`
-            // and `processEndpointDelete`; moby/libnetwork#2649, fixed in 20.10.27). Seen here:
-            // an invocation's proxy, fake vendor and DNS server removed side by side wedged
-            // every later container exit.
-            for id in &self.containers {
-                if objects::remove_container(engine, id).await.is_err() {
-                    left.containers.push(id.clone());
-                }
-                tokio::time::sleep(NETWORK_SETTLE).await;
-            }
+        let (off, on): (Vec<&String>, Vec<&String>) = if self.holds_network() {
+            self.containers
+                .iter()
+                .partition(|id| self.off_network.contains(*id))
         } else {
-            // Side by side: a running one (the loader) takes the engine a kill and a wait.
-            let removals = self.containers.iter().map(|id| async move {
-                (id, objects::remove_container(engine, id).await.is_err())
-            });
-            for (id, failed) in futures_util::future::join_all(removals).await {
-                if failed {
-                    left.containers.push(id.clone());
-                }
+            (self.containers.iter().collect(), Vec::new())
+        };
+        // Side by side: a running one (the loader) takes the engine a kill and a wait.
+        let removals = off.into_iter().map(|id| async move {
+            (id, objects::remove_container(engine, id).await.is_err())
+        });
+        for (id, failed) in futures_util::future::join_all(removals).await {
+            if failed {
+                left.containers.push(id.clone());
             }
         }
+        // Then those that may be on the network, one at a time, with a pause: on this engine
+        // (20.10.24) two containers leaving one user-defined network at once can deadlock the
+        // daemon for good (libnetwork takes the network's and the controller's locks in opposite
+        // orders in `getSvcRecords` and `processEndpointDelete`; moby/libnetwork#2649, fixed in
+        // 20.10.27). Seen here: an invocation's proxy, fake vendor and DNS server removed side
+        // by side wedged every later container exit.
+        for id in on {
+            if objects::remove_container(engine, id).await.is_err() {
+                left.containers.push(id.clone());
+            }
+            tokio::time::sleep(NETWORK_SETTLE).await;
+        }
+        left.off_network = left
+            .containers
+            .iter()
+            .filter(|id| self.off_network.contains(*id))
+            .cloned()
+            .collect();
         let containers_unresolved = left.pending.iter().any(|p| p.kind == ObjectKind::Container);
         let networks = self.networks.iter().map(|id| (id.clone(), None)).chain(
             pending_networks
@@ -382,6 +396,7 @@ impl Created {
         self.networks.extend(other.networks);
         self.pending.extend(other.pending);
         self.labels.extend(other.labels);
+        self.off_network.extend(other.off_network);
     }
 }
 
