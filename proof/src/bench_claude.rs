@@ -91,30 +91,15 @@ pub async fn invoke_claude(
         let mut samples: [Vec<f64>; 8] = Default::default();
         for run in 0..runs {
             let [fake, real, real_run, warm, own, setup, container, cleanup] = &mut samples;
-            let api = fake_api(Vendor::Claude, test_image)?;
             let mut request = questions_run(&dir, run);
             request.owner = fixture.owner.clone();
             let warm_run = OneShot {
                 deadline: Duration::from_secs(300),
                 attempt: format!("{}-warm", request.attempt),
                 snapshot: Some(fixture.snap.clone()),
-                credential: Some(api.credential),
-                allow: api.allow,
-                egress: api.egress,
-                vendor_options: api.vendor,
-                exec: Some(first.exec.clone()),
                 ..request
             };
-            let report = answered(
-                oneshot(
-                    ctl,
-                    &first.built.id,
-                    &warm_run,
-                    std::future::pending(),
-                    &|_| {},
-                )
-                .await?,
-            )?;
+            let report = real_cli(ctl, test_image, &first, warm_run).await?;
             let t = report.result.timings;
             warm.push(report.timings.total_ms);
             own.push(report.timings.total_ms - t.run_ms);
@@ -166,6 +151,25 @@ pub async fn invoke_claude(
     })
 }
 
+/// `run` with the real CLI of the agent image, its vendor the fake Messages API: answered.
+async fn real_cli(
+    ctl: &Controller,
+    test_image: &str,
+    agent: &AgentImage,
+    run: OneShot,
+) -> Result<cordon::invoke::oneshot::OneShotReport> {
+    let api = fake_api(Vendor::Claude, test_image)?;
+    let run = OneShot {
+        credential: Some(api.credential),
+        allow: api.allow,
+        egress: api.egress,
+        vendor_options: api.vendor,
+        exec: Some(agent.exec.clone()),
+        ..run
+    };
+    answered(oneshot(ctl, &agent.built.id, &run, std::future::pending(), &|_| {}).await?)
+}
+
 /// One cold run of each CLI over storage of its own (prepare, run, remove): the fake CLI's total,
 /// the real CLI's total, and the real CLI's container run over its total.
 async fn cold_pair(
@@ -180,27 +184,17 @@ async fn cold_pair(
         ..questions_run(dir, run)
     };
     let fake = answered(oneshot(ctl, test_image, &base, std::future::pending(), &|_| {}).await?)?;
-    let api = fake_api(Vendor::Claude, test_image)?;
-    let claude = OneShot {
-        owner: Owner::random("bench"),
-        attempt: format!("{}-real", base.attempt),
-        credential: Some(api.credential),
-        allow: api.allow,
-        egress: api.egress,
-        vendor_options: api.vendor,
-        exec: Some(agent.exec.clone()),
-        ..base
-    };
-    let real = answered(
-        oneshot(
-            ctl,
-            &agent.built.id,
-            &claude,
-            std::future::pending(),
-            &|_| {},
-        )
-        .await?,
-    )?;
+    let real = real_cli(
+        ctl,
+        test_image,
+        agent,
+        OneShot {
+            owner: Owner::random("bench"),
+            attempt: format!("{}-real", base.attempt),
+            ..base
+        },
+    )
+    .await?;
     Ok((
         fake.timings.total_ms,
         real.timings.total_ms,

@@ -45,6 +45,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("procfs::tests::", "../contract/src"),
     ("seccomp::tests::", "../init/src"),
     ("cases::tests::", "../proof/src/gate"),
+    ("bench_all::tests::", "../proof/src"),
     ("image::tests::", "../host/src"),
     ("engine::tests::", "../host/src"),
     ("engine::fake_tests::", "../host/src/engine"),

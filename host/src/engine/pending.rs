@@ -245,9 +245,9 @@ impl Created {
             (self.containers.iter().collect(), Vec::new())
         };
         // Side by side: a running one (the loader) takes the engine a kill and a wait.
-        let removals = off.into_iter().map(|id| async move {
-            (id, objects::remove_container(engine, id).await.is_err())
-        });
+        let removals = off
+            .into_iter()
+            .map(|id| async move { (id, objects::remove_container(engine, id).await.is_err()) });
         for (id, failed) in futures_util::future::join_all(removals).await {
             if failed {
                 left.containers.push(id.clone());
