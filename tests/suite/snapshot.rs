@@ -146,6 +146,13 @@ async fn a_snapshot_is_read_by_concurrent_invocations_each_as_its_own_uid_and_ou
         .await
         .expect_err("still mounted");
     assert_eq!(busy.id(), "snapshot-in-use", "{busy}");
+    // Its keeper says what it is, whatever the handle says.
+    let mut unmarked = snap.clone();
+    unmarked.snapshot = None;
+    let busy = task::remove(&s.ctl, &unmarked)
+        .await
+        .expect_err("still mounted, unmarked");
+    assert_eq!(busy.id(), "snapshot-in-use", "{busy}");
     assert!(
         task::objects_with_allocation(&s.engine, &snap.allocation)
             .await

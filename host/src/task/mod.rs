@@ -111,49 +111,47 @@ impl StorageHandle {
             .all(|(k, v)| labels.get(k) == Some(v))
     }
 
+    /// Whether the engine's keeper of this storage (by the handle's id, carrying its labels) is
+    /// a shared snapshot's, which digests /work: `None` when there is no such keeper.
+    async fn kept_as_snapshot(&self, engine: &Engine) -> Result<Option<bool>> {
+        let Some(keeper) = objects::inspect_container(engine, &self.keeper).await? else {
+            return Ok(None);
+        };
+        let config = keeper.config.unwrap_or_default();
+        if !self.carries(&config.labels.unwrap_or_default(), Kind::Keeper) {
+            return Ok(None);
+        }
+        Ok(Some(
+            config.entrypoint.unwrap_or_default() == storage::keeper_command(paths::WORK),
+        ))
+    }
+
     /// The handle's snapshot mark agrees with its keeper (`snapshot-mark`): a shared snapshot's
     /// keeper digests /work, a task storage's its metadata. The engine's record decides, not the
     /// caller's: a snapshot passed without its mark would run as the snapshot's uid and, in
     /// execute or fix, write the tree other invocations are reading. One inspect; a keeper that is
     /// gone or not this storage's is refused too, since then nothing can tell.
     pub async fn check_mark(&self, engine: &Engine) -> Result<()> {
-        let refuse = |expected: &str, observed: String| Error::Snapshot {
+        let kind = |snapshot: bool| {
+            if snapshot {
+                "a shared snapshot"
+            } else {
+                "a task's storage"
+            }
+        };
+        let marked = kind(self.snapshot.is_some());
+        let observed = match self.kept_as_snapshot(engine).await? {
+            Some(kept) if kind(kept) == marked => return Ok(()),
+            Some(kept) => format!("{}, by its keeper's command", kind(kept)),
+            None => format!("no keeper of this storage at {}", self.keeper),
+        };
+        Err(Error::Snapshot {
             id: "snapshot-mark",
             reason: format!(
-                "storage {}: expected {expected}, observed {observed}",
+                "storage {}: expected {marked}, as the handle says; observed {observed}",
                 self.allocation
             ),
-        };
-        let keeper = objects::inspect_container(engine, &self.keeper)
-            .await?
-            .ok_or_else(|| refuse("its keeper", format!("no container {}", self.keeper)))?;
-        let config = keeper.config.unwrap_or_default();
-        if !self.carries(&config.labels.unwrap_or_default(), Kind::Keeper) {
-            return Err(refuse(
-                "its keeper",
-                format!("container {} with other labels", self.keeper),
-            ));
-        }
-        let snapshot_keeper = storage::keeper_command(paths::WORK);
-        let command = config.entrypoint.unwrap_or_default();
-        let kept = if command == snapshot_keeper {
-            "a shared snapshot"
-        } else {
-            "a task's storage"
-        };
-        let marked = if self.snapshot.is_some() {
-            "a shared snapshot"
-        } else {
-            "a task's storage"
-        };
-        if kept == marked {
-            Ok(())
-        } else {
-            Err(refuse(
-                &format!("{marked}, as the handle says"),
-                format!("{kept}, by its keeper's command {command:?}"),
-            ))
-        }
+        })
     }
 }
 
@@ -473,8 +471,8 @@ pub async fn volume_digest(
 
 /// Remove storage by its handle: the keeper and both volumes, each only if it still carries the
 /// handle's owner labels. Idempotent; names what it could not confirm removed. A shared snapshot
-/// that an invocation still mounts is refused (`snapshot-in-use`) and left whole: see
-/// [`remove_when_unused`].
+/// (by the handle's mark or its keeper's command) that an invocation still mounts is refused
+/// (`snapshot-in-use`) and left whole: see [`remove_when_unused`].
 pub async fn remove(ctl: &Controller, handle: &StorageHandle) -> Result<()> {
     remove_when_unused(ctl, handle, Duration::ZERO).await
 }
@@ -487,7 +485,11 @@ pub async fn remove_when_unused(
     wait: Duration,
 ) -> Result<()> {
     let engine = ctl.engine();
-    if handle.snapshot.is_some() {
+    // A snapshot by its mark or by its keeper's command: a handle whose mark was dropped still
+    // waits for (or is refused over) the invocations that read it.
+    let snapshot =
+        handle.snapshot.is_some() || handle.kept_as_snapshot(engine).await? == Some(true);
+    if snapshot {
         let until = Instant::now() + wait;
         loop {
             let mut users =
