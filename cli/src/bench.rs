@@ -288,7 +288,6 @@ async fn claude_cli() -> anyhow::Result<std::path::PathBuf> {
         .context("fetching the pinned Claude Code CLI")
 }
 
-/// Print a benchmark's report (JSON, or its text): it ran.
 /// `cordon bench snapshot` and `cordon bench density`.
 async fn snapshots(ctx: &Ctx, image: &str, action: BenchAction) -> anyhow::Result<ExitCode> {
     use cordon_proof::bench_snapshot as b;
@@ -313,6 +312,7 @@ async fn snapshots(ctx: &Ctx, image: &str, action: BenchAction) -> anyhow::Resul
     }
 }
 
+/// Print a benchmark's report (JSON, or its text): it ran.
 fn shown<R: serde::Serialize>(ctx: &Ctx, report: &R, text: String) -> anyhow::Result<ExitCode> {
     print(ctx.json, report, move || text)?;
     Ok(ExitCode::SUCCESS)

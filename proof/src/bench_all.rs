@@ -290,7 +290,7 @@ fn invocation_targets(
             density.ratio,
             "x",
             AtMost,
-            Some(2.0),
+            Some(crate::bench_snapshot::DENSITY_RATIO_TARGET),
             "cordon bench density",
         ),
     ]
@@ -306,7 +306,7 @@ fn data_targets(seed: &SeedBench, audit: &AuditBench, egress: &EgressReport) -> 
             seed.ratio,
             "x",
             AtMost,
-            Some(1.1),
+            Some(crate::bench::SEED_RATIO_TARGET),
             "cordon bench seed",
         ),
         target(
@@ -315,7 +315,7 @@ fn data_targets(seed: &SeedBench, audit: &AuditBench, egress: &EgressReport) -> 
             seed.seed_peak_rss_kib as f64 / 1024.0,
             "MiB",
             Under,
-            Some(64.0),
+            Some(crate::bench::SEED_RSS_TARGET_MIB),
             "cordon bench seed",
         ),
         target(
@@ -324,7 +324,7 @@ fn data_targets(seed: &SeedBench, audit: &AuditBench, egress: &EgressReport) -> 
             audit.commit_ratio,
             "x",
             AtMost,
-            Some(3.0),
+            Some(crate::bench_audit::COMMIT_RATIO_TARGET),
             "cordon bench audit",
         ),
         target(
@@ -342,7 +342,7 @@ fn data_targets(seed: &SeedBench, audit: &AuditBench, egress: &EgressReport) -> 
             egress.download_ratio,
             "x",
             AtLeast,
-            Some(0.8),
+            Some(crate::bench_egress::RATIO_TARGET),
             "cordon bench egress",
         ),
         target(
@@ -351,7 +351,7 @@ fn data_targets(seed: &SeedBench, audit: &AuditBench, egress: &EgressReport) -> 
             egress.upload_ratio,
             "x",
             AtLeast,
-            Some(0.8),
+            Some(crate::bench_egress::RATIO_TARGET),
             "cordon bench egress",
         ),
     ]

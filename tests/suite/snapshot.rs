@@ -245,6 +245,20 @@ async fn a_snapshot_refuses_a_writable_phase_commands_no_digest_and_a_changed_tr
             .len(),
         own_objects
     );
+    // A keeper that is not this storage's (another storage's, or none by that id): nothing can
+    // tell what the storage is, so nothing starts.
+    for keeper in [own.keeper.clone(), "cordon-keeper-none".to_owned()] {
+        let mut elsewhere = snap.clone();
+        elsewhere.keeper = keeper;
+        let err = begin(&s, request(&elsewhere, Phase::Questions, "hi"), options(&s))
+            .await
+            .expect_err("no keeper of this storage");
+        assert_eq!(err.id(), "snapshot-mark", "{err}");
+        assert!(
+            err.to_string().contains("no keeper of this storage"),
+            "{err}"
+        );
+    }
     own.snapshot = None;
     task::remove(&s.ctl, &own).await.expect("remove own");
 
