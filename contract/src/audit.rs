@@ -17,6 +17,17 @@ use crate::tree::{DeclaredLink, Finding, MAX_PATH_BYTES};
 pub const INSPECT: &str = "inspect";
 /// At most this many changes (a populated gitlink directory counts as one).
 pub const MAX_CHANGES: usize = 10_000;
+/// The role name (argv as [`INSPECT`]'s): the inspection, then the content of every change that
+/// has some written as one tar at [`CONTENT_FILE`], for the commit and the diff export.
+pub const INSPECT_CONTENT: &str = "inspect-content";
+/// Where `inspect-content` writes its tar: on a scratch volume only that reader mounts (the image
+/// holds the directory, world-writable with the sticky bit, and the engine copies its mode into
+/// the fresh volume).
+pub const CONTENT_DIR: &str = "/var/tmp";
+pub const CONTENT_FILE: &str = "/var/tmp/content.tar";
+/// The content a commit takes at most (files' bytes and links' targets); past it
+/// `inspect-content` writes nothing and the host refuses the commit from the manifest.
+pub const MAX_CONTENT_BYTES: u64 = 512 * 1024 * 1024;
 /// Base's ignore rules travel in one argv element: at most this many bytes of JSON (the kernel
 /// takes 128 KiB per argument).
 pub const MAX_IGNORE_RULES_BYTES: usize = 96 * 1024;
@@ -277,6 +288,28 @@ impl std::fmt::Display for Unreportable {
             Unreportable::Character(c) => write!(f, "holds U+{:04X}", u32::from(*c)),
         }
     }
+}
+
+/// A change whose new side has content a commit stores: a file's bytes or a link's target.
+pub fn needs_content(change: &Change) -> bool {
+    matches!(
+        change.new.as_ref().map(|s| s.kind),
+        Some(Kind::File | Kind::Executable | Kind::Link)
+    )
+}
+
+/// The content `changes` hold: each file's size and each link's target length, as the
+/// manifest says (saturating).
+pub fn content_bytes(changes: &[Change]) -> u64 {
+    changes
+        .iter()
+        .filter(|c| needs_content(c))
+        .filter_map(|c| c.new.as_ref())
+        .map(|new| match new.kind {
+            Kind::Link => new.target.as_ref().map_or(0, |t| t.len() as u64),
+            _ => new.size.unwrap_or(0),
+        })
+        .fold(0u64, u64::saturating_add)
 }
 
 /// A changed name or link target the manifest can carry: at most [`MAX_PATH_BYTES`], strict

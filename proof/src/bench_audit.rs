@@ -47,7 +47,7 @@ pub struct AuditBench {
     /// Files changed before the commits run.
     pub commit_files: usize,
     /// The commit end to end: its own inspection, the content streamed out and checked, the
-    /// scratch repository built, `fsck --strict`, the bundle written.
+    /// scratch repository built, the bundle written and its objects checked strictly.
     pub commit_ms: Vec<f64>,
     /// git on the host: `add -A` and `commit` of the same changes.
     pub git_commit_ms: Vec<f64>,
@@ -358,7 +358,7 @@ impl AuditBench {
              inspect with {} changed (container, every file hashed, manifest) median {:.0} ms\n\
              git update-index --really-refresh + status                median {:.0} ms\n\
              ratio inspect/git                                         {:.3} (target <= 1.0)\n\
-             commit of {} changed files (inspect again, stream, build, fsck, bundle of {} bytes) median {:.0} ms\n\
+             commit of {} changed files (inspect again, stream, build, bundle of {} bytes, checked) median {:.0} ms\n\
              git add -A + commit of the same changes                   median {:.0} ms\n\
              ratio commit/git                                          {:.3}\n\
              peak memory: controller {:.1} MiB (from {:.1} MiB at the start), git {:.1} MiB\n\

@@ -69,11 +69,17 @@ impl Git {
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let left = self.deadline.saturating_duration_since(Instant::now());
+        let started = Instant::now();
+        let left = self.deadline.saturating_duration_since(started);
         let output = tokio::time::timeout(left, command.output())
             .await
             .map_err(|_| Error::Deadline(format!("git {context}")))?
             .map_err(|e| Error::io(format!("running git {context}"), e))?;
+        tracing::debug!(
+            context,
+            ms = started.elapsed().as_millis() as u64,
+            "git ran"
+        );
         if output.status.success() {
             return Ok(output.stdout);
         }
@@ -131,6 +137,7 @@ impl Git {
                 None
             }
         };
+        let started = Instant::now();
         let mut child = command
             .spawn()
             .map_err(|e| Error::io(format!("running git {context}"), e))?;
@@ -204,6 +211,11 @@ impl Git {
             .await
             .map_err(|_| Error::Deadline(format!("git {context}")))?
             .map_err(|e| Error::io(format!("running git {context}"), e))?;
+        tracing::debug!(
+            context,
+            ms = started.elapsed().as_millis() as u64,
+            "git ran"
+        );
         if status.success() {
             return Ok((kept, false));
         }

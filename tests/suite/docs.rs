@@ -40,6 +40,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("audit::reader::tests::", "../host/src/audit"),
     ("audit::inspect::tests::", "../host/src/audit"),
     ("init::tree::inspect_tests::", "../init/src/tree"),
+    ("init::tree::content::tests::", "../init/src/tree"),
     ("contract::audit::tests::", "../contract/src"),
     ("validate::policy::tests::", "../host/src/validate"),
     ("procfs::tests::", "../contract/src"),

@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cordon_contract::audit::{CommitFinding, CommitReason};
+use cordon_contract::audit::{content_bytes, CommitFinding, CommitReason, CONTENT_FILE};
 use cordon_contract::tree::LinkSnapshot;
 
 use crate::error::{Error, Result};
@@ -23,8 +23,8 @@ use cordon_repo::{build, paths, scratch};
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
 /// The bundle is at most this large.
 pub const MAX_BUNDLE_BYTES: u64 = 64 * 1024 * 1024;
-/// New content the scratch copy takes at most.
-pub const MAX_CONTENT_BYTES: u64 = 512 * 1024 * 1024;
+/// New content the scratch copy takes at most (the reader writes no more).
+pub use cordon_contract::audit::MAX_CONTENT_BYTES;
 
 /// What to commit.
 #[derive(Debug, Clone)]
@@ -86,9 +86,14 @@ pub(super) async fn commit(
     inspect::inspect_then(
         task,
         &request.snapshot,
-        deadline,
+        (deadline, true),
         |container, inspection| async move {
             let manifest = &inspection.manifest;
+            tracing::debug!(
+                ms = started.elapsed().as_millis() as u64,
+                changes = manifest.changes.len(),
+                "commit: inspected"
+            );
             let mut findings = Vec::new();
             if manifest.digest != approved {
                 findings.push(CommitFinding {
@@ -101,7 +106,8 @@ pub(super) async fn commit(
                 paths::Base::default()
             } else {
                 let links = paths::needs_link_targets(manifest);
-                scratch::base_for_rules(&inspection.git, &base, links).await?
+                scratch::base_for_rules_listed(&inspection.git, &inspection.base_tree, links)
+                    .await?
             };
             findings.extend(paths::refusals(manifest, &base_tree, rules));
             if !findings.is_empty() {
@@ -119,6 +125,13 @@ pub(super) async fn commit(
                     ms: started.elapsed().as_millis() as u64,
                 });
             }
+            // The reader wrote no content past the bound: refused from the manifest's sizes.
+            let content = content_bytes(&manifest.changes);
+            if content > MAX_CONTENT_BYTES {
+                return Err(Error::CommitScratchFull(format!(
+                    "the new content is {content} bytes, more than {MAX_CONTENT_BYTES}"
+                )));
+            }
             let container = container
                 .ok_or_else(|| Error::Internal("no reader container to read from".into()))?;
             let spec = build::Spec {
@@ -134,12 +147,13 @@ pub(super) async fn commit(
                 ctl.engine(),
                 &container,
                 &inspection,
-                spec,
+                (spec, &inspection.base_tree),
                 MAX_CONTENT_BYTES,
                 left,
                 OnSpecial::Refuse,
             )
             .await?;
+            tracing::debug!(ms = started.elapsed().as_millis() as u64, "commit: built");
             let bytes = build::fsck_and_bundle(
                 &inspection.git,
                 &base,
@@ -172,29 +186,28 @@ pub enum OnSpecial {
     Report,
 }
 
-/// Build `spec` on the inspection's scratch copy from the engine's archive of /work in the
-/// inspection's stopped `container`: each file checked against the manifest's blob id as it
-/// streams into a `git fast-import` stream (a scratch file), imported only once every blob
-/// matched and the special files were checked. The commit `spec.reference` then names, and the
-/// special files' findings (none, with [`OnSpecial::Refuse`]).
+/// Build `spec` on the inspection's scratch copy from the content tar the inspection's reader
+/// wrote ([`CONTENT_FILE`], archived out of its stopped `container`): each file checked against
+/// the manifest's blob id as it streams into a `git fast-import` stream (a scratch file),
+/// imported only once every blob matched and the special files were checked. The commit
+/// `spec.reference` then names, and the special files' findings (none, with
+/// [`OnSpecial::Refuse`]).
 pub async fn build_from_archive(
     engine: &crate::engine::Engine,
     container: &str,
     inspection: &inspect::Inspection,
-    spec: build::Spec,
+    (spec, base_listed): (build::Spec, &[scratch::TreeEntry]),
     max_bytes: u64,
     deadline: Duration,
     on_special: OnSpecial,
 ) -> Result<(String, Vec<CommitFinding>)> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let blobs: std::collections::HashMap<String, String> =
-        scratch::list_tree(&inspection.git, &spec.base)
-            .await?
-            .into_iter()
-            .filter(|e| e.kind == "blob")
-            .map(|e| (e.path, e.id))
-            .collect();
+    let blobs: std::collections::HashMap<String, String> = base_listed
+        .iter()
+        .filter(|e| e.kind == "blob")
+        .map(|e| (e.path.clone(), e.id.clone()))
+        .collect();
     let stream = inspection.scratch.root().join("stream");
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -205,21 +218,23 @@ pub async fn build_from_archive(
         .map_err(|e| Error::io(format!("creating {}", stream.display()), e))?;
     let reference = spec.reference.clone();
     let special_paths = cordon_repo::special::paths_of(&spec.changes);
-    let written = super::reader::with_archive(
-        engine,
-        container,
-        cordon_contract::paths::WORK,
-        deadline,
-        move |tar| {
+    let written =
+        super::reader::with_archive(engine, container, CONTENT_FILE, deadline, move |archive| {
             let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
-            let contents =
-                build::write_stream(tar, &spec, |p| blobs.get(p).cloned(), &mut out, max_bytes)?;
+            let mut outer = tar::Archive::new(archive);
+            let content = the_content_tar(&mut outer)?;
+            let contents = build::write_stream(
+                content,
+                &spec,
+                |p| blobs.get(p).cloned(),
+                &mut out,
+                max_bytes,
+            )?;
             out.flush()
                 .map_err(|e| Error::io("writing the fast-import stream", e))?;
             Ok(contents)
-        },
-    )
-    .await;
+        })
+        .await;
     let built = async {
         let contents = written?;
         let findings = cordon_repo::special::findings(
@@ -239,3 +254,40 @@ pub async fn build_from_archive(
     let _ = std::fs::remove_file(&stream);
     built
 }
+
+/// The engine's archive of [`CONTENT_FILE`] holds one entry: that file, regular, no larger than
+/// the content bound allows with a header for each change (the reader wrote it; the bytes are
+/// checked blob by blob as they stream).
+fn the_content_tar<'a, R: std::io::Read>(
+    outer: &'a mut tar::Archive<R>,
+) -> Result<tar::Entry<'a, R>> {
+    let reading = |e: std::io::Error| Error::io("reading the archive of the content tar", e);
+    let entry = outer
+        .entries()
+        .map_err(reading)?
+        .next()
+        .ok_or_else(|| Error::TreeReader("it wrote no content tar".into()))?
+        .map_err(reading)?;
+    let name = entry.path_bytes().into_owned();
+    let expected = CONTENT_FILE.rsplit('/').next().unwrap_or_default();
+    if entry.header().entry_type() != tar::EntryType::Regular || name != expected.as_bytes() {
+        return Err(Error::TreeReader(format!(
+            "the archive of its content tar holds {:?} ({:?}), not the file it writes",
+            String::from_utf8_lossy(&name),
+            entry.header().entry_type()
+        )));
+    }
+    let bound = MAX_CONTENT_BYTES
+        + (cordon_contract::audit::MAX_CHANGES as u64 + 2) * CONTENT_ENTRY_OVERHEAD;
+    if entry.size() > bound {
+        return Err(Error::TreeReader(format!(
+            "its content tar is {} bytes, more than {bound}",
+            entry.size()
+        )));
+    }
+    Ok(entry)
+}
+
+/// A content tar entry's bytes besides its content, at most: its header, a GNU long-name and a
+/// long-link record (each a header and at most 4 KiB of name), and padding.
+const CONTENT_ENTRY_OVERHEAD: u64 = 512 * 6 + 2 * 4096;

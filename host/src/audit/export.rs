@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use cordon_contract::audit::{Change, CommitReason, Kind, Manifest};
+use cordon_contract::audit::{content_bytes, needs_content, Change, CommitReason, Kind, Manifest};
 use cordon_contract::tree::{Finding, LinkSnapshot, Reason};
 
 use crate::error::{Error, Result};
@@ -47,7 +47,7 @@ pub(super) async fn export_diff(task: &Task<'_>, deadline: Duration) -> Result<E
     inspect::inspect_then(
         task,
         &snapshot,
-        deadline,
+        (deadline, true),
         |container, inspection| async move {
             let manifest = &inspection.manifest;
             if manifest.metadata_changed {
@@ -60,10 +60,21 @@ pub(super) async fn export_diff(task: &Task<'_>, deadline: Duration) -> Result<E
                     more: 0,
                 });
             }
-            let (shown, mut notices) = split(manifest);
+            let (mut shown, mut notices) = split(manifest);
+            // Past the bound the reader wrote no content: only what needs none is shown.
+            let content = content_bytes(&manifest.changes);
+            if content > super::commit::MAX_CONTENT_BYTES && shown.iter().any(needs_content) {
+                shown.retain(|c| !needs_content(c));
+                notices.push(format!(
+                    "cordon: the new content is {content} bytes, more than {}: no file's content is shown",
+                    super::commit::MAX_CONTENT_BYTES
+                ));
+            }
             // What git would take for a repository (bare ones too): the commit refuses it.
+            let listed = &inspection.base_tree;
             let base_tree =
-                cordon_repo::scratch::base_for_rules(&inspection.git, &base, false).await?;
+                cordon_repo::scratch::base_for_rules_listed(&inspection.git, listed, false)
+                    .await?;
             for finding in paths::refusals(manifest, &base_tree, paths::Rules::default()) {
                 if finding.reason == CommitReason::NestedRepository {
                     notices.push(format!(
@@ -95,7 +106,7 @@ pub(super) async fn export_diff(task: &Task<'_>, deadline: Duration) -> Result<E
                     ctl.engine(),
                     &container,
                     &inspection,
-                    spec,
+                    (spec, listed),
                     super::commit::MAX_CONTENT_BYTES,
                     left,
                     super::commit::OnSpecial::Report,

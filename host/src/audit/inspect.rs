@@ -15,11 +15,12 @@
 //! - the declared links are compared with the snapshot taken before the run.
 //!
 //! [`inspect_then`] hands the reader's stopped container on before it is removed, for a later
-//! step to read the very content the inspection hashed.
+//! step to read the very content the inspection hashed (written by the reader as one tar, when
+//! asked).
 
 use std::time::{Duration, Instant};
 
-use cordon_contract::audit::{InspectReport, Manifest, INSPECT};
+use cordon_contract::audit::{InspectReport, Manifest, INSPECT, INSPECT_CONTENT};
 use cordon_contract::tree::{DeclaredLink, Finding, LinkSnapshot, Reason, MAX_DECLARED_PATHS};
 
 use super::Task;
@@ -34,6 +35,8 @@ use cordon_repo::scratch::{self, Scratch};
 pub struct Inspection {
     pub manifest: Manifest,
     pub report: Option<InspectReport>,
+    /// Base's tree as [`scratch::list_tree`] lists it (empty when no reader ran).
+    pub base_tree: Vec<scratch::TreeEntry>,
     pub scratch: Scratch,
     pub git: Git,
 }
@@ -45,19 +48,24 @@ pub(super) async fn inspect(
     snapshot: &LinkSnapshot,
     deadline: Duration,
 ) -> Result<Manifest> {
-    let inspection = inspect_then(task, snapshot, deadline, |_, inspection| async move {
-        Ok(inspection)
-    })
+    let inspection = inspect_then(
+        task,
+        snapshot,
+        (deadline, false),
+        |_, inspection| async move { Ok(inspection) },
+    )
     .await?;
     Ok(inspection.manifest)
 }
 
 /// The inspection, then `then` with the reader's stopped container (none when the metadata was
-/// not as seeded: no reader ran) and what it read, before that container is removed.
+/// not as seeded: no reader ran) and what it read, before that container is removed. With
+/// `content`, the reader also writes the content of the changes as one tar
+/// ([`cordon_contract::audit::CONTENT_FILE`]) for `then` to archive out of that container.
 pub(super) async fn inspect_then<U, F, Fut>(
     task: &Task<'_>,
     snapshot: &LinkSnapshot,
-    deadline: Duration,
+    (deadline, content): (Duration, bool),
     then: F,
 ) -> Result<U>
 where
@@ -93,6 +101,7 @@ where
         let inspection = Inspection {
             manifest,
             report: None,
+            base_tree: Vec::new(),
             scratch,
             git,
         };
@@ -109,9 +118,12 @@ where
             more: 0,
         });
     }
-    let rules = scratch::ignore_rules(&git, base).await?;
+    // Base's tree, listed once: its ignore rules now, the commit's rules and blobs later.
+    let base_tree = scratch::list_tree(&git, base).await?;
+    let rules = scratch::ignore_rules_listed(&git, &base_tree).await?;
     let rules = serde_json::to_string(&rules).map_err(|e| Error::Internal(e.to_string()))?;
-    let mut args = vec![INSPECT.to_owned(), base.to_owned(), rules];
+    let role = if content { INSPECT_CONTENT } else { INSPECT };
+    let mut args = vec![role.to_owned(), base.to_owned(), rules];
     args.extend(declared);
     let before = snapshot.clone();
     let base = base.to_owned();
@@ -119,13 +131,14 @@ where
         engine,
         image_id,
         handle,
-        args,
+        (args, content),
         left(until)?,
         move |id, report: InspectReport| async move {
             let manifest = judge(&report, &base, &baseline, &before)?;
             let inspection = Inspection {
                 manifest,
                 report: Some(report),
+                base_tree,
                 scratch,
                 git,
             };

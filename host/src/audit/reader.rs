@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use cordon_contract::audit::CONTENT_DIR;
 use cordon_contract::paths;
 use cordon_contract::report::EXIT_INIT_FAILURE;
 use cordon_contract::tree::{ReaderFailure, MAX_REPORT_BYTES, ROLE};
@@ -14,20 +15,22 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::launch::Launch;
 use crate::profile::reader_body;
+use crate::profile::VolumeSpec;
 use crate::task::StorageHandle;
 
 /// The reader's default deadline.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
 
 /// The reader's create body: `cordon-init tree <args>` over both of `handle`'s volumes,
-/// read-only.
+/// read-only, and the scratch volume `content` (if any) writable at [`CONTENT_DIR`].
 fn body(
     image_id: &str,
     handle: &StorageHandle,
     args: Vec<String>,
+    content: Option<&VolumeSpec>,
 ) -> Result<bollard::models::ContainerCreateBody> {
     let storage = handle.storage()?;
-    let mounts = vec![
+    let mut mounts = vec![
         crate::profile::volume_mount(
             &storage.volume_spec(&storage.work_volume),
             paths::WORK,
@@ -41,6 +44,15 @@ fn body(
             None,
         ),
     ];
+    if let Some(spec) = content {
+        let mut mount = crate::profile::volume_mount(spec, CONTENT_DIR, false, None);
+        // The one volume cordon lets the engine copy up: the image's /var/tmp (sticky,
+        // world-writable) gives the fresh volume's root a mode the reader's uid can write to.
+        if let Some(options) = mount.volume_options.as_mut() {
+            options.no_copy = Some(false);
+        }
+        mounts.push(mount);
+    }
     let mut entrypoint = vec![paths::INIT.to_owned(), ROLE.to_owned()];
     entrypoint.extend(args);
     Ok(reader_body(
@@ -49,6 +61,19 @@ fn body(
         entrypoint,
         mounts,
     ))
+}
+
+/// The scratch volume a content reader of `handle`'s storage writes its tar on: plain local
+/// storage, made fresh for one reader and removed with it (a tmpfs volume would be gone once the
+/// reader stops, before the host archives it). The reader bounds what it writes
+/// ([`cordon_contract::audit::MAX_CONTENT_BYTES`] of content).
+fn content_volume(handle: &StorageHandle) -> Result<VolumeSpec> {
+    let storage = handle.storage()?;
+    Ok(VolumeSpec {
+        name: crate::labels::tool_name(),
+        labels: storage.allocation.labels(crate::labels::Kind::Tool),
+        options: Default::default(),
+    })
 }
 
 /// The archive of `path` (under /work) of `handle`'s storage, read by `consume` from a reader
@@ -66,7 +91,7 @@ where
     T: Send + 'static,
     F: FnOnce(&mut dyn std::io::Read) -> Result<T> + Send + 'static,
 {
-    let body = body(image_id, handle, vec![])?;
+    let body = body(image_id, handle, vec![], None)?;
     let mut created = Created::default();
     let record = Shared::new(&mut created);
     let result = async {
@@ -169,7 +194,7 @@ pub(super) async fn read<T: serde::de::DeserializeOwned>(
         engine,
         image_id,
         handle,
-        args,
+        (args, false),
         deadline,
         |_, answer| async { Ok(answer) },
     )
@@ -178,12 +203,13 @@ pub(super) async fn read<T: serde::de::DeserializeOwned>(
 
 /// As [`read`], then `then` with the stopped container's id and the answer, before the
 /// container is removed: the commit streams its content out of the very container whose reads
-/// it commits.
+/// it commits. With `content`, the reader also has a fresh scratch volume writable at
+/// [`CONTENT_DIR`] (removed with it), for `inspect-content`'s tar.
 pub(super) async fn read_then<T, U, F, Fut>(
     engine: &Engine,
     image_id: &str,
     handle: &StorageHandle,
-    args: Vec<String>,
+    (args, content): (Vec<String>, bool),
     deadline: Duration,
     then: F,
 ) -> Result<U>
@@ -192,10 +218,14 @@ where
     F: FnOnce(String, T) -> Fut,
     Fut: std::future::Future<Output = Result<U>>,
 {
-    let body = body(image_id, handle, args)?;
+    let scratch = content.then(|| content_volume(handle)).transpose()?;
+    let body = body(image_id, handle, args, scratch.as_ref())?;
     let mut created = Created::default();
     let record = Shared::new(&mut created);
     let result = async {
+        if let Some(spec) = &scratch {
+            objects::create_volume(engine, spec.request(), &record).await?;
+        }
         let id =
             objects::create_container(engine, &crate::labels::tool_name(), body, &record).await?;
         let mut run = Launch::adopt(id.clone());

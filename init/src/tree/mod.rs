@@ -7,9 +7,11 @@
 //! - `cordon-init tree snapshot-links [<PATH>...]`: a [`LinkSnapshot`];
 //! - `cordon-init tree inspect <BASE> <RULES_JSON> [<DECLARED_PATH>...]`: an `InspectReport`
 //!   (every difference from base's index, with blob ids, base's ignore rules, an `IgnoreRules`,
-//!   applied; the declared links now).
+//!   applied; the declared links now);
+//! - `cordon-init tree inspect-content <BASE> <RULES_JSON> [<DECLARED_PATH>...]`: the same
+//!   report, once the content of its changes is written as one tar ([`content`]).
 //!
-//! Both exit 0 with their answer, refusal findings included (the host decides). When the reader
+//! Each exits 0 with their answer, refusal findings included (the host decides). When the reader
 //! cannot do its job it prints a [`ReaderFailure`] instead and exits
 //! [`EXIT_INIT_FAILURE`]; a panic prints one too.
 //!
@@ -18,6 +20,7 @@
 //! [`LinkSnapshot`]: cordon_contract::tree::LinkSnapshot
 
 pub mod check;
+pub mod content;
 pub mod fs;
 pub mod index;
 pub mod inspect;
@@ -34,7 +37,9 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cordon_contract::audit::{IgnoreRules, INSPECT, MAX_IGNORE_FILES, MAX_IGNORE_RULES_BYTES};
+use cordon_contract::audit::{
+    IgnoreRules, INSPECT, INSPECT_CONTENT, MAX_IGNORE_FILES, MAX_IGNORE_RULES_BYTES,
+};
 use cordon_contract::paths;
 use cordon_contract::report::EXIT_INIT_FAILURE;
 use cordon_contract::tree::{
@@ -114,12 +119,19 @@ pub fn run(args: &[String], work: &Path, metadata: &Path) -> Result<String, Stri
                 work, metadata, base, &rules, declared,
             )?))
         }
+        Some(INSPECT_CONTENT) => {
+            let (base, rules, declared) = inspect_args(&args[1..])?;
+            let report = inspect::inspect(work, metadata, base, &rules, declared)?;
+            let answer = document(serde_json::to_string(&report))?;
+            content::write(work, &report.changes, Path::new(content::CONTENT_FILE))?;
+            Ok(answer)
+        }
         Some(other) => Err(format!(
-            "unknown tree role {:?}: expected {CHECK}, {SNAPSHOT_LINKS} or {INSPECT}",
+            "unknown tree role {:?}: expected {CHECK}, {SNAPSHOT_LINKS}, {INSPECT} or {INSPECT_CONTENT}",
             check::bounded(other.to_owned(), 64)
         )),
         None => Err(format!(
-            "a tree role is needed: {CHECK}, {SNAPSHOT_LINKS} or {INSPECT}"
+            "a tree role is needed: {CHECK}, {SNAPSHOT_LINKS}, {INSPECT} or {INSPECT_CONTENT}"
         )),
     }
 }
