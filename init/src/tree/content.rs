@@ -8,8 +8,8 @@
 //! classified, and its bytes hashed as they are copied. An entry whose blob is not the manifest's
 //! fails the role: the host never sees a tar that disagrees with the manifest it judged (and checks
 //! every blob again as it reads). Everything is bounded: the manifest's count, and
-//! [`MAX_CONTENT_BYTES`] of content, past which nothing is written and the host refuses the commit
-//! from the manifest's sizes alone.
+//! [`MAX_CONTENT_BYTES`] of content, past which the tar holds no entry and the host refuses the
+//! commit from the manifest's sizes alone.
 //!
 //! Entry names are `work/<path>`, as in the engine's archive of /work, so the host reads both the
 //! same way.
@@ -29,12 +29,11 @@ use super::fs;
 
 pub use cordon_contract::audit::CONTENT_FILE;
 
-/// Write the content of `changes` (read beneath `work`) as a tar at `out`, created new. Nothing is
-/// written when the content is over [`MAX_CONTENT_BYTES`]; the count of bytes written otherwise.
+/// Write the content of `changes` (read beneath `work`) as a tar at `out`, created new: a tar with
+/// no entry when the content is over [`MAX_CONTENT_BYTES`] (the diff export still shows what
+/// needs none). The tar's size.
 pub fn write(work: &Path, changes: &[Change], out: &Path) -> Result<u64, String> {
-    if content_bytes(changes) > MAX_CONTENT_BYTES {
-        return Ok(0);
-    }
+    let over = content_bytes(changes) > MAX_CONTENT_BYTES;
     let root = fs::open_root(work)
         .map_err(|e| format!("cannot open the work tree {}: {e}", work.display()))?;
     let file = std::fs::OpenOptions::new()
@@ -46,7 +45,7 @@ pub fn write(work: &Path, changes: &[Change], out: &Path) -> Result<u64, String>
         .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let mut tar = tar::Builder::new(BufWriter::with_capacity(256 * 1024, file));
     let mut parents = Parents::default();
-    for change in changes.iter().filter(|c| needs_content(c)) {
+    for change in changes.iter().filter(|c| !over && needs_content(c)) {
         entry(&root, &mut parents, change, &mut tar)
             .map_err(|e| format!("the content of {:?}: {e}", change.path))?;
     }
@@ -287,7 +286,7 @@ mod tests {
     }
 
     #[test]
-    fn content_past_the_bound_is_not_written_at_all() {
+    fn content_past_the_bound_is_not_written() {
         let f = Fixture::new("content-bound");
         f.file("a", "one\n");
         let base = f.seed();
@@ -300,7 +299,8 @@ mod tests {
             new.size = Some(MAX_CONTENT_BYTES);
         }
         changes.push(big);
-        assert_eq!(write(f.work(), &changes, &dir.join("c.tar")), Ok(0));
-        assert!(!dir.join("c.tar").exists());
+        // A tar with no entry: the export still shows what needs no content.
+        assert_eq!(write(f.work(), &changes, &dir.join("c.tar")), Ok(1024));
+        assert!(entries(&dir.join("c.tar")).is_empty());
     }
 }
