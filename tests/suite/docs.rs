@@ -28,6 +28,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("observe::tests::", "../init/src"),
     ("audit::check::tests::", "../host/src/audit"),
     ("audit::export::tests::", "../host/src/audit"),
+    ("audit::commit::tests::", "../host/src/audit"),
     ("repo::scratch::tests::", "../repo/src"),
     ("repo::build::tests::", "../repo/src"),
     ("repo::paths::tests::", "../repo/src"),

@@ -291,3 +291,69 @@ fn the_content_tar<'a, R: std::io::Read>(
 /// A content tar entry's bytes besides its content, at most: its header, a GNU long-name and a
 /// long-link record (each a header and at most 4 KiB of name), and padding.
 const CONTENT_ENTRY_OVERHEAD: u64 = 512 * 6 + 2 * 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// An engine archive of one entry: `name`, of `kind`, holding `data`.
+    fn outer(name: &str, kind: tar::EntryType, data: &[u8]) -> Vec<u8> {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_size(data.len() as u64);
+        header.set_mode(0o600);
+        let mut builder = tar::Builder::new(Vec::new());
+        builder
+            .append_data(&mut header, name, data)
+            .expect("an entry");
+        builder.into_inner().expect("the archive")
+    }
+
+    /// A header alone, claiming `size` bytes of `content.tar` (none follow).
+    fn claiming(size: u64) -> Vec<u8> {
+        let mut header = tar::Header::new_gnu();
+        header.set_path("content.tar").expect("a name");
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_size(size);
+        header.set_mode(0o600);
+        header.set_cksum();
+        header.as_bytes().to_vec()
+    }
+
+    #[test]
+    fn only_the_one_content_tar_within_its_bound_is_read() {
+        let inner = b"the inner tar".to_vec();
+        let good = outer("content.tar", tar::EntryType::Regular, &inner);
+        let mut archive = tar::Archive::new(&good[..]);
+        let mut entry = the_content_tar(&mut archive).expect("the content tar");
+        let mut read = Vec::new();
+        entry.read_to_end(&mut read).expect("read");
+        assert_eq!(read, inner);
+
+        let bound = MAX_CONTENT_BYTES
+            + (cordon_contract::audit::MAX_CHANGES as u64 + 2) * CONTENT_ENTRY_OVERHEAD;
+        for (name, archive) in [
+            (
+                "another name",
+                outer("other.tar", tar::EntryType::Regular, b""),
+            ),
+            ("a link", outer("content.tar", tar::EntryType::Symlink, b"")),
+            (
+                "a directory",
+                outer("content.tar", tar::EntryType::Directory, b""),
+            ),
+            ("over the bound", claiming(bound + 1)),
+            ("nothing", vec![0u8; 1024]),
+        ] {
+            let mut reading = tar::Archive::new(&archive[..]);
+            match the_content_tar(&mut reading) {
+                Err(e) => assert_eq!(e.id(), "tree-reader-failed", "{name}: {e}"),
+                Ok(_) => panic!("{name}: taken for the content tar"),
+            }
+        }
+        // At the bound exactly, the header is taken (its bytes are read as they stream).
+        let at = claiming(bound);
+        assert!(the_content_tar(&mut tar::Archive::new(&at[..])).is_ok());
+    }
+}
