@@ -26,7 +26,7 @@ pub const INSPECT_CONTENT: &str = "inspect-content";
 pub const CONTENT_DIR: &str = "/var/tmp";
 pub const CONTENT_FILE: &str = "/var/tmp/content.tar";
 /// The content a commit takes at most (files' bytes and links' targets); past it
-/// `inspect-content` writes nothing and the host refuses the commit from the manifest.
+/// `inspect-content`'s tar holds no entry and the host refuses the commit from the manifest.
 pub const MAX_CONTENT_BYTES: u64 = 512 * 1024 * 1024;
 /// Base's ignore rules travel in one argv element: at most this many bytes of JSON (the kernel
 /// takes 128 KiB per argument).
