@@ -17,7 +17,7 @@
 //!   the record of every vendor call; not read by any runtime yet).
 //! - [`proxy`]: the runtime that applies them: a unix socket, one task per connection, bounded
 //!   reads and deadlines, the dial, the ClientHello check and the relay with idle and half-close
-//!   timeouts.
+//!   timeouts (socket to socket by splice(2), `splice`).
 //! - [`terminate`]: the TLS terminator for the vendor host: HTTP/1.1 (hyper) held to [`vendor`]'s
 //!   rules and budgets, the sentinel swapped for the key, the response streamed back counted and
 //!   read for [`usage`], one record per call (not wired into [`proxy`] yet).
@@ -61,6 +61,8 @@ pub mod proxy;
 pub mod resolver;
 #[cfg(feature = "proxy")]
 pub mod serve;
+#[cfg(feature = "proxy")]
+mod splice;
 #[cfg(feature = "proxy")]
 pub mod terminate;
 pub mod tls;

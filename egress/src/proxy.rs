@@ -21,6 +21,7 @@
 //! At shutdown each running connection ends as [`Outcome::Shutdown`] or, relaying,
 //! [`End::Shutdown`], and is reported.
 
+use std::any::Any;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -33,7 +34,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpStream, UnixListener};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant};
@@ -42,6 +43,7 @@ use crate::address::{check_answer, classify, Class};
 use crate::decide::{self, Admitted, Rule, Rules};
 use crate::head::{self, Connect, HEAD_DEADLINE, MAX_HEAD};
 use crate::host::Name;
+use crate::splice;
 use crate::terminate::Call;
 use crate::tls::{self, Hello, MAX_RECORD};
 use crate::vault::Termination;
@@ -422,7 +424,7 @@ async fn terminate<S: Client>(
 
 /// The steps of [`handle`]: the outcome, and on the way what `report` shows. A step that ends
 /// the connection before the relay gives its outcome as the error.
-async fn steps<S: AsyncRead + AsyncWrite + Unpin>(
+async fn steps<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     client: &mut S,
     config: &Config,
     resolver: &dyn Resolve,
@@ -828,39 +830,97 @@ async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     }
 }
 
-/// Relay both ways: (client to upstream bytes, upstream to client bytes, why it ended).
-async fn relay<C, U>(
+/// What both directions of a relay share: when a byte last moved, the bytes each way, whether
+/// either failed.
+struct Tally {
+    activity: Activity,
+    up: AtomicU64,
+    down: AtomicU64,
+    failed: AtomicBool,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            activity: Activity {
+                start: Instant::now(),
+                last: AtomicU64::new(0),
+            },
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Relay both ways: (client to upstream bytes, upstream to client bytes, why it ended). A client
+/// that is a unix socket (every client of [`serve_unix`]) is relayed by splice(2), kernel pipe to
+/// socket, with no copy through the proxy ([`crate::splice`]); any other stream is copied.
+async fn relay<C>(
     client: &mut C,
-    upstream: &mut U,
+    upstream: &mut TcpStream,
     idle: Duration,
     half_close: Duration,
     stop: &mut Stop,
 ) -> (u64, u64, End)
 where
-    C: AsyncRead + AsyncWrite + Unpin,
-    U: AsyncRead + AsyncWrite + Unpin,
+    C: AsyncRead + AsyncWrite + Unpin + 'static,
 {
+    let tally = Tally::new();
+    if let Some(unix) = (client as &mut dyn Any).downcast_mut::<UnixStream>() {
+        let unix: &UnixStream = unix;
+        let upstream: &TcpStream = upstream;
+        let (Ok(up_pipe), Ok(down_pipe)) = (
+            splice::Pipe::new(RELAY_BUFFER),
+            splice::Pipe::new(RELAY_BUFFER),
+        ) else {
+            return (0, 0, End::Error);
+        };
+        let touch = || tally.activity.touch();
+        let upward = splice::pump(unix, upstream, up_pipe, touch, &tally.up, &tally.failed);
+        let downward = splice::pump(upstream, unix, down_pipe, touch, &tally.down, &tally.failed);
+        return watch(upward, downward, &tally, idle, half_close, stop).await;
+    }
     let (client_read, client_write) = tokio::io::split(client);
     let (upstream_read, upstream_write) = tokio::io::split(upstream);
-    let activity = Activity {
-        start: Instant::now(),
-        last: AtomicU64::new(0),
-    };
-    let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
-    let failed = AtomicBool::new(false);
-    let upward = pump(client_read, upstream_write, &activity, &up, &failed);
-    let downward = pump(upstream_read, client_write, &activity, &down, &failed);
+    let upward = pump(
+        client_read,
+        upstream_write,
+        &tally.activity,
+        &tally.up,
+        &tally.failed,
+    );
+    let downward = pump(
+        upstream_read,
+        client_write,
+        &tally.activity,
+        &tally.down,
+        &tally.failed,
+    );
+    watch(upward, downward, &tally, idle, half_close, stop).await
+}
+
+/// Drive both directions until both are done, either fails, nothing moves for `idle`, a
+/// half-closed tunnel outlives `half_close`, or the proxy stops.
+async fn watch(
+    upward: impl Future<Output = ()>,
+    downward: impl Future<Output = ()>,
+    tally: &Tally,
+    idle: Duration,
+    half_close: Duration,
+    stop: &mut Stop,
+) -> (u64, u64, End) {
     tokio::pin!(upward, downward);
     let (mut up_done, mut down_done) = (false, false);
     let mut half_closed: Option<Instant> = None;
     let end = loop {
-        if failed.load(Ordering::Relaxed) {
+        if tally.failed.load(Ordering::Relaxed) {
             break End::Error;
         }
         if up_done && down_done {
             break End::Closed;
         }
-        let idle_at = activity.last() + idle;
+        let idle_at = tally.activity.last() + idle;
         let half_at = half_closed.map(|at| at + half_close);
         let deadline = half_at.map_or(idle_at, |h| h.min(idle_at));
         tokio::select! {
@@ -878,15 +938,15 @@ where
                 if half_at.is_some_and(|h| now >= h) {
                     break End::HalfClose;
                 }
-                if now >= activity.last() + idle {
+                if now >= tally.activity.last() + idle {
                     break End::Idle;
                 }
             }
         }
     };
     (
-        up.load(Ordering::Relaxed),
-        down.load(Ordering::Relaxed),
+        tally.up.load(Ordering::Relaxed),
+        tally.down.load(Ordering::Relaxed),
         end,
     )
 }

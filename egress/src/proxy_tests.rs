@@ -139,8 +139,20 @@ impl Resolve for Stub {
     }
 }
 
-/// Run `handle` on one end of a pipe; the test holds the other.
+/// Run `handle` on one end of a unix socket pair, as [`serve_unix`] does (its tunnels are
+/// spliced); the test holds the other.
 fn start(
+    config: Config,
+    resolver: Arc<dyn Resolve>,
+) -> (UnixStream, tokio::task::JoinHandle<Outcome>) {
+    let (client, server) = UnixStream::pair().unwrap();
+    let task = tokio::spawn(async move { handle(server, &config, &*resolver).await });
+    (client, task)
+}
+
+/// Run `handle` on one end of an in-memory pipe (its tunnels are copied); the test holds the
+/// other.
+fn start_in_memory(
     config: Config,
     resolver: Arc<dyn Resolve>,
 ) -> (DuplexStream, tokio::task::JoinHandle<Outcome>) {
@@ -205,6 +217,103 @@ async fn c0_a_mapped_name_tunnels_its_client_hello_byte_for_byte() {
     want.extend_from_slice(b"more");
     assert_eq!(seen.bytes(), want);
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+}
+
+/// Bytes no two positions of which a dropped, repeated or reordered chunk would keep in place.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 13) as u8)
+        .collect()
+}
+
+/// A vendor that, after the ClientHello, streams `down` while it reads everything the client
+/// sends, then closes: what it read after the hello.
+fn bulk_vendor(
+    listener: TcpListener,
+    hello: usize,
+    down: Vec<u8>,
+) -> tokio::task::JoinHandle<Vec<u8>> {
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let (mut read, mut write) = stream.into_split();
+        let writer = tokio::spawn(async move {
+            write.write_all(&down).await.unwrap();
+            write.shutdown().await.unwrap();
+        });
+        // Late to read: the relay's writes meet a full socket and are taken in part.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut got = Vec::new();
+        read.read_to_end(&mut got).await.unwrap();
+        writer.await.unwrap();
+        got.split_off(hello)
+    })
+}
+
+/// 8 MiB each way at once through a tunnel whose client `start` makes, both ends late to read:
+/// every byte arrives, in order, counted, and both ends' closes end it.
+async fn megabytes_both_ways<C>(
+    start: fn(Config, Arc<dyn Resolve>) -> (C, tokio::task::JoinHandle<Outcome>),
+) where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    const LEN: usize = 8 << 20;
+    let (listener, config) = vendor().await;
+    let head = connect_head(MAPPED, &listener);
+    let hello = real_hello(MAPPED);
+    let (up, down) = (pattern(LEN, 7), pattern(LEN + 12_345, 91));
+    let vendor = bulk_vendor(listener, hello.len(), down.clone());
+    let (mut client, task) = start(config, Arc::new(NoResolver));
+    client.write_all(&head).await.unwrap();
+    assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+    client.write_all(&hello).await.unwrap();
+    let (mut read, mut write) = tokio::io::split(client);
+    let sent = up.clone();
+    let writer = tokio::spawn(async move {
+        write.write_all(&sent).await.unwrap();
+        write.shutdown().await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut got = Vec::new();
+    timeout(Duration::from_secs(30), read.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    writer.await.unwrap();
+    // Compared whole, never printed: 8 MiB in a panic message helps nobody.
+    assert!(
+        got == down,
+        "the client got {} bytes, not the vendor's {}",
+        got.len(),
+        down.len()
+    );
+    let seen = timeout(Duration::from_secs(30), vendor)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        seen == up,
+        "the vendor got {} bytes, not the client's {}",
+        seen.len(),
+        up.len()
+    );
+    assert_eq!(
+        outcome(task).await,
+        Outcome::Relayed {
+            up: (hello.len() + LEN) as u64,
+            down: down.len() as u64,
+            end: End::Closed
+        }
+    );
+}
+
+#[tokio::test]
+async fn megabytes_cross_a_spliced_tunnel_intact_both_ways() {
+    megabytes_both_ways(start).await;
+}
+
+#[tokio::test]
+async fn megabytes_cross_a_copied_tunnel_intact_both_ways() {
+    megabytes_both_ways(start_in_memory).await;
 }
 
 #[tokio::test]
@@ -403,7 +512,7 @@ async fn no_client_hello_in_time_is_not_forwarded() {
 /// client, the task and what the vendor saw.
 async fn open_tunnel(
     config: impl FnOnce(&mut Config),
-) -> (DuplexStream, tokio::task::JoinHandle<Outcome>, Arc<Seen>) {
+) -> (UnixStream, tokio::task::JoinHandle<Outcome>, Arc<Seen>) {
     let (listener, mut cfg) = vendor().await;
     config(&mut cfg);
     let head = connect_head(MAPPED, &listener);

@@ -10,7 +10,9 @@
 //!   closes the accepted connection at once; the next connection tries again.
 //! - At most [`Config::max`] connections at once; one more is closed at once and counted.
 //! - One thread per connection relays both ways with poll(2) on both sockets (nonblocking calls,
-//!   one fixed [`BUFFER`] per direction, the directions independent of each other). When one side
+//!   one kernel pipe of [`BUFFER`] per direction that splice(2) fills and drains, so no byte is
+//!   copied through the init's memory; the directions independent of each other; a pipe that
+//!   cannot be made ends the connection as an error). When one side
 //!   reaches EOF, the other side's write half is shut down once what was read is delivered, and
 //!   the other direction goes on; both done closes both. An error on either side closes both.
 //!   No byte moving either way for [`Config::idle`] ends the connection (as the proxy's own idle
@@ -33,13 +35,15 @@ use std::time::{Duration, Instant};
 use cordon_contract::egress::MAX_FORWARDED;
 use cordon_contract::policy::EgressForward;
 use nix::errno::Errno;
+use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::unistd::pipe2;
 
 /// No byte either way for this long ends a forwarded connection (the proxy's own idle bound).
 pub const IDLE: Duration = Duration::from_secs(60);
-/// The fixed buffer of each direction of each connection (`cordon bench egress` here: the upload
-/// ratio 0.84 at 64 KiB, 0.92 at 256 KiB; 64 connections at 128 KiB hold 16 MiB of the agent's
-/// memory).
+/// The pipe of each direction of each connection (`cordon bench egress` here, when these were
+/// user-space buffers: the upload ratio 0.84 at 64 KiB, 0.92 at 256 KiB; 64 connections at
+/// 128 KiB hold 16 MiB of pipe pages, charged to the container's memory).
 pub const BUFFER: usize = 128 * 1024;
 /// The forwarder's threads need little stack (their buffers are on the heap); a small reserve
 /// bounds their address space, and each is one task of the container's pids limit.
@@ -184,6 +188,11 @@ fn serve(tcp: TcpStream, config: &Config, stats: &Stats) {
     };
     // The forwarder writes what it read as soon as it read it; coalescing is the ends' business.
     let _ = tcp.set_nodelay(true);
+    // splice(2) into a socket blocks unless the socket itself is nonblocking.
+    if tcp.set_nonblocking(true).is_err() {
+        count(&stats.failed);
+        return;
+    }
     let end = relay(tcp.as_fd(), unix.as_fd(), config.idle);
     count(match end {
         End::Closed => &stats.closed,
@@ -259,41 +268,6 @@ enum End {
     Error,
 }
 
-fn recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which we own mutably.
-    let n = unsafe {
-        libc::recv(
-            fd.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
-fn send(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
-    // SAFETY: send(2) reads at most `buf.len()` bytes from `buf`. MSG_NOSIGNAL: a gone peer is
-    // EPIPE, never SIGPIPE.
-    let n = unsafe {
-        libc::send(
-            fd.as_raw_fd(),
-            buf.as_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
 fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: shutdown(2) with integer arguments only.
     if unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) } != 0 {
@@ -302,45 +276,54 @@ fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
-fn would_block(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
-}
-
-/// One direction: bytes read from `from` and not yet written to `to`.
+/// One direction: bytes spliced from `from` into a kernel pipe and not yet spliced on to `to`.
+/// splice(2) moves page references, so the bytes never pass through the init's memory: each hop
+/// costs no copy of its own (`cordon bench egress`).
 struct Pipe<'a> {
     from: BorrowedFd<'a>,
     to: BorrowedFd<'a>,
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
+    read_end: OwnedFd,
+    write_end: OwnedFd,
+    /// Bytes in the pipe: spliced in and not yet out.
+    held: usize,
     /// `from` reached EOF.
     eof: bool,
     /// `to`'s write half is shut down (or `to` can take no more): this direction is done.
     done: bool,
 }
 
+/// SPLICE_F_NONBLOCK makes the pipe's side nonblocking (the sockets are O_NONBLOCK themselves);
+/// SPLICE_F_MOVE asks for the pages to be moved, not copied.
+const SPLICE: SpliceFFlags = SpliceFFlags::SPLICE_F_NONBLOCK.union(SpliceFFlags::SPLICE_F_MOVE);
+
 impl<'a> Pipe<'a> {
-    fn new(from: BorrowedFd<'a>, to: BorrowedFd<'a>) -> Pipe<'a> {
-        Pipe {
+    fn new(from: BorrowedFd<'a>, to: BorrowedFd<'a>) -> io::Result<Pipe<'a>> {
+        let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        // A larger pipe moves more per call. Where the kernel refuses it (the user's pipe budget
+        // spent), the default size still relays every byte, in smaller steps.
+        if let Ok(size) = libc::c_int::try_from(BUFFER) {
+            let _ = fcntl(&write_end, FcntlArg::F_SETPIPE_SZ(size));
+        }
+        Ok(Pipe {
             from,
             to,
-            buf: vec![0; BUFFER].into_boxed_slice(),
-            start: 0,
-            end: 0,
+            read_end,
+            write_end,
+            held: 0,
             eof: false,
             done: false,
-        }
+        })
     }
 
+    /// Only an empty pipe is filled: an EAGAIN then means `from` has nothing, never that the pipe
+    /// is full (its room is counted in pages, not bytes), so a readable socket is never polled
+    /// while nothing can be taken from it.
     fn wants_read(&self) -> bool {
-        !self.eof && self.end < self.buf.len()
+        !self.eof && self.held == 0
     }
 
     fn pending(&self) -> bool {
-        self.start < self.end
+        self.held > 0
     }
 
     /// Read if `readable`, write what is pending, shut `to` down once EOF is delivered. Returns
@@ -348,28 +331,27 @@ impl<'a> Pipe<'a> {
     fn step(&mut self, readable: bool) -> io::Result<bool> {
         let mut moved = false;
         if readable && self.wants_read() {
-            match recv(self.from, &mut self.buf[self.end..]) {
+            match splice(self.from, None, &self.write_end, None, BUFFER, SPLICE) {
                 Ok(0) => self.eof = true,
                 Ok(n) => {
-                    self.end += n;
+                    self.held += n;
                     moved = true;
                 }
-                Err(e) if would_block(&e) => {}
-                Err(e) => return Err(e),
+                Err(Errno::EAGAIN | Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         if self.pending() {
-            match send(self.to, &self.buf[self.start..self.end]) {
+            // A peer gone is EPIPE here. splice(2) to a socket cannot pass MSG_NOSIGNAL, so the
+            // kernel also raises SIGPIPE at this thread, where it stays blocked and pending (the
+            // init's mask) and ends with the thread; the supervision's signalfd never sees it.
+            match splice(&self.read_end, None, self.to, None, self.held, SPLICE) {
                 Ok(n) => {
-                    self.start += n;
+                    self.held -= n;
                     moved |= n > 0;
-                    if self.start == self.end {
-                        self.start = 0;
-                        self.end = 0;
-                    }
                 }
-                Err(e) if would_block(&e) => {}
-                Err(e) => return Err(e),
+                Err(Errno::EAGAIN | Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         if self.eof && !self.pending() && !self.done {
@@ -398,8 +380,9 @@ impl<'a> Pipe<'a> {
 /// Relay between `tcp` and `unix` until both directions are done, either side fails, or nothing
 /// moves for `idle`.
 fn relay(tcp: BorrowedFd<'_>, unix: BorrowedFd<'_>, idle: Duration) -> End {
-    let mut up = Pipe::new(tcp, unix);
-    let mut down = Pipe::new(unix, tcp);
+    let (Ok(mut up), Ok(mut down)) = (Pipe::new(tcp, unix), Pipe::new(unix, tcp)) else {
+        return End::Error;
+    };
     let mut last = Instant::now();
     // Anything already waiting is read before the first poll.
     let (mut tcp_ready, mut unix_ready) = (PollFlags::POLLIN, PollFlags::POLLIN);

@@ -1,0 +1,180 @@
+//! The opaque tunnel's bytes moved socket to socket through kernel pipes (splice(2)): each
+//! direction fills its pipe from one socket and drains it into the other, so the bytes never pass
+//! through the proxy's memory and the hop costs no copy of its own (`cordon bench egress`).
+//!
+//! Each direction reads only into an empty pipe. An EAGAIN on the way in then always means the
+//! socket has nothing (a pipe's room is counted in pages, not bytes, so "full" could not be told
+//! apart otherwise), and the runtime is never woken for a readable socket it cannot take from.
+//!
+//! A peer gone is EPIPE on the way out. splice(2) cannot pass MSG_NOSIGNAL, so the kernel also
+//! raises SIGPIPE at the process: the proxy binary ignores it (Rust's runtime sets SIGPIPE to
+//! SIG_IGN before `main`), and the error ends the tunnel as every failed write does.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+use nix::unistd::pipe2;
+use tokio::io::{Interest, Ready};
+use tokio::net::{TcpStream, UnixStream};
+
+/// SPLICE_F_NONBLOCK: the pipe's side never blocks (the sockets are nonblocking themselves, as
+/// tokio makes them). SPLICE_F_MOVE: move the pages rather than copy them where the kernel can.
+const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_NONBLOCK.union(SpliceFFlags::SPLICE_F_MOVE);
+
+/// A tokio socket splice(2) can read from and write to: ready for an interest, and one
+/// nonblocking call made under that interest (readiness cleared on EAGAIN).
+pub(crate) trait Socket: AsFd + Sync {
+    fn ready(
+        &self,
+        interest: Interest,
+    ) -> impl std::future::Future<Output = io::Result<Ready>> + Send;
+    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
+}
+
+impl Socket for UnixStream {
+    fn ready(
+        &self,
+        interest: Interest,
+    ) -> impl std::future::Future<Output = io::Result<Ready>> + Send {
+        UnixStream::ready(self, interest)
+    }
+    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        UnixStream::try_io(self, interest, f)
+    }
+}
+
+impl Socket for TcpStream {
+    fn ready(
+        &self,
+        interest: Interest,
+    ) -> impl std::future::Future<Output = io::Result<Ready>> + Send {
+        TcpStream::ready(self, interest)
+    }
+    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        TcpStream::try_io(self, interest, f)
+    }
+}
+
+/// One direction's kernel pipe.
+pub(crate) struct Pipe {
+    read_end: OwnedFd,
+    write_end: OwnedFd,
+    /// What one call moves at most: the pipe's size.
+    size: usize,
+}
+
+impl Pipe {
+    /// A pipe of `size` bytes. Where the kernel refuses that size (the user's pipe budget spent)
+    /// the default one still relays every byte, in smaller steps.
+    pub(crate) fn new(size: usize) -> io::Result<Pipe> {
+        let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        let size = libc::c_int::try_from(size)
+            .ok()
+            .and_then(|want| fcntl(&write_end, FcntlArg::F_SETPIPE_SZ(want)).ok())
+            .and_then(|got| usize::try_from(got).ok())
+            .unwrap_or(PIPE_DEFAULT);
+        Ok(Pipe {
+            read_end,
+            write_end,
+            size,
+        })
+    }
+}
+
+/// Linux's default pipe size (16 pages).
+const PIPE_DEFAULT: usize = 64 * 1024;
+
+/// The failure of one direction, or where it stands.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    Moved(usize),
+    Eof,
+}
+
+/// One nonblocking splice under `socket`'s `interest`, awaited until it moves something, reaches
+/// EOF, or fails.
+async fn spliced<S: Socket>(
+    socket: &S,
+    interest: Interest,
+    from: BorrowedFd<'_>,
+    to: BorrowedFd<'_>,
+    len: usize,
+) -> io::Result<Step> {
+    loop {
+        socket.ready(interest).await?;
+        match socket.try_io(interest, || {
+            splice(from, None, to, None, len, FLAGS).map_err(io::Error::from)
+        }) {
+            Ok(0) => return Ok(Step::Eof),
+            Ok(n) => return Ok(Step::Moved(n)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Shut down `socket`'s write half.
+fn shutdown_write(socket: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: shutdown(2) with integer arguments only, on a descriptor borrowed for the call.
+    if unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_WR) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Move one direction until `from` ends (then shut `to`'s write half) or either fails; every
+/// move is reported to `touch` and counted in `count`, a failure set in `failed`.
+pub(crate) async fn pump<F: Socket, T: Socket>(
+    from: &F,
+    to: &T,
+    pipe: Pipe,
+    touch: impl Fn(),
+    count: &AtomicU64,
+    failed: &AtomicBool,
+) {
+    let result: io::Result<()> = async {
+        loop {
+            let filled = spliced(
+                from,
+                Interest::READABLE,
+                from.as_fd(),
+                pipe.write_end.as_fd(),
+                pipe.size,
+            )
+            .await?;
+            let Step::Moved(mut held) = filled else {
+                return shutdown_write(to.as_fd());
+            };
+            touch();
+            while held > 0 {
+                match spliced(
+                    to,
+                    Interest::WRITABLE,
+                    pipe.read_end.as_fd(),
+                    to.as_fd(),
+                    held,
+                )
+                .await?
+                {
+                    Step::Moved(n) => {
+                        held -= n;
+                        count.fetch_add(n as u64, Ordering::Relaxed);
+                        touch();
+                    }
+                    // Nothing left in the pipe to write: it cannot be, as `held` counts it.
+                    Step::Eof => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                }
+            }
+        }
+    }
+    .await;
+    if result.is_err() {
+        failed.store(true, Ordering::Relaxed);
+    }
+}
