@@ -139,12 +139,12 @@ impl Resolve for Stub {
     }
 }
 
+/// A client end and the task running `handle` on the other.
+type Started<C> = (C, tokio::task::JoinHandle<Outcome>);
+
 /// Run `handle` on one end of a unix socket pair, as [`serve_unix`] does (its tunnels are
 /// spliced); the test holds the other.
-fn start(
-    config: Config,
-    resolver: Arc<dyn Resolve>,
-) -> (UnixStream, tokio::task::JoinHandle<Outcome>) {
+fn start(config: Config, resolver: Arc<dyn Resolve>) -> Started<UnixStream> {
     let (client, server) = UnixStream::pair().unwrap();
     let task = tokio::spawn(async move { handle(server, &config, &*resolver).await });
     (client, task)
@@ -152,10 +152,7 @@ fn start(
 
 /// Run `handle` on one end of an in-memory pipe (its tunnels are copied); the test holds the
 /// other.
-fn start_in_memory(
-    config: Config,
-    resolver: Arc<dyn Resolve>,
-) -> (DuplexStream, tokio::task::JoinHandle<Outcome>) {
+fn start_in_memory(config: Config, resolver: Arc<dyn Resolve>) -> Started<DuplexStream> {
     let (client, server) = tokio::io::duplex(64 * 1024);
     let task = tokio::spawn(async move { handle(server, &config, &*resolver).await });
     (client, task)
@@ -251,9 +248,8 @@ fn bulk_vendor(
 
 /// 8 MiB each way at once through a tunnel whose client `start` makes, both ends late to read:
 /// every byte arrives, in order, counted, and both ends' closes end it.
-async fn megabytes_both_ways<C>(
-    start: fn(Config, Arc<dyn Resolve>) -> (C, tokio::task::JoinHandle<Outcome>),
-) where
+async fn megabytes_both_ways<C>(start: fn(Config, Arc<dyn Resolve>) -> Started<C>)
+where
     C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     const LEN: usize = 8 << 20;
