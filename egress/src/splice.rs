@@ -33,29 +33,28 @@ pub(crate) trait Socket: AsFd + Sync {
     fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
 }
 
-impl Socket for UnixStream {
-    fn ready(
-        &self,
-        interest: Interest,
-    ) -> impl std::future::Future<Output = io::Result<Ready>> + Send {
-        UnixStream::ready(self, interest)
-    }
-    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
-        UnixStream::try_io(self, interest, f)
-    }
+/// Both tokio sockets a tunnel joins delegate to their own inherent methods.
+macro_rules! socket {
+    ($($stream:ty),*) => {$(
+        impl Socket for $stream {
+            fn ready(
+                &self,
+                interest: Interest,
+            ) -> impl std::future::Future<Output = io::Result<Ready>> + Send {
+                <$stream>::ready(self, interest)
+            }
+            fn try_io<R>(
+                &self,
+                interest: Interest,
+                f: impl FnOnce() -> io::Result<R>,
+            ) -> io::Result<R> {
+                <$stream>::try_io(self, interest, f)
+            }
+        }
+    )*};
 }
 
-impl Socket for TcpStream {
-    fn ready(
-        &self,
-        interest: Interest,
-    ) -> impl std::future::Future<Output = io::Result<Ready>> + Send {
-        TcpStream::ready(self, interest)
-    }
-    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
-        TcpStream::try_io(self, interest, f)
-    }
-}
+socket!(UnixStream, TcpStream);
 
 /// One direction's kernel pipe.
 pub(crate) struct Pipe {
@@ -86,7 +85,7 @@ impl Pipe {
 /// Linux's default pipe size (16 pages).
 const PIPE_DEFAULT: usize = 64 * 1024;
 
-/// The failure of one direction, or where it stands.
+/// What one splice did: moved bytes, or met the end of its input.
 #[derive(Debug, PartialEq, Eq)]
 enum Step {
     Moved(usize),
@@ -163,7 +162,7 @@ pub(crate) async fn pump<F: Socket, T: Socket>(
                 .await?
                 {
                     Step::Moved(n) => {
-                        held -= n;
+                        held = held.saturating_sub(n);
                         count.fetch_add(n as u64, Ordering::Relaxed);
                         touch();
                     }

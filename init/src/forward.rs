@@ -347,7 +347,7 @@ impl<'a> Pipe<'a> {
             // init's mask) and ends with the thread; the supervision's signalfd never sees it.
             match splice(&self.read_end, None, self.to, None, self.held, SPLICE) {
                 Ok(n) => {
-                    self.held -= n;
+                    self.held = self.held.saturating_sub(n);
                     moved |= n > 0;
                 }
                 Err(Errno::EAGAIN | Errno::EINTR) => {}
