@@ -76,8 +76,8 @@ pub enum BenchAction {
         /// Interleaved pairs (one proxied and one direct container each).
         #[arg(long, default_value_t = 5)]
         runs: usize,
-        /// MiB of each upload and each download.
-        #[arg(long, default_value_t = 64)]
+        /// MiB of each upload and each download (at most 1024: the fake vendor's largest body).
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
         mib: u64,
         /// Measured `/ping`s per container (after 50 unmeasured).
         #[arg(long, default_value_t = 500)]

@@ -323,8 +323,8 @@ impl Setup<'_> {
         let output = launch.output(engine).await?;
         if code != 0 || !launch.verdict(&output).trusted() {
             return Err(Error::Internal(format!(
-                "the proxied arm exited {code}: stderr {:?}",
-                output.stderr.chars().take(800).collect::<String>()
+                "the proxied arm exited {code}: stderr ends {:?}",
+                stderr_end(&output.stderr)
             )));
         }
         Ok(output.stdout)
@@ -372,8 +372,8 @@ impl Setup<'_> {
             let output = container.output(engine).await?;
             if code != 0 {
                 return Err(Error::Internal(format!(
-                    "the direct arm exited {code}: stderr {:?}",
-                    output.stderr.chars().take(800).collect::<String>()
+                    "the direct arm exited {code}: stderr ends {:?}",
+                    stderr_end(&output.stderr)
                 )));
             }
             figures(&output.stdout)
@@ -491,6 +491,13 @@ impl Setup<'_> {
         launch.finish(engine).await?;
         run
     }
+}
+
+/// The end of a failed arm's stderr, where its error is (the init's attestation line, which
+/// comes first, is longer than what an error message shows).
+fn stderr_end(stderr: &str) -> String {
+    let chars: Vec<char> = stderr.chars().collect();
+    chars[chars.len().saturating_sub(800)..].iter().collect()
 }
 
 /// The workload's figures: the last stdout line that parses as them.
