@@ -53,8 +53,10 @@ use crate::Rejection;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a refused client (503, over the tunnel bound) has to take its answer.
 const BUSY_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
-/// The relay's buffer, per direction (`cordon bench egress` here: 16 KiB gave an upload ratio of
-/// 0.32 against a direct connection, 64 KiB 0.84; 256 KiB no better). 32 tunnels hold 4 MiB.
+/// The copying relay's buffer per direction, and the spliced relay's pipe per direction
+/// (`cordon bench egress` here, copying: 16 KiB gave an upload ratio of 0.32 against a direct
+/// connection, 64 KiB 0.84, 256 KiB no better; spliced, 256 KiB pipes no better either). 32
+/// tunnels hold at most 4 MiB.
 const RELAY_BUFFER: usize = 64 * 1024;
 /// How long, at shutdown, the running connections have to report their end before they are
 /// aborted.

@@ -12,9 +12,9 @@
 //! - One thread per connection relays both ways with poll(2) on both sockets (nonblocking calls,
 //!   one kernel pipe of [`BUFFER`] per direction that splice(2) fills and drains, so no byte is
 //!   copied through the init's memory; the directions independent of each other; a pipe that
-//!   cannot be made ends the connection as an error). When one side
-//!   reaches EOF, the other side's write half is shut down once what was read is delivered, and
-//!   the other direction goes on; both done closes both. An error on either side closes both.
+//!   cannot be made ends the connection as an error). When one side reaches EOF, the other
+//!   side's write half is shut down once what was read is delivered, and the other direction
+//!   goes on; both done closes both. An error on either side closes both.
 //!   No byte moving either way for [`Config::idle`] ends the connection (as the proxy's own idle
 //!   bound does: a long one-way stream is not idle).
 //! - Its threads start after Landlock and seccomp are in place (see `main`), so each inherits the
@@ -45,8 +45,8 @@ pub const IDLE: Duration = Duration::from_secs(60);
 /// user-space buffers: the upload ratio 0.84 at 64 KiB, 0.92 at 256 KiB; 64 connections at
 /// 128 KiB hold 16 MiB of pipe pages, charged to the container's memory).
 pub const BUFFER: usize = 128 * 1024;
-/// The forwarder's threads need little stack (their buffers are on the heap); a small reserve
-/// bounds their address space, and each is one task of the container's pids limit.
+/// The forwarder's threads need little stack (the bytes they move stay in the kernel); a small
+/// reserve bounds their address space, and each is one task of the container's pids limit.
 const STACK: usize = 256 * 1024;
 /// How long the accept loop rests after a failed accept (out of descriptors or memory), so it
 /// never spins.
