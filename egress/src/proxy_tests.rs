@@ -312,6 +312,68 @@ async fn megabytes_cross_a_copied_tunnel_intact_both_ways() {
     megabytes_both_ways(start_in_memory).await;
 }
 
+/// Send one byte of TCP urgent data (MSG_OOB) on `stream`.
+fn send_urgent(stream: &tokio::net::TcpStream, byte: u8) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: send(2) reads one byte of a live local, on a socket the test owns.
+    let sent = unsafe { libc::send(stream.as_raw_fd(), [byte].as_ptr().cast(), 1, libc::MSG_OOB) };
+    assert_eq!(sent, 1);
+}
+
+/// TCP urgent data from the upstream: splice(2) reads no further than the urgent mark, so the
+/// relay takes what follows it with recv(2), which leaves the urgent byte out (as any reader
+/// without SO_OOBINLINE does, and as the copying relay does). The stream goes on, both
+/// mid-stream and with the mark right before the upstream's EOF.
+#[tokio::test]
+async fn urgent_data_from_upstream_is_passed_over_and_the_stream_goes_on() {
+    let (listener, config) = vendor().await;
+    let head = connect_head(MAPPED, &listener);
+    let hello = real_hello(MAPPED);
+    let hello_len = hello.len();
+    let (go_on, on) = tokio::sync::oneshot::channel::<()>();
+    let upstream = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut got = vec![0u8; hello_len];
+        stream.read_exact(&mut got).await.unwrap();
+        stream.write_all(b"before").await.unwrap();
+        send_urgent(&stream, b'!');
+        stream.write_all(b"after").await.unwrap();
+        on.await.unwrap();
+        send_urgent(&stream, b'?');
+        stream.write_all(b"last").await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest).await;
+    });
+    let (mut client, task) = start(config, Arc::new(NoResolver));
+    client.write_all(&head).await.unwrap();
+    assert_eq!(read_answer(&mut client).await, ESTABLISHED);
+    client.write_all(&hello).await.unwrap();
+    let mut got = [0u8; 11];
+    timeout(Duration::from_secs(5), client.read_exact(&mut got))
+        .await
+        .expect("the bytes after the urgent mark, mid-stream")
+        .unwrap();
+    assert_eq!(&got, b"beforeafter");
+    go_on.send(()).unwrap();
+    let mut rest = Vec::new();
+    timeout(Duration::from_secs(5), client.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&rest), "last");
+    client.shutdown().await.unwrap();
+    assert_eq!(
+        outcome(task).await,
+        Outcome::Relayed {
+            up: hello_len as u64,
+            down: 15,
+            end: End::Closed
+        }
+    );
+    upstream.await.unwrap();
+}
+
 #[tokio::test]
 async fn refusals_are_answered_with_their_status_and_dial_nothing() {
     let (listener, config) = vendor().await;

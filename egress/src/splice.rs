@@ -2,9 +2,10 @@
 //! direction fills its pipe from one socket and drains it into the other, so the bytes never pass
 //! through the proxy's memory and the hop costs no copy of its own (`cordon bench egress`).
 //!
-//! Each direction reads only into an empty pipe. An EAGAIN on the way in then always means the
-//! socket has nothing (a pipe's room is counted in pages, not bytes, so "full" could not be told
-//! apart otherwise), and the runtime is never woken for a readable socket it cannot take from.
+//! Each direction reads only into an empty pipe. An EAGAIN on the way in then never means the
+//! pipe is full (a pipe's room is counted in pages, not bytes, so "full" could not be told
+//! apart otherwise): it means the socket has nothing, or TCP's urgent mark is next, which
+//! splice(2) never passes and recv(2) does ([`fill`]).
 //!
 //! A peer gone is EPIPE on the way out. splice(2) cannot pass MSG_NOSIGNAL, so the kernel also
 //! raises SIGPIPE at the process: the proxy binary ignores it (Rust's runtime sets SIGPIPE to
@@ -92,20 +93,48 @@ enum Step {
     Eof,
 }
 
-/// One nonblocking splice under `socket`'s `interest`, awaited until it moves something, reaches
+/// At most what one recv(2) takes past TCP's urgent mark: one page, which an empty pipe always
+/// has room for (a write of at most `PIPE_BUF` bytes is whole or nothing).
+const PAST_MARK: usize = 4096;
+
+/// Fill the empty pipe from `from`: a splice, or, where splice takes nothing or sees an end, what
+/// follows TCP's urgent mark. splice(2) never passes that mark: a tunnel stopped there would
+/// stall until its idle bound, and with a FIN behind the mark splice answers 0 as if the stream
+/// had ended. recv(2) leaves the urgent byte out, as any reader without SO_OOBINLINE does (and
+/// the copying relay does), and reads on. Their count, 0 at the real EOF, or EAGAIN when there is
+/// nothing.
+fn fill(from: BorrowedFd<'_>, pipe: &Pipe) -> io::Result<usize> {
+    match splice(from, None, &pipe.write_end, None, pipe.size, FLAGS) {
+        Ok(0) | Err(nix::errno::Errno::EAGAIN) => {}
+        other => return other.map_err(io::Error::from),
+    }
+    let mut buf = [0u8; PAST_MARK];
+    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which we own mutably.
+    let n = unsafe {
+        libc::recv(
+            from.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    if n > 0 && nix::unistd::write(&pipe.write_end, &buf[..n])? != n {
+        return Err(io::Error::other("the pipe took part of what was read"));
+    }
+    Ok(n)
+}
+
+/// One nonblocking call under `socket`'s `interest`, awaited until it moves something, reaches
 /// EOF, or fails.
 async fn spliced<S: Socket>(
     socket: &S,
     interest: Interest,
-    from: BorrowedFd<'_>,
-    to: BorrowedFd<'_>,
-    len: usize,
+    mut call: impl FnMut() -> io::Result<usize>,
 ) -> io::Result<Step> {
     loop {
         socket.ready(interest).await?;
-        match socket.try_io(interest, || {
-            splice(from, None, to, None, len, FLAGS).map_err(io::Error::from)
-        }) {
+        match socket.try_io(interest, &mut call) {
             Ok(0) => return Ok(Step::Eof),
             Ok(n) => return Ok(Step::Moved(n)),
             Err(e)
@@ -139,28 +168,17 @@ pub(crate) async fn pump<F: Socket, T: Socket>(
 ) {
     let result: io::Result<()> = async {
         loop {
-            let filled = spliced(
-                from,
-                Interest::READABLE,
-                from.as_fd(),
-                pipe.write_end.as_fd(),
-                pipe.size,
-            )
-            .await?;
+            let filled = spliced(from, Interest::READABLE, || fill(from.as_fd(), &pipe)).await?;
             let Step::Moved(mut held) = filled else {
                 return shutdown_write(to.as_fd());
             };
             touch();
             while held > 0 {
-                match spliced(
-                    to,
-                    Interest::WRITABLE,
-                    pipe.read_end.as_fd(),
-                    to.as_fd(),
-                    held,
-                )
-                .await?
-                {
+                let (read_end, len) = (&pipe.read_end, held);
+                let drain = move || {
+                    splice(read_end, None, to.as_fd(), None, len, FLAGS).map_err(io::Error::from)
+                };
+                match spliced(to, Interest::WRITABLE, drain).await? {
                     Step::Moved(n) => {
                         held = held.saturating_sub(n);
                         count.fetch_add(n as u64, Ordering::Relaxed);

@@ -276,6 +276,40 @@ fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+fn would_block(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+/// At most what one recv(2) takes past TCP's urgent mark: one page, which an empty pipe always
+/// has room for (a write of at most `PIPE_BUF` bytes is whole or nothing).
+const PAST_MARK: usize = 4096;
+
+/// Take what follows TCP's urgent mark, where splice(2) stops for good: it never passes the mark,
+/// so a socket stopped there would stay readable and be polled in a loop, and with a FIN behind
+/// the mark splice answers 0 as if the stream had ended. recv(2) leaves the urgent byte out, as
+/// any reader without SO_OOBINLINE does, and reads on. The bytes go into the empty pipe. Their
+/// count, 0 at the real EOF, or EAGAIN when there is nothing at all.
+fn past_urgent_mark(from: BorrowedFd<'_>, pipe: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut buf = [0u8; PAST_MARK];
+    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which we own mutably.
+    let n = unsafe {
+        libc::recv(
+            from.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    if n > 0 && nix::unistd::write(pipe, &buf[..n])? != n {
+        return Err(io::Error::other("the pipe took part of what was read"));
+    }
+    Ok(n)
+}
+
 /// One direction: bytes spliced from `from` into a kernel pipe and not yet spliced on to `to`.
 /// splice(2) moves page references, so the bytes never pass through the init's memory: each hop
 /// costs no copy of its own (`cordon bench egress`).
@@ -331,14 +365,20 @@ impl<'a> Pipe<'a> {
     fn step(&mut self, readable: bool) -> io::Result<bool> {
         let mut moved = false;
         if readable && self.wants_read() {
-            match splice(self.from, None, &self.write_end, None, BUFFER, SPLICE) {
+            let filled = match splice(self.from, None, &self.write_end, None, BUFFER, SPLICE) {
+                // Readable, yet splice takes nothing (or sees an end): TCP's urgent mark may be
+                // next, where splice stops even with bytes and a FIN behind it.
+                Ok(0) | Err(Errno::EAGAIN) => past_urgent_mark(self.from, self.write_end.as_fd()),
+                other => other.map_err(io::Error::from),
+            };
+            match filled {
                 Ok(0) => self.eof = true,
                 Ok(n) => {
                     self.held += n;
                     moved = true;
                 }
-                Err(Errno::EAGAIN | Errno::EINTR) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) if would_block(&e) => {}
+                Err(e) => return Err(e),
             }
         }
         if self.pending() {

@@ -210,6 +210,36 @@ fn echoes_through_the_socket() {
     });
 }
 
+/// Send one byte of TCP urgent data (MSG_OOB) on `fd`.
+fn send_urgent(fd: BorrowedFd<'_>, byte: u8) {
+    // SAFETY: send(2) reads one byte of a live local, on a socket the test owns.
+    let sent = unsafe { libc::send(fd.as_raw_fd(), [byte].as_ptr().cast(), 1, libc::MSG_OOB) };
+    assert_eq!(sent, 1);
+}
+
+/// TCP urgent data from the client: splice(2) reads no further than the urgent mark, so the
+/// forwarder takes what follows it with recv(2), which leaves the urgent byte out (as any reader
+/// without SO_OOBINLINE does, and as the copying forwarder did). The stream goes on, both
+/// mid-stream and with the mark right before the client's EOF.
+#[test]
+fn urgent_data_is_passed_over_and_the_stream_goes_on() {
+    let dir = TempDir::new();
+    let seen = serve(&dir.socket(), Server::Echo);
+    let f = forwarder(dir.socket(), 4, IDLE);
+    let mut tcp = connect(&f);
+    echo(&mut tcp, b"before");
+    send_urgent(tcp.as_fd(), b'!');
+    echo(&mut tcp, b"after");
+    send_urgent(tcp.as_fd(), b'?');
+    tcp.write_all(b"last").unwrap();
+    tcp.shutdown(Shutdown::Write).unwrap();
+    let mut back = Vec::new();
+    tcp.read_to_end(&mut back).unwrap();
+    assert_eq!(back, b"last");
+    assert_eq!(seen.recv_timeout(PROMPT).unwrap(), b"beforeafterlast");
+    wait_for("the connection to end", || load(&f.stats.closed) == 1);
+}
+
 /// The client shuts down its write half: the proxy sees EOF, and its remaining bytes still
 /// arrive.
 #[test]
