@@ -141,6 +141,10 @@ pub enum BenchAction {
         mib: u64,
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Leave the repository's objects loose (by default they are in one pack, as a clone
+        /// brings them).
+        #[arg(long)]
+        loose: bool,
     },
 }
 
@@ -157,12 +161,7 @@ pub async fn run(ctx: &Ctx, action: BenchAction) -> anyhow::Result<ExitCode> {
     let engine = &ctx.ctl;
     match action {
         BenchAction::All { runs } => all(ctx, &built.id, runs).await,
-        BenchAction::Seed { files, mib, runs } => {
-            let report = bench::seed(engine, &built.id, files, mib * 1024 * 1024, runs)
-                .await
-                .context("benchmarking seeding")?;
-            shown(ctx, &report, report.text())
-        }
+        seed @ BenchAction::Seed { .. } => seeding(ctx, &built.id, seed).await,
         BenchAction::Check { entries, mib, runs } => {
             let report =
                 cordon_proof::bench_check::check(engine, &built.id, entries, mib << 20, runs)
@@ -319,6 +318,23 @@ fn shown<R: serde::Serialize>(ctx: &Ctx, report: &R, text: String) -> anyhow::Re
 }
 
 /// `bench terminate`: no engine, no image, the terminator alone.
+/// `cordon bench seed`.
+async fn seeding(ctx: &Ctx, image: &str, action: BenchAction) -> anyhow::Result<ExitCode> {
+    let BenchAction::Seed {
+        files,
+        mib,
+        runs,
+        loose,
+    } = action
+    else {
+        anyhow::bail!("not the seed benchmark")
+    };
+    let report = bench::seed(&ctx.ctl, image, (files, mib * 1024 * 1024), !loose, runs)
+        .await
+        .context("benchmarking seeding")?;
+    shown(ctx, &report, report.text())
+}
+
 async fn terminate(ctx: &Ctx, requests: usize, runs: usize, mib: u64) -> anyhow::Result<ExitCode> {
     let report = cordon_proof::bench_terminate::terminate(requests, runs, mib << 20)
         .await

@@ -365,6 +365,8 @@ impl GateBench {
 pub struct SeedBench {
     pub files: usize,
     pub tree_bytes: u64,
+    /// Whether the repository's objects were in one pack (as a clone brings them) or loose.
+    pub packed: bool,
     pub runs: usize,
     /// The checkout streamed from the staged objects (cordon's seeder), ms per run.
     pub seed_ms: Vec<f64>,
@@ -431,17 +433,23 @@ pub(crate) fn generate_repository(dir: &std::path::Path, files: usize, bytes: u6
 pub async fn seed(
     ctl: &Controller,
     image_id: &str,
-    files: usize,
-    bytes: u64,
+    (files, bytes): (usize, u64),
+    packed: bool,
     runs: usize,
 ) -> Result<SeedBench> {
     let engine = ctl.engine();
     let owner = Owner::random("bench");
     let dir = std::env::temp_dir().join(format!("cordon-bench-repo-{}", owner.as_str()));
     let repo = dir.clone();
-    let tree_bytes = tokio::task::spawn_blocking(move || generate_repository(&repo, files, bytes))
-        .await
-        .map_err(|e| Error::Internal(format!("generator: {e}")))?;
+    let tree_bytes = tokio::task::spawn_blocking(move || {
+        let bytes = generate_repository(&repo, files, bytes)?;
+        if packed {
+            cordon::repo::git::own_repository(&repo, &["repack", "-a", "-d", "-q"])?;
+        }
+        Ok(bytes)
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("generator: {e}")))?;
     let tree_bytes = match tree_bytes {
         Ok(b) => b,
         Err(e) => {
@@ -456,6 +464,7 @@ pub async fn seed(
     let mut report = SeedBench {
         files,
         tree_bytes,
+        packed,
         runs,
         seed_ms: vec![],
         plain_ms: vec![],
@@ -545,7 +554,7 @@ impl SeedBench {
     /// Plain text.
     pub fn text(&self) -> String {
         format!(
-            "seed: {} files, {:.1} MiB, {} interleaved runs\n\
+            "seed: {} files, {:.1} MiB, objects {}, {} interleaved runs\n\
              seeder (checkout from the staged objects) median {:.0} ms\n\
              plain tar upload of the same files      median {:.0} ms\n\
              ratio seeder/plain                      {:.3} (target <= {SEED_RATIO_TARGET})\n\
@@ -553,6 +562,7 @@ impl SeedBench {
              peak RSS while seeding {:.1} MiB (plain {:.1} MiB; target < {SEED_RSS_TARGET_MIB} MiB)\n",
             self.files,
             self.tree_bytes as f64 / 1_048_576.0,
+            if self.packed { "in one pack" } else { "loose" },
             self.runs,
             self.seed_median_ms,
             self.plain_median_ms,
