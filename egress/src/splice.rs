@@ -1,6 +1,7 @@
 //! The opaque tunnel's bytes moved socket to socket through kernel pipes (splice(2)): each
-//! direction fills its pipe from one socket and drains it into the other, so the bytes never pass
-//! through the proxy's memory and the hop costs no copy of its own (`cordon bench egress`).
+//! direction fills its pipe from one socket and drains it into the other, so the bytes do not pass
+//! through the proxy's memory (but for what follows TCP's urgent mark, [`fill`]) and the hop
+//! costs no copy of its own (`cordon bench egress`).
 //!
 //! Each direction reads only into an empty pipe. An EAGAIN on the way in then never means the
 //! pipe is full (a pipe's room is counted in pages, not bytes, so "full" could not be told

@@ -39,6 +39,8 @@ use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::unistd::pipe2;
 
+use crate::nonblocking::{recv, would_block};
+
 /// No byte either way for this long ends a forwarded connection (the proxy's own idle bound).
 pub const IDLE: Duration = Duration::from_secs(60);
 /// The pipe of each direction of each connection (`cordon bench egress` here, when these were
@@ -276,13 +278,6 @@ fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
-fn would_block(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
-}
-
 /// At most what one recv(2) takes past TCP's urgent mark: one page, which an empty pipe always
 /// has room for (a write of at most `PIPE_BUF` bytes is whole or nothing).
 const PAST_MARK: usize = 4096;
@@ -294,16 +289,7 @@ const PAST_MARK: usize = 4096;
 /// count, 0 at the real EOF, or EAGAIN when there is nothing at all.
 fn past_urgent_mark(from: BorrowedFd<'_>, pipe: BorrowedFd<'_>) -> io::Result<usize> {
     let mut buf = [0u8; PAST_MARK];
-    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which we own mutably.
-    let n = unsafe {
-        libc::recv(
-            from.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    let n = recv(from, &mut buf)?;
     if n > 0 && nix::unistd::write(pipe, &buf[..n])? != n {
         return Err(io::Error::other("the pipe took part of what was read"));
     }

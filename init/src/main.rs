@@ -22,6 +22,7 @@ mod digest;
 mod forward;
 mod judge;
 mod landlock;
+mod nonblocking;
 mod observe;
 mod overlay;
 mod privileges;

@@ -42,6 +42,8 @@ use nix::poll::PollFlags;
 use nix::sys::signal::SigSet;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
+use crate::nonblocking::{recv, send, would_block};
+
 /// How long a connection has to send its call line, and to take its answer.
 pub const CALL_DEADLINE: Duration = Duration::from_secs(5);
 /// Connections waiting while one is served, at most (more are refused by the kernel).
@@ -614,40 +616,6 @@ fn answer_line(answer: &Answer) -> Result<Vec<u8>, String> {
         ));
     }
     Ok(line)
-}
-
-fn recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which we own mutably.
-    let n = unsafe {
-        libc::recv(
-            fd.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    usize::try_from(n).map_err(|_| io::Error::last_os_error())
-}
-
-fn send(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
-    // SAFETY: send(2) reads at most `buf.len()` bytes from `buf`. MSG_NOSIGNAL: a gone peer is
-    // EPIPE, never SIGPIPE.
-    let n = unsafe {
-        libc::send(
-            fd.as_raw_fd(),
-            buf.as_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-    usize::try_from(n).map_err(|_| io::Error::last_os_error())
-}
-
-fn would_block(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
 }
 
 #[cfg(test)]
