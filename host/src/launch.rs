@@ -328,16 +328,28 @@ pub async fn create_into(
         let (names, specs) =
             InvocationVolumes::create_volumes(engine, prepared.volumes, &record).await?;
         timings.volumes_ms = ms(t);
-        // The loader is created beside the agent's container (read back and validated meanwhile);
-        // both start together in [`Launch::start`], which then fills the control dir: the
-        // agent's init waits for its ready marker.
-        let load = InvocationVolumes::create_loader(
-            engine,
-            profile.allocation(),
-            profile.image_id(),
-            &specs,
-            &record,
-        );
+        // The loader is created beside the agent's container (read back and validated meanwhile).
+        // Without a vault it never starts: once the agent's container has started it holds
+        // control and input mounted, and the loader is only the engine's way in to write them
+        // ([`volumes::deliver_held`]), one container start fewer. The proxy's vault needs a
+        // holder before the proxy starts, so with one the loader runs: it starts beside the
+        // network, its fixtures and the proxy's create (the longer path), and the vault is
+        // written only once the proxy was validated ([`Launch::start_proxy`]).
+        let early = prepared.vault.is_some();
+        let load = async {
+            let loader = InvocationVolumes::create_loader(
+                engine,
+                profile.allocation(),
+                profile.image_id(),
+                &specs,
+                &record,
+            )
+            .await?;
+            if early {
+                objects::start_container(engine, "loader", &loader).await?;
+            }
+            Ok::<_, Error>(loader)
+        };
         let agent = async {
             let t = Instant::now();
             let id = objects::create_container(
@@ -386,7 +398,9 @@ pub async fn create_into(
         drop(names);
         timings.create_ms = create_ms;
         timings.validate_ms = validate_ms;
-        let uploads = Uploads::new(&policy_bytes, &inputs)?.with_vault(prepared.vault);
+        let uploads = Uploads::new(&policy_bytes, &inputs)?
+            .with_vault(prepared.vault)
+            .started(early);
         Ok::<_, Error>((id, refusals, capture, (loader, uploads), made_egress))
     }
     .await;
@@ -485,6 +499,15 @@ impl Launch {
         let start = objects::start_container(engine, "container", &self.container);
         match self.loading.take() {
             None => start.await?,
+            // A loader without a vault never starts: the agent holds the dirs mounted.
+            Some((loader, uploads)) if !uploads.is_started() => {
+                start.await?;
+                if let Err(e) = volumes::deliver_held(engine, &loader, &uploads).await {
+                    // The init would wait for a control dir that never comes: stop it now.
+                    let _ = self.kill(engine, "KILL").await;
+                    return Err(e);
+                }
+            }
             Some((loader, uploads)) => {
                 let deliver = volumes::deliver(engine, &loader, &uploads);
                 let (started, delivered) = tokio::join!(start, deliver);

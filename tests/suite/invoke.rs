@@ -678,15 +678,13 @@ async fn a_failing_cleanup_reports_unreleased_and_retires_the_profile() {
 
 /// The container killed from outside during a run: the handle settles with the kill's exit code
 /// and signal, no stop reason, no answer, and nothing left.
-#[tokio::test]
-async fn a_container_killed_from_outside_settles() {
-    let s = owned("t-killed").await;
-    let storage = storage(&s).await;
+/// A questions invocation whose fake CLI hangs, once it runs.
+async fn hanging(s: &Owned, storage: &StorageHandle) -> Handle {
     let handle = start(
         &s.ctl,
         capture(
             &s.ctl,
-            request(&storage, Phase::Questions, "cordon-fake:hang"),
+            request(storage, Phase::Questions, "cordon-fake:hang"),
         )
         .unwrap(),
         None,
@@ -695,6 +693,14 @@ async fn a_container_killed_from_outside_settles() {
     .await
     .unwrap();
     handle.reached(Step::Running).await;
+    handle
+}
+
+#[tokio::test]
+async fn a_container_killed_from_outside_settles() {
+    let s = owned("t-killed").await;
+    let storage = storage(&s).await;
+    let handle = hanging(&s, &storage).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     s.engine
         .docker()
@@ -713,6 +719,53 @@ async fn a_container_killed_from_outside_settles() {
         "{result:#?}"
     );
     assert_eq!(failure(&result), Some("signal"));
+    assert!(result.unreleased.is_empty());
+    finish(s, &storage).await;
+}
+
+/// What the engine says of a container's state: its status, and whether it ever started.
+async fn state_of(
+    s: &Owned,
+    name: &str,
+) -> (Option<bollard::models::ContainerStateStatusEnum>, bool) {
+    let inspected = s
+        .engine
+        .docker()
+        .inspect_container(name, None)
+        .await
+        .expect("inspect");
+    let state = inspected.state.expect("a state");
+    let never = state
+        .started_at
+        .as_deref()
+        .is_none_or(|t| t.starts_with("0001-"));
+    (state.status, !never)
+}
+
+/// Without a proxy's vault the loader never starts: the agent's own container holds the control
+/// and input dirs mounted once it has started, and the policy goes in through the stopped
+/// loader's mounts of the same volumes. The init still reads it and attests; the loader is
+/// created, never run. (With a vault it runs: `the_credential_never_enters_the_agents_container`.)
+#[tokio::test]
+async fn without_a_vault_the_loader_never_starts_and_the_policy_still_arrives() {
+    let s = owned("t-held").await;
+    let storage = storage(&s).await;
+    // Running: the agent started and the policy was written (the start returns after both).
+    let handle = hanging(&s, &storage).await;
+    let loader = format!("cordon-loader-{}", handle.allocation());
+    assert_eq!(
+        state_of(&s, &loader).await,
+        (
+            Some(bollard::models::ContainerStateStatusEnum::CREATED),
+            false
+        ),
+        "the loader of an invocation without a vault"
+    );
+    // The init attests within milliseconds of its ready marker; the fake CLI then hangs.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    handle.stop(StopReason::Cancelled);
+    let result = handle.settled().await;
+    assert!(result.attestation.is_some(), "{result:#?}");
     assert!(result.unreleased.is_empty());
     finish(s, &storage).await;
 }
@@ -769,6 +822,14 @@ async fn the_credential_never_enters_the_agents_container() {
     }
     for handle in &handles {
         handle.reached(Step::Running).await;
+        // With a vault the loader runs: it holds the vault before the proxy starts.
+        let loader = format!("cordon-loader-{}", handle.allocation());
+        let (status, _) = state_of(&s, &loader).await;
+        assert_eq!(
+            status,
+            Some(bollard::models::ContainerStateStatusEnum::RUNNING),
+            "{loader}"
+        );
     }
     // While they run: no label of any object carries a token.
     let listed = cordon::engine::objects::Listed::with_label(

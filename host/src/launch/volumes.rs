@@ -115,7 +115,7 @@ pub struct Uploads {
     control: Vec<u8>,
     input: Option<Vec<u8>>,
     vault: Option<VaultTar>,
-    /// The loader was started already (to deliver the vault).
+    /// The loader was started already (beside the proxy's create, or to deliver the vault).
     started: bool,
 }
 
@@ -147,6 +147,17 @@ impl Uploads {
     pub fn with_vault(mut self, tar: Option<VaultTar>) -> Uploads {
         self.vault = tar;
         self
+    }
+
+    /// Whether the loader was started already (neither delivery starts it again).
+    pub fn started(mut self, started: bool) -> Uploads {
+        self.started = started;
+        self
+    }
+
+    /// The loader runs (it holds the dirs mounted itself).
+    pub fn is_started(&self) -> bool {
+        self.started
     }
 }
 
@@ -185,19 +196,35 @@ pub async fn deliver_vault(engine: &Engine, loader: &str, uploads: &mut Uploads)
     let Some(vault) = uploads.vault.take() else {
         return Ok(());
     };
-    objects::start_container(engine, "loader", loader).await?;
-    uploads.started = true;
+    if !uploads.started {
+        objects::start_container(engine, "loader", loader).await?;
+        uploads.started = true;
+    }
     upload(engine, loader, VAULT_DIR, vault.into_bytes()).await
 }
 
 /// Start the loader (it holds control and input mounted: a tmpfs volume lives only while some
-/// container mounts it, and the agent container may start at the same time), unless the vault's
-/// delivery started it, and write into it, the ready marker last. The loader runs no agent code
-/// and stays until cleanup.
+/// container mounts it, and the agent container may start at the same time), unless it was
+/// started already, and write into it, the ready marker last. The loader runs no agent code and
+/// stays until cleanup.
 pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
     if !uploads.started {
         objects::start_container(engine, "loader", loader).await?;
     }
+    write(engine, loader, uploads).await
+}
+
+/// Write into a loader that is never started, once the agent's container (which mounts the same
+/// control and input volumes) has started and so holds them mounted. The engine's archive of a
+/// stopped container mounts its volumes for the upload alone, and a tmpfs volume keeps what was
+/// written while another container still mounts it: one container start fewer per invocation.
+/// The loader is then only the engine's way in to those volumes; it never runs.
+pub async fn deliver_held(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
+    write(engine, loader, uploads).await
+}
+
+/// The inputs, then the policy and the ready marker (one tar, the marker last).
+async fn write(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
     if let Some(input) = &uploads.input {
         upload(engine, loader, paths::INPUT_DIR, input.clone()).await?;
     }
