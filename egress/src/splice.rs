@@ -17,6 +17,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+use nix::sys::socket::{self, MsgFlags, Shutdown};
 use nix::unistd::pipe2;
 use tokio::io::{Interest, Ready};
 use tokio::net::{TcpStream, UnixStream};
@@ -110,16 +111,7 @@ fn fill(from: BorrowedFd<'_>, pipe: &Pipe) -> io::Result<usize> {
         other => return other.map_err(io::Error::from),
     }
     let mut buf = [0u8; PAST_MARK];
-    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which we own mutably.
-    let n = unsafe {
-        libc::recv(
-            from.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    let n = socket::recv(from.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT)?;
     if n > 0 && nix::unistd::write(&pipe.write_end, &buf[..n])? != n {
         return Err(io::Error::other("the pipe took part of what was read"));
     }
@@ -148,13 +140,9 @@ async fn spliced<S: Socket>(
     }
 }
 
-/// Shut down `socket`'s write half.
-fn shutdown_write(socket: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: shutdown(2) with integer arguments only, on a descriptor borrowed for the call.
-    if unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_WR) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+/// Shut down `fd`'s write half.
+fn shutdown_write(fd: BorrowedFd<'_>) -> io::Result<()> {
+    Ok(socket::shutdown(fd.as_raw_fd(), Shutdown::Write)?)
 }
 
 /// Move one direction until `from` ends (then shut `to`'s write half) or either fails; every

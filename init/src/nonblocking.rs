@@ -4,33 +4,20 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use nix::sys::socket::{self, MsgFlags};
+
 /// One recv(2) into `buf` without waiting.
 pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: recv(2) writes at most `buf.len()` bytes into `buf`, which we own mutably.
-    let n = unsafe {
-        libc::recv(
-            fd.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    Ok(socket::recv(fd.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT)?)
 }
 
-/// One send(2) of `buf` without waiting.
+/// One send(2) of `buf` without waiting. MSG_NOSIGNAL: a gone peer is EPIPE, never SIGPIPE.
 pub fn send(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
-    // SAFETY: send(2) reads at most `buf.len()` bytes from `buf`. MSG_NOSIGNAL: a gone peer is
-    // EPIPE, never SIGPIPE.
-    let n = unsafe {
-        libc::send(
-            fd.as_raw_fd(),
-            buf.as_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    Ok(socket::send(
+        fd.as_raw_fd(),
+        buf,
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+    )?)
 }
 
 /// Whether `e` only means "try again later".
