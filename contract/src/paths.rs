@@ -23,9 +23,9 @@ pub const OUTPUT_DIR: &str = "/run/cordon/output";
 pub const CONTROL_DIR: &str = "/run/cordon/control";
 /// The policy file inside the control dir.
 pub const POLICY_FILE: &str = "/run/cordon/control/policy.json";
-/// Written into the control dir after the policy and the input files: the container starts while
-/// they are still being written (beside the loader that holds the dirs), and its init reads
-/// nothing before this exists.
+/// Written into the control dir after the policy and the input files: the container starts
+/// before they are written (the loader's mounts of the same volumes take the upload), and its
+/// init reads nothing of them before this exists.
 pub const POLICY_READY: &str = "/run/cordon/control/ready";
 /// How long the init waits for [`POLICY_READY`] before it refuses.
 pub const POLICY_WAIT_MS: u64 = 30_000;
@@ -35,7 +35,7 @@ pub const POLICY_WAIT_MS: u64 = 30_000;
 pub fn wait_for_policy() -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(POLICY_WAIT_MS);
     loop {
-        if std::fs::symlink_metadata(POLICY_READY).is_ok() {
+        if policy_ready() {
             return true;
         }
         if std::time::Instant::now() >= deadline {
@@ -44,6 +44,12 @@ pub fn wait_for_policy() -> bool {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+/// Whether [`POLICY_READY`] exists (nothing is opened).
+pub fn policy_ready() -> bool {
+    std::fs::symlink_metadata(POLICY_READY).is_ok()
+}
+
 /// The read-only input dir (prompt, schema).
 pub const INPUT_DIR: &str = "/run/cordon/input";
 /// The read-only dir holding the egress proxy's unix socket.

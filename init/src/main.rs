@@ -107,10 +107,18 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     let start = observe::status(&kernel);
     let mounts = observe::mountinfo(&kernel);
     let last_cap = observe::cap_last_cap(&kernel);
-    let (policy, digest, started) = wait_and_read_policy();
+    let digest_work = mounts.as_deref().is_ok_and(observe::work_read_only);
+    let (
+        Arrived {
+            policy,
+            digest,
+            started,
+        },
+        work_digest,
+    ) = wait_and_read_policy(digest_work);
 
     let acted = act_as_root(&policy, inherited, start, mounts, last_cap);
-    let observations = observe::gather(&kernel, &policy, acted);
+    let observations = observe::gather(&kernel, &policy, acted, work_digest);
     let mut checks = match judge::preflight(&policy, &observations) {
         Ok(passed) => passed,
         Err(refusal) => refuse_with(refusal),
@@ -150,9 +158,53 @@ fn agent(mask: &nix::sys::signal::SigSet, panic_after_start: bool) -> ! {
     supervise_workload(&policy, mask, panic_after_start)
 }
 
-/// Wait for the host to mark the control dir ready, then read the policy: the policy, its
-/// digest, and when the preflight's time starts (the moment the policy is there).
-fn wait_and_read_policy() -> (Policy, String, Instant) {
+/// The policy as it arrived.
+struct Arrived {
+    policy: Policy,
+    /// The policy file's digest.
+    digest: String,
+    /// When the preflight's time starts: the moment the policy was there.
+    started: Instant,
+}
+
+/// How often a walk of /work taken while the policy is uploaded looks for it.
+const READY_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Wait for the host to mark the control dir ready, then read the policy; with `digest_work`,
+/// the digest of /work taken meanwhile too.
+///
+/// A shared snapshot's /work is checked against its recorded digest before every use: reading
+/// it is most of a warm invocation's preflight, and the host's upload of the policy is time this
+/// container only waits. So a read-only /work is walked while it waits: the same walk the check
+/// would make after the privilege drop, over a tree no container can write. Before the drop
+/// the init is uid 0 without CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH, so it reads the
+/// snapshot's files (owned by the snapshot's uid) by the same mode bits as the workload. Once
+/// the policy is there the walk goes on only if the policy asks for the digest; a walk that
+/// stopped or failed leaves the check to read /work afresh (`observe::gather`).
+fn wait_and_read_policy(digest_work: bool) -> (Arrived, Option<String>) {
+    let mut arrived = None;
+    let mut looked = Instant::now();
+    let mut taken = None;
+    if digest_work {
+        let walked = observe::work_digest_while(|| {
+            if arrived.is_none() && looked.elapsed() >= READY_POLL {
+                looked = Instant::now();
+                if paths::policy_ready() {
+                    arrived = Some(read_arrived());
+                }
+            }
+            arrived
+                .as_ref()
+                .is_none_or(|a: &Arrived| a.policy.work_digest.is_some())
+        });
+        taken = walked.ok().flatten();
+    }
+    let arrived = arrived.unwrap_or_else(wait_and_read_arrived);
+    (arrived, taken)
+}
+
+/// Wait for the host to mark the control dir ready, then read the policy.
+fn wait_and_read_arrived() -> Arrived {
     if !paths::wait_for_policy() {
         refuse(
             Id::Policy,
@@ -164,9 +216,18 @@ fn wait_and_read_policy() -> (Policy, String, Instant) {
             "the control dir was never marked ready",
         );
     }
+    read_arrived()
+}
+
+/// Read the policy the ready marker says is there.
+fn read_arrived() -> Arrived {
     let started = Instant::now();
     let (policy, digest) = read_policy();
-    (policy, digest, started)
+    Arrived {
+        policy,
+        digest,
+        started,
+    }
 }
 
 /// Whether the init enforces `id`. The gate's probe layer may tell the init to leave one

@@ -566,7 +566,9 @@ fn existing_beneath(root: BorrowedFd<'_>, paths: &[&str]) -> Vec<String> {
 }
 
 /// Read everything, after the init's own steps. Nothing here changes state.
-pub fn gather(k: &Kernel, policy: &Policy, acted: Acted) -> Observations {
+/// `taken` is the digest of /work if it was already read (`main.rs`, while the policy was
+/// uploaded); otherwise it is read here when the policy asks for it.
+pub fn gather(k: &Kernel, policy: &Policy, acted: Acted, taken: Option<String>) -> Observations {
     let read = |p: &str| k.read(p);
     let pid = std::process::id() as i32;
     let ppid = nix::unistd::getppid().as_raw();
@@ -634,16 +636,36 @@ pub fn gather(k: &Kernel, policy: &Policy, acted: Acted) -> Observations {
             .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
             .collect(),
         cgroup_limits: cgroup_limits(k),
-        work_digest: policy.work_digest.as_ref().map(|_| work_digest()),
+        work_digest: policy
+            .work_digest
+            .as_ref()
+            .map(|_| taken.map_or_else(work_digest, Ok)),
     }
 }
 
-/// The digest of /work; the walk moves the cwd, which is put back.
+/// The digest of /work.
 fn work_digest() -> Result<String, String> {
+    work_digest_while(|| true)?.ok_or_else(|| "the walk was stopped".to_owned())
+}
+
+/// The digest of /work, asking `go_on` before every entry and read (`None`: it said no); the
+/// walk moves the cwd, which is put back.
+pub fn work_digest_while(go_on: impl FnMut() -> bool) -> Result<Option<String>, String> {
     let cwd = std::env::current_dir().map_err(|e| format!("getcwd: {e}"))?;
-    let digest = crate::digest::tree(std::path::Path::new(paths::WORK)).map(|(d, _)| d);
+    let digest = crate::digest::tree_while(std::path::Path::new(paths::WORK), go_on)
+        .map(|walked| walked.map(|(d, _)| d));
     std::env::set_current_dir(&cwd).map_err(|e| format!("back to {}: {e}", cwd.display()))?;
     digest
+}
+
+/// Whether /work is mounted read-only and no overlay is to be laid on it: a shared snapshot's
+/// mount, or a read-only phase's own storage. Only a hint of whether the policy will ask for the
+/// digest of /work (`main.rs` reads it while the policy is uploaded); the judge reads the mount
+/// table again.
+pub fn work_read_only(mounts: &[MountEntry]) -> bool {
+    let work = mounts.iter().rev().find(|m| m.mount_point == paths::WORK);
+    let overlay = mounts.iter().any(|m| m.mount_point == paths::OVERLAY_AREA);
+    !overlay && work.is_some_and(|m| m.mount_opts.iter().any(|o| o == "ro"))
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
-use std::sync::Mutex;
 
 use cordon_contract::tree::{
     CheckReport, DeclaredLink, EntryKind, Finding, LinkSnapshot, OpKind, Operation, ReaderFailure,
@@ -16,9 +15,6 @@ use cordon_contract::tree::{
 use super::check::{self, Findings};
 use super::index::{self, Base, Lookup, Mode, Node};
 use super::{fs, links};
-
-/// The digest changes the process's directory: one test at a time calls it.
-static CWD: Mutex<()> = Mutex::new(());
 
 use super::fixture::{chmod, mkfifo, scratch, Fixture};
 
@@ -817,27 +813,17 @@ fn the_index_is_read_without_following_a_link() {
 
 // The digest and the role.
 
-fn with_cwd_kept<R>(body: impl FnOnce() -> R) -> R {
-    let _one = CWD
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let cwd = std::env::current_dir().expect("cwd");
-    let out = body();
-    std::env::set_current_dir(cwd).expect("cwd back");
-    out
-}
-
 #[test]
 fn the_report_carries_the_digest_roles_metadata_digest() {
     let (f, base) = typical();
-    let (report, digest) = with_cwd_kept(|| {
+    let (report, digest) = crate::digest::with_cwd_kept(|| {
         let report = check::check(f.work(), &f.meta(), &base, &[]).expect("check");
         let digest = crate::digest::tree(&f.meta()).expect("digest").0;
         (report, digest)
     });
     assert!(digest.starts_with("sha256:"));
     assert_eq!(report.metadata_digest, digest);
-    let snapshot = with_cwd_kept(|| {
+    let snapshot = crate::digest::with_cwd_kept(|| {
         links::snapshot_links(f.work(), &f.meta(), &["link".to_owned()]).expect("snapshot")
     });
     assert_eq!(snapshot.metadata_digest, digest);
@@ -848,7 +834,7 @@ fn the_role_answers_one_json_document() {
     let (f, base) = typical();
     let run = |args: &[&str]| {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        with_cwd_kept(|| super::run(&args, f.work(), &f.meta()))
+        crate::digest::with_cwd_kept(|| super::run(&args, f.work(), &f.meta()))
     };
     let add = r#"{"kind":"add","path":"README"}"#;
     let text = run(&["check", &base, add]).expect("check");
@@ -876,7 +862,7 @@ fn the_role_answers_one_json_document() {
     let many: Vec<String> = std::iter::once("snapshot-links".to_owned())
         .chain((0..=MAX_DECLARED_PATHS).map(|n| format!("p{n}")))
         .collect();
-    assert!(with_cwd_kept(|| super::run(&many, f.work(), &f.meta())).is_err());
+    assert!(crate::digest::with_cwd_kept(|| super::run(&many, f.work(), &f.meta())).is_err());
     assert!(super::document(Ok("x".repeat(cordon_contract::tree::MAX_REPORT_BYTES + 1))).is_err());
     let long = super::failure_document(&"y".repeat(100_000));
     assert!(long.len() < 5000);
