@@ -599,7 +599,8 @@ pub struct InvokeBench {
 }
 
 /// A generated repository of `files` files of about 4 KiB (a mid-sized source tree) in a
-/// directory of its own, removed when dropped.
+/// directory of its own, its objects in one pack as a clone brings them (`bench seed --loose`
+/// measures what loose objects cost), removed when dropped.
 pub(crate) struct SourceTree(std::path::PathBuf);
 
 impl SourceTree {
@@ -609,9 +610,13 @@ impl SourceTree {
             uuid::Uuid::new_v4().simple()
         )));
         let dir = tree.0.clone();
-        tokio::task::spawn_blocking(move || generate_repository(&dir, files, files as u64 * 4096))
-            .await
-            .map_err(|e| Error::Internal(format!("generator: {e}")))??;
+        tokio::task::spawn_blocking(move || {
+            generate_repository(&dir, files, files as u64 * 4096)?;
+            cordon::repo::git::own_repository(&dir, &["repack", "-a", "-d", "-q"])?;
+            Ok::<_, Error>(())
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("generator: {e}")))??;
         Ok(tree)
     }
 
