@@ -395,12 +395,17 @@ pub async fn create_into(
             refusals.extend(proxy_refusals);
             made
         });
+        let held = [Kind::Control, Kind::Input]
+            .iter()
+            .filter_map(|kind| names.get(kind).cloned())
+            .collect();
         drop(names);
         timings.create_ms = create_ms;
         timings.validate_ms = validate_ms;
         let uploads = Uploads::new(&policy_bytes, &inputs)?
             .with_vault(prepared.vault)
-            .started(early);
+            .started(early)
+            .held_in(held);
         Ok::<_, Error>((id, refusals, capture, (loader, uploads), made_egress))
     }
     .await;
@@ -499,10 +504,32 @@ impl Launch {
         let start = objects::start_container(engine, "container", &self.container);
         match self.loading.take() {
             None => start.await?,
-            // A loader without a vault never starts: the agent holds the dirs mounted.
+            // A loader without a vault never starts: the agent holds the dirs mounted, from
+            // the engine's mount of them early in its start. The upload goes in then, beside the
+            // rest of the start, or once the start returned if that came first.
             Some((loader, uploads)) if !uploads.is_started() => {
-                start.await?;
-                if let Err(e) = volumes::deliver_held(engine, &loader, &uploads).await {
+                // From a second back: the stream is asked for as the start is sent.
+                let now = std::time::SystemTime::now();
+                let since = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+                let mounted = volumes::mounted_by(engine, &self.container, uploads.held(), since);
+                tokio::pin!(start, mounted);
+                let beside = tokio::select! {
+                    started = &mut start => {
+                        started?;
+                        false
+                    }
+                    () = &mut mounted => true,
+                };
+                tracing::debug!(beside, "the control dir's upload, beside the agent's start");
+                let deliver = volumes::deliver_held(engine, &loader, &uploads);
+                let delivered = if beside {
+                    let (started, delivered) = tokio::join!(start, deliver);
+                    started?;
+                    delivered
+                } else {
+                    deliver.await
+                };
+                if let Err(e) = delivered {
                     // The init would wait for a control dir that never comes: stop it now.
                     let _ = self.kill(engine, "KILL").await;
                     return Err(e);

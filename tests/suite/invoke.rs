@@ -750,9 +750,54 @@ async fn state_of(
 async fn without_a_vault_the_loader_never_starts_and_the_policy_still_arrives() {
     let s = owned("t-held").await;
     let storage = storage(&s).await;
+    let before = std::time::SystemTime::now();
     // Running: the agent started and the policy was written (the start returns after both).
     let handle = hanging(&s, &storage).await;
     let loader = format!("cordon-loader-{}", handle.allocation());
+    // The upload waits for the engine's word that the agent's container holds control and input
+    // mounted: it came for the agent, for both volumes, and never comes for a container that
+    // mounted neither (the storage's keeper). The engine reports the loader's archive mounting
+    // them too, as the loader's, for the upload alone: only the agent's count.
+    let held = ["control", "input"].map(|kind| format!("cordon-{kind}-{}", handle.allocation()));
+    let agent = format!("cordon-agent-{}", handle.allocation());
+    let agent_id = s
+        .engine
+        .docker()
+        .inspect_container(&agent, None)
+        .await
+        .expect("inspect the agent")
+        .id
+        .expect("an id");
+    let mounted = |who: String| {
+        let (engine, held) = (&s.engine, &held);
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                cordon::launch::volumes::mounted_by(engine, &who, held, before),
+            )
+            .await
+            .is_ok()
+        }
+    };
+    assert!(mounted(agent_id).await, "the agent's mounts of {held:?}");
+    let loader_id = s
+        .engine
+        .docker()
+        .inspect_container(&loader, None)
+        .await
+        .expect("inspect the loader")
+        .id
+        .expect("an id");
+    assert!(mounted(loader_id).await, "the loader's archive, reported");
+    let keeper_id = s
+        .engine
+        .docker()
+        .inspect_container(&storage.keeper, None)
+        .await
+        .expect("inspect the keeper")
+        .id
+        .expect("an id");
+    assert!(!mounted(keeper_id).await, "the keeper mounted neither");
     assert_eq!(
         state_of(&s, &loader).await,
         (

@@ -1,13 +1,16 @@
-//! One invocation's control, input and egress volumes, and the loader: a trusted helper that holds
-//! control and input mounted (a tmpfs volume lives only while some container mounts it) and into
-//! which the policy and the input files are written. All tmpfs: no host path or host disk figure
-//! shows inside.
+//! One invocation's control, input and egress volumes, and the loader: a trusted helper through
+//! which the policy and the input files are written (a tmpfs volume lives only while some
+//! container mounts it: the loader holds them while it runs, and without a vault it never runs
+//! and the agent's container holds them). All tmpfs: no host path or host disk figure shows
+//! inside.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bollard::models::{Mount, VolumeCreateRequest};
-use bollard::query_parameters::UploadToContainerOptions;
+use bollard::query_parameters::{EventsOptions, UploadToContainerOptions};
 use cordon_contract::paths;
+use futures_util::StreamExt;
 
 use crate::archive::Archive;
 use crate::custody::{VaultTar, VAULT_DIR};
@@ -117,6 +120,9 @@ pub struct Uploads {
     vault: Option<VaultTar>,
     /// The loader was started already (beside the proxy's create, or to deliver the vault).
     started: bool,
+    /// The control and input volumes' names: a loader that never starts writes into them once
+    /// the agent's container holds them mounted ([`mounted_by`]).
+    held: Vec<String>,
 }
 
 impl std::fmt::Debug for Uploads {
@@ -140,7 +146,19 @@ impl Uploads {
             },
             vault: None,
             started: false,
+            held: Vec::new(),
         })
+    }
+
+    /// The control and input volumes' names (see [`mounted_by`]).
+    pub fn held_in(mut self, names: Vec<String>) -> Uploads {
+        self.held = names;
+        self
+    }
+
+    /// The control and input volumes' names.
+    pub fn held(&self) -> &[String] {
+        &self.held
     }
 
     /// The proxy's vault, delivered by [`deliver_vault`] before the proxy starts.
@@ -215,12 +233,54 @@ pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads) -> Result
 }
 
 /// Write into a loader that is never started, once the agent's container (which mounts the same
-/// control and input volumes) has started and so holds them mounted. The engine's archive of a
+/// control and input volumes) holds them mounted ([`mounted_by`], or its start returned). The engine's archive of a
 /// stopped container mounts its volumes for the upload alone, and a tmpfs volume keeps what was
 /// written while another container still mounts it: one container start fewer per invocation.
 /// The loader is then only the engine's way in to those volumes; it never runs.
 pub async fn deliver_held(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
     write(engine, loader, uploads).await
+}
+
+/// Resolves once the engine has reported `container` mounting every volume in `names` (its
+/// `volume mount` events, which it sends once the volume's driver has mounted it); never, when
+/// `names` is empty or the stream ends or fails first. A caller races it with that container's
+/// start, whose return means the same: the engine mounts a container's volumes early in its start
+/// (here about 250 ms before the start returns), and from then on they hold what is written.
+/// The events are asked for from `since` on: the engine answers those it still keeps (its last
+/// 256) and then the new ones, under one lock, so none falls between the two.
+pub async fn mounted_by(engine: &Engine, container: &str, names: &[String], since: SystemTime) {
+    let mut left: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+    if left.is_empty() {
+        return std::future::pending().await;
+    }
+    let since = since
+        .duration_since(UNIX_EPOCH)
+        .ok()
+        .map(|d| format!("{}.{:09}", d.as_secs(), d.subsec_nanos()));
+    let filters = HashMap::from([
+        ("type".to_owned(), vec!["volume".to_owned()]),
+        ("event".to_owned(), vec!["mount".to_owned()]),
+        ("volume".to_owned(), names.to_vec()),
+    ]);
+    let options = EventsOptions {
+        since,
+        until: None,
+        filters: Some(filters),
+    };
+    let mut events = engine.docker().events(Some(options));
+    while let Some(Ok(event)) = events.next().await {
+        let Some(actor) = event.actor else { continue };
+        let by = actor.attributes.as_ref().and_then(|a| a.get("container"));
+        if by.map(String::as_str) == Some(container) {
+            if let Some(id) = actor.id.as_deref() {
+                left.remove(id);
+            }
+        }
+        if left.is_empty() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// The inputs, then the policy and the ready marker (one tar, the marker last).
