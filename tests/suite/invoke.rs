@@ -742,9 +742,15 @@ async fn state_of(
     (state.status, !never)
 }
 
+/// A container's id, by its name.
+async fn id_of(s: &Owned, name: &str) -> String {
+    let inspected = s.engine.docker().inspect_container(name, None).await;
+    inspected.expect("inspect").id.expect("an id")
+}
+
 /// Without a proxy's vault the loader never starts: the agent's own container holds the control
-/// and input dirs mounted once it has started, and the policy goes in through the stopped
-/// loader's mounts of the same volumes. The init still reads it and attests; the loader is
+/// and input dirs once the engine has mounted them for it, and the policy goes in through the
+/// stopped loader's mounts of the same volumes. The init still reads it and attests; the loader is
 /// created, never run. (With a vault it runs: `the_credential_never_enters_the_agents_container`.)
 #[tokio::test]
 async fn without_a_vault_the_loader_never_starts_and_the_policy_still_arrives() {
@@ -760,14 +766,7 @@ async fn without_a_vault_the_loader_never_starts_and_the_policy_still_arrives() 
     // them too, as the loader's, for the upload alone: only the agent's count.
     let held = ["control", "input"].map(|kind| format!("cordon-{kind}-{}", handle.allocation()));
     let agent = format!("cordon-agent-{}", handle.allocation());
-    let agent_id = s
-        .engine
-        .docker()
-        .inspect_container(&agent, None)
-        .await
-        .expect("inspect the agent")
-        .id
-        .expect("an id");
+    let agent_id = id_of(&s, &agent).await;
     let mounted = |who: String| {
         let (engine, held) = (&s.engine, &held);
         async move {
@@ -780,23 +779,9 @@ async fn without_a_vault_the_loader_never_starts_and_the_policy_still_arrives() 
         }
     };
     assert!(mounted(agent_id).await, "the agent's mounts of {held:?}");
-    let loader_id = s
-        .engine
-        .docker()
-        .inspect_container(&loader, None)
-        .await
-        .expect("inspect the loader")
-        .id
-        .expect("an id");
+    let loader_id = id_of(&s, &loader).await;
     assert!(mounted(loader_id).await, "the loader's archive, reported");
-    let keeper_id = s
-        .engine
-        .docker()
-        .inspect_container(&storage.keeper, None)
-        .await
-        .expect("inspect the keeper")
-        .id
-        .expect("an id");
+    let keeper_id = id_of(&s, &storage.keeper).await;
     assert!(!mounted(keeper_id).await, "the keeper mounted neither");
     assert_eq!(
         state_of(&s, &loader).await,
