@@ -233,9 +233,10 @@ pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads) -> Result
 }
 
 /// Write into a loader that is never started, once the agent's container (which mounts the same
-/// control and input volumes) holds them mounted ([`mounted_by`], or its start returned). The engine's archive of a
-/// stopped container mounts its volumes for the upload alone, and a tmpfs volume keeps what was
-/// written while another container still mounts it: one container start fewer per invocation.
+/// control and input volumes) holds them mounted ([`mounted_by`], or its start returned). The
+/// engine's archive of a stopped container mounts its volumes for the upload alone, and a tmpfs
+/// volume keeps what was written while another container still mounts it: one container start
+/// fewer per invocation.
 /// The loader is then only the engine's way in to those volumes; it never runs.
 pub async fn deliver_held(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
     write(engine, loader, uploads).await
