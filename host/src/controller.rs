@@ -37,7 +37,14 @@ struct State {
     retired: Mutex<BTreeSet<uuid::Uuid>>,
     /// Each issued tree check's id and its canonical text.
     tree_checks: Mutex<BTreeMap<uuid::Uuid, String>>,
+    /// Base's ignore rules as the reader takes them (JSON), by (metadata baseline, base), from
+    /// an inspection whose metadata was as seeded; at most [`KNOWN_IGNORE_RULES`] of them.
+    ignore_rules: Mutex<BTreeMap<(String, String), Arc<str>>>,
 }
+
+/// How many bases' ignore rules a controller keeps (each at most
+/// [`cordon_contract::audit::MAX_IGNORE_RULES_BYTES`]).
+const KNOWN_IGNORE_RULES: usize = 16;
 
 /// A registry whose lock a panicking holder poisoned: every caller is refused from then on (each
 /// change is one insert or remove, but a refusal is the safe answer to "was it there?").
@@ -84,6 +91,41 @@ impl Controller {
     /// The engine connection.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Base's ignore rules (JSON) as an earlier inspection of metadata `baseline` read them:
+    /// the rules are a function of base's tree, which base's commit id names and the baseline
+    /// digest covers, so they hold for every storage seeded with that metadata.
+    pub(crate) fn known_ignore_rules(
+        &self,
+        baseline: &str,
+        base: &str,
+    ) -> Result<Option<Arc<str>>> {
+        let known = lock(&self.state.ignore_rules, "ignore rules")?;
+        Ok(known.get(&(baseline.to_owned(), base.to_owned())).cloned())
+    }
+
+    /// Keep base's ignore rules, read from metadata whose digest was `baseline`; past
+    /// [`KNOWN_IGNORE_RULES`] the first in key order goes.
+    pub(crate) fn learn_ignore_rules(
+        &self,
+        baseline: &str,
+        base: &str,
+        rules: Arc<str>,
+    ) -> Result<()> {
+        let mut known = lock(&self.state.ignore_rules, "ignore rules")?;
+        known.insert((baseline.to_owned(), base.to_owned()), rules);
+        while known.len() > KNOWN_IGNORE_RULES {
+            known.pop_first();
+        }
+        Ok(())
+    }
+
+    /// Whether this controller knows base's ignore rules for metadata `baseline` (its next
+    /// inspection of such a storage then reads the metadata beside the work tree).
+    #[doc(hidden)]
+    pub fn knows_ignore_rules(&self, baseline: &str, base: &str) -> bool {
+        matches!(self.known_ignore_rules(baseline, base), Ok(Some(_)))
     }
 
     /// Take an attempt id for good: a second capture of it is refused.

@@ -400,13 +400,32 @@ async fn too_many_changes_a_hostile_name_and_a_sparse_file_are_refused() {
 }
 
 /// A change to the metadata after seeding: the manifest says so and lists nothing else (no git
-/// runs on it), and the task needs a person.
+/// runs on it), and the task needs a person. That holds whether the metadata is read first (base's
+/// ignore rules not yet known to the controller) or beside the work tree (known from an earlier
+/// inspection), the two give the same manifest, and no rules are learned from metadata that is
+/// not as seeded.
 #[tokio::test]
 async fn a_metadata_change_lists_nothing_else() {
     let s = owned("t-audit-metadata").await;
     let (repo, head) = corpus_repo();
     let storage = seed(&s, &repo, &head).await;
-    agent_script(&s, &storage, r#"[{"write":["new.txt","new"]}]"#).await;
+    let baseline = storage.metadata_baseline.clone().expect("a baseline");
+    agent_script(
+        &s,
+        &storage,
+        r#"[{"write":["new.txt","new"]},{"write":["debug.log","ignored"]}]"#,
+    )
+    .await;
+    assert!(!s.ctl.knows_ignore_rules(&baseline, &head));
+    let first = inspect(&s, &storage).await.expect("a manifest");
+    assert!(
+        s.ctl.knows_ignore_rules(&baseline, &head),
+        "an inspection of metadata as seeded keeps base's rules"
+    );
+    let beside = inspect(&s, &storage).await.expect("a manifest");
+    assert_eq!(first, beside, "the metadata read beside the work tree");
+    assert!(!first.metadata_changed && first.changes.len() == 2);
+
     plant(
         &s,
         &storage,
@@ -414,9 +433,23 @@ async fn a_metadata_change_lists_nothing_else() {
         &[("hooks/post-commit", 0o755, Some(b"#!/bin/sh\n"))],
     )
     .await;
+    // Rules known: the metadata is read beside the work tree.
     let manifest = inspect(&s, &storage).await.expect("a manifest");
     assert!(manifest.metadata_changed && manifest.needs_person());
     assert!(manifest.changes.is_empty() && manifest.link_target_changes.is_empty());
+    // A controller that knows nothing reads it first, and learns nothing from it.
+    let fresh = cordon::Controller::new(s.engine.clone()).with_helper_image(&s.image);
+    let manifest = fresh
+        .task(&storage)
+        .expect("a task")
+        .inspect(&no_links(&storage), DEADLINE)
+        .await
+        .expect("a manifest");
+    assert!(manifest.metadata_changed && manifest.changes.is_empty());
+    assert!(
+        !fresh.knows_ignore_rules(&baseline, &head),
+        "rules learned from metadata that is not as seeded"
+    );
     finish(s, &storage).await;
 }
 

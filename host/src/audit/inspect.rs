@@ -3,11 +3,14 @@
 //! 1. the metadata comes out of the storage as a tar (the engine's archive, from a reader
 //!    container that is never started) into a controller-owned scratch directory, its digest
 //!    computed from those bytes; not the seeder's baseline → the manifest says
-//!    `metadata_changed` and nothing else runs, no git command included;
+//!    `metadata_changed`, no git command runs on it, and no reader runs after it (one already
+//!    running beside it, step 3, has its answer set aside);
 //! 2. hardened git on that copy only: base must be a commit (`audit-refused`, `base-not-commit`);
 //!    base's own `.gitignore` blobs are the ignore rules;
 //! 3. cordon-init's `tree inspect` reads the work tree in a read-only, no-network container
-//!    ([`super::reader`]); the host judges its one answer:
+//!    ([`super::reader`]), with base's rules from step 2, or, when this controller already
+//!    knows them for this metadata baseline and base, beside steps 1 and 2; the host judges its
+//!    one answer:
 //! - the metadata as the reader saw it (its digest, HEAD) must be as seeded: otherwise the
 //!   manifest says `metadata_changed` and lists nothing else (and no git command ever runs on
 //!   it);
@@ -59,9 +62,16 @@ pub(super) async fn inspect(
 }
 
 /// The inspection, then `then` with the reader's stopped container (none when the metadata was
-/// not as seeded: no reader ran) and what it read, before that container is removed. With
-/// `content`, the reader also writes the content of the changes as one tar
+/// not as seeded) and what it read, before that container is removed. With `content`, the
+/// reader also writes the content of the changes as one tar
 /// ([`cordon_contract::audit::CONTENT_FILE`]) for `then` to archive out of that container.
+///
+/// The reader takes base's ignore rules, which come from the metadata. The first inspection of
+/// a base reads the metadata, then the work tree; once this controller knows the rules for
+/// that metadata baseline and base ([`Controller::known_ignore_rules`]), the metadata is read
+/// beside the work tree, and the reader's answer counts only if the metadata is as seeded.
+///
+/// [`Controller::known_ignore_rules`]: crate::controller::Controller
 pub(super) async fn inspect_then<U, F, Fut>(
     task: &Task<'_>,
     snapshot: &LinkSnapshot,
@@ -73,79 +83,228 @@ where
     Fut: std::future::Future<Output = Result<U>>,
 {
     let until = Instant::now() + deadline;
-    let (handle, base, image_id) = (task.handle(), task.base(), task.image());
-    let baseline = task.baseline().to_owned();
-    let declared = declared_paths(snapshot, &baseline)?;
-    let engine = task.controller().engine();
-    let scratch = Scratch::new()?;
-    let git = scratch.git(until);
-    let into = scratch.git_dir();
-    let digest = super::reader::archive_of(
-        engine,
-        image_id,
-        handle,
-        cordon_contract::paths::METADATA,
-        left(until)?,
-        move |tar| Ok(scratch::extract_metadata(tar, &into)),
-    )
-    .await?;
-    // A metadata archive holding what the seeder never writes (a link, a special file) is the
-    // metadata changing too.
-    let changed = match digest {
-        Ok(digest) => digest != baseline,
-        Err(cordon_repo::Error::ForeignMetadata(_)) => true,
-        Err(e) => return Err(e.into()),
+    let declared = declared_paths(snapshot, task.baseline())?;
+    let reading = Reading {
+        task,
+        snapshot,
+        declared,
+        content,
+        until,
     };
-    if changed {
-        let manifest = metadata_changed(base);
-        let inspection = Inspection {
-            manifest,
-            report: None,
-            base_tree: Vec::new(),
-            scratch,
-            git,
-        };
-        return then(None, inspection).await;
+    match task
+        .controller()
+        .known_ignore_rules(task.baseline(), task.base())?
+    {
+        Some(rules) => reading.beside(&rules, then).await,
+        None => reading.in_order(then).await,
     }
-    scratch::harden(&scratch.git_dir())?;
-    if !scratch::is_commit(&git, base).await? {
-        return Err(Error::AuditRefused {
-            findings: vec![Finding {
-                path: ".git".into(),
-                reason: Reason::BaseNotCommit,
-                detail: format!("base {base} is not a commit in the storage"),
-            }],
-            more: 0,
-        });
-    }
-    // Base's tree, listed once: its ignore rules now, the commit's rules and blobs later.
-    let base_tree = scratch::list_tree(&git, base).await?;
-    let rules = scratch::ignore_rules_listed(&git, &base_tree).await?;
-    let rules = serde_json::to_string(&rules).map_err(|e| Error::Internal(e.to_string()))?;
-    let role = if content { INSPECT_CONTENT } else { INSPECT };
-    let mut args = vec![role.to_owned(), base.to_owned(), rules];
-    args.extend(declared);
-    let before = snapshot.clone();
-    let base = base.to_owned();
-    super::reader::read_then(
-        engine,
-        image_id,
-        handle,
-        (args, content),
-        left(until)?,
-        move |id, report: InspectReport| async move {
-            let manifest = judge(&report, &base, &baseline, &before)?;
-            let inspection = Inspection {
-                manifest,
-                report: Some(report),
-                base_tree,
+}
+
+/// One inspection's inputs.
+struct Reading<'a, 't> {
+    task: &'a Task<'t>,
+    snapshot: &'a LinkSnapshot,
+    declared: Vec<String>,
+    content: bool,
+    until: Instant,
+}
+
+/// The storage's metadata as the host read it.
+enum Metadata {
+    /// Not the seeder's baseline: no git command ran on it.
+    Changed(Scratch, Git),
+    /// As seeded, base a commit in it, and base's tree listed.
+    AsSeeded {
+        scratch: Scratch,
+        git: Git,
+        base_tree: Vec<scratch::TreeEntry>,
+    },
+}
+
+impl Reading<'_, '_> {
+    /// The metadata first; then, if it is as seeded, base's rules and the reader.
+    async fn in_order<U, F, Fut>(self, then: F) -> Result<U>
+    where
+        F: FnOnce(Option<String>, Inspection) -> Fut,
+        Fut: std::future::Future<Output = Result<U>>,
+    {
+        let (scratch, git, base_tree) = match self.metadata().await? {
+            Metadata::Changed(scratch, git) => {
+                return then(None, changed_inspection(self.task.base(), scratch, git)).await
+            }
+            Metadata::AsSeeded {
                 scratch,
                 git,
-            };
-            then(Some(id), inspection).await
-        },
-    )
-    .await
+                base_tree,
+            } => (scratch, git, base_tree),
+        };
+        let rules = scratch::ignore_rules_listed(&git, &base_tree).await?;
+        let rules: std::sync::Arc<str> = serde_json::to_string(&rules)
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .into();
+        let ctl = self.task.controller();
+        ctl.learn_ignore_rules(self.task.baseline(), self.task.base(), rules.clone())?;
+        let task = self.task;
+        let (base, baseline, before) = (task.base(), task.baseline(), self.snapshot);
+        super::reader::read_then(
+            ctl.engine(),
+            task.image(),
+            task.handle(),
+            (self.args(&rules), self.content),
+            left(self.until)?,
+            move |id, report: InspectReport| async move {
+                let manifest = judge(&report, base, baseline, before)?;
+                let inspection = Inspection {
+                    manifest,
+                    report: Some(report),
+                    base_tree,
+                    scratch,
+                    git,
+                };
+                then(Some(id), inspection).await
+            },
+        )
+        .await
+    }
+
+    /// The metadata and the reader at once, the reader with base's known `rules`. Both run to
+    /// their end (each removes its own container); a changed metadata is the answer whatever the
+    /// reader said, as it is when the metadata is read first.
+    async fn beside<U, F, Fut>(self, rules: &str, then: F) -> Result<U>
+    where
+        F: FnOnce(Option<String>, Inspection) -> Fut,
+        Fut: std::future::Future<Output = Result<U>>,
+    {
+        let task = self.task;
+        let (base, baseline, before) = (task.base(), task.baseline(), self.snapshot);
+        let (sent, mut metadata) = tokio::sync::oneshot::channel::<Result<Metadata>>();
+        let mut then = Some(then);
+        let read_metadata = async {
+            // Unclaimed when the reader failed first: looked at below.
+            let _ = sent.send(self.metadata().await);
+        };
+        let (then_slot, metadata_slot) = (&mut then, &mut metadata);
+        let read_tree = super::reader::read_then(
+            task.controller().engine(),
+            task.image(),
+            task.handle(),
+            (self.args(rules), self.content),
+            left(self.until)?,
+            move |id, report: InspectReport| async move {
+                let metadata = metadata_slot
+                    .await
+                    .map_err(|_| Error::Internal("the metadata read ended unanswered".into()))??;
+                let then = then_slot
+                    .take()
+                    .ok_or_else(|| Error::Internal("the inspection answered twice".into()))?;
+                match metadata {
+                    Metadata::Changed(scratch, git) => {
+                        then(None, changed_inspection(base, scratch, git)).await
+                    }
+                    Metadata::AsSeeded {
+                        scratch,
+                        git,
+                        base_tree,
+                    } => {
+                        let manifest = judge(&report, base, baseline, before)?;
+                        let inspection = Inspection {
+                            manifest,
+                            report: Some(report),
+                            base_tree,
+                            scratch,
+                            git,
+                        };
+                        then(Some(id), inspection).await
+                    }
+                }
+            },
+        );
+        let ((), answered) = tokio::join!(read_metadata, read_tree);
+        // The reader failed before the metadata was looked at: the metadata's own answer comes
+        // first, as it would have in order.
+        match (answered, metadata.try_recv(), then) {
+            (Err(_), Ok(Err(e)), Some(_)) => Err(e),
+            (Err(_), Ok(Ok(Metadata::Changed(scratch, git))), Some(then)) => {
+                then(None, changed_inspection(base, scratch, git)).await
+            }
+            (answered, _, _) => answered,
+        }
+    }
+
+    /// The reader's arguments: its role, base, the rules, the declared paths.
+    fn args(&self, rules: &str) -> Vec<String> {
+        let role = if self.content {
+            INSPECT_CONTENT
+        } else {
+            INSPECT
+        };
+        let mut args = vec![
+            role.to_owned(),
+            self.task.base().to_owned(),
+            rules.to_owned(),
+        ];
+        args.extend(self.declared.iter().cloned());
+        args
+    }
+
+    /// The storage's metadata out through a never-started reader container into a scratch
+    /// copy; if its digest is the baseline, that copy hardened, base checked to be a commit in
+    /// it (`audit-refused`, `base-not-commit`) and base's tree listed.
+    async fn metadata(&self) -> Result<Metadata> {
+        let task = self.task;
+        let scratch = Scratch::new()?;
+        let git = scratch.git(self.until);
+        let into = scratch.git_dir();
+        let digest = super::reader::archive_of(
+            task.controller().engine(),
+            task.image(),
+            task.handle(),
+            cordon_contract::paths::METADATA,
+            left(self.until)?,
+            move |tar| Ok(scratch::extract_metadata(tar, &into)),
+        )
+        .await?;
+        // A metadata archive holding what the seeder never writes (a link, a special file) is
+        // the metadata changing too.
+        let changed = match digest {
+            Ok(digest) => digest != task.baseline(),
+            Err(cordon_repo::Error::ForeignMetadata(_)) => true,
+            Err(e) => return Err(e.into()),
+        };
+        if changed {
+            return Ok(Metadata::Changed(scratch, git));
+        }
+        scratch::harden(&scratch.git_dir())?;
+        let base = task.base();
+        if !scratch::is_commit(&git, base).await? {
+            return Err(Error::AuditRefused {
+                findings: vec![Finding {
+                    path: ".git".into(),
+                    reason: Reason::BaseNotCommit,
+                    detail: format!("base {base} is not a commit in the storage"),
+                }],
+                more: 0,
+            });
+        }
+        // Base's tree, listed once: its ignore rules, the commit's rules and blobs later.
+        let base_tree = scratch::list_tree(&git, base).await?;
+        Ok(Metadata::AsSeeded {
+            scratch,
+            git,
+            base_tree,
+        })
+    }
+}
+
+/// The inspection of metadata that is not as seeded: that, and nothing else.
+fn changed_inspection(base: &str, scratch: Scratch, git: Git) -> Inspection {
+    Inspection {
+        manifest: metadata_changed(base),
+        report: None,
+        base_tree: Vec::new(),
+        scratch,
+        git,
+    }
 }
 
 /// Time left before `until`, or the deadline's error.
