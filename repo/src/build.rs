@@ -592,9 +592,16 @@ pub fn write_stream(
 /// Import the stream at `stream` (written by [`write_stream`]) into `git`'s repository; the
 /// commit `reference` then names.
 pub async fn import(git: &Git, stream: &Path, reference_name: &str) -> Result<String> {
-    let reference = reference(reference_name)?;
     let file = std::fs::File::open(stream)
         .map_err(|e| Error::io(format!("opening {}", stream.display()), e))?;
+    import_from(git, Input::File(file), reference_name).await
+}
+
+/// As [`import`], from `stream` (a file, or a pipe written as fast-import reads it: a stream
+/// that ends before its `done`, as a writer that stopped leaves it, imports nothing and names no
+/// commit).
+pub async fn import_from(git: &Git, stream: Input, reference_name: &str) -> Result<String> {
+    let reference = reference(reference_name)?;
     git.run_with_input(
         "fast-import",
         &[
@@ -604,7 +611,7 @@ pub async fn import(git: &Git, stream: &Path, reference_name: &str) -> Result<St
             "--force",
             "--date-format=raw",
         ],
-        Input::File(file),
+        stream,
     )
     .await?;
     let out = git
@@ -1153,6 +1160,50 @@ mod tests {
             .filter(|name| name.starts_with("cordon-bundle-"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// A piped stream that ends before its `done` (the writer refused and closed the pipe) imports
+    /// nothing and names no commit, even with a whole commit command in it; the same stream with
+    /// its `done` names the commit.
+    #[tokio::test]
+    async fn a_piped_stream_that_ends_before_done_names_no_commit() {
+        use std::io::Write as _;
+        let tmp = TempDir::new("piped");
+        let work = sample_repo(&tmp.0);
+        let base = head_of(&work);
+        let scratch_root = tmp.0.join("scratch");
+        std::fs::create_dir(&scratch_root).expect("scratch");
+        let (git, _) = scratch_of(&scratch_root, &work);
+        let body = format!(
+            "blob\nmark :1\ndata 4\nnew\n\ncommit {REF}\nauthor {AUTHOR}\ncommitter {COMMITTER}\n\
+             data 2\nm\n\nfrom {base}\nM 100644 :1 new.txt\n\n"
+        );
+        for done in [false, true] {
+            let (from, mut to) = std::io::pipe().expect("pipe");
+            let text = if done {
+                format!("{body}done\n")
+            } else {
+                body.clone()
+            };
+            let writer = std::thread::spawn(move || to.write_all(text.as_bytes()));
+            let imported = import_from(&git, Input::Pipe(from), REF).await;
+            writer.join().expect("writer").expect("written");
+            let named = git
+                .run("rev-parse", &["rev-parse", "--verify", "-q", REF])
+                .await;
+            if done {
+                let head = imported.expect("imported");
+                assert_eq!(
+                    String::from_utf8(named.expect("named"))
+                        .expect("utf8")
+                        .trim(),
+                    head
+                );
+            } else {
+                assert!(imported.is_err(), "a stream without its done was imported");
+                assert!(named.is_err(), "a stream without its done named a commit");
+            }
+        }
     }
 
     #[tokio::test]

@@ -136,6 +136,10 @@ impl Git {
                 command.stdin(Stdio::from(file));
                 None
             }
+            Input::Pipe(pipe) => {
+                command.stdin(Stdio::from(pipe));
+                None
+            }
         };
         let started = Instant::now();
         let mut child = command
@@ -241,6 +245,8 @@ pub enum Input {
     Bytes(Vec<u8>),
     /// A file cordon wrote (a fast-import stream in scratch space), read from its start.
     File(std::fs::File),
+    /// The read end of a pipe cordon writes as git reads (a fast-import stream).
+    Pipe(std::io::PipeReader),
 }
 
 /// A git command line with no user or system config and no hooks, in a repository cordon made

@@ -2,10 +2,10 @@
 //!
 //! The inspection runs again in its own container; its manifest's digest must be the approved
 //! one, and every change must be one a tree may hold ([`cordon_repo::paths::refusals`]). The content
-//! then streams out of that same stopped container (the engine's archive of /work, both volumes
-//! still read-only), each file checked against the blob id the inspection hashed, into
-//! `git fast-import` on the controller-owned scratch copy; `git fsck --strict` runs before the
-//! bundle is written. Identities, message and trailers are the caller's, validated; nothing
+//! then streams out of that same stopped container (the engine's archive of the one content tar
+//! its reader wrote, both task volumes still read-only), each file checked against the blob id
+//! the inspection hashed as it is piped into `git fast-import` on the controller-owned scratch
+//! copy; `index-pack --strict` checks every object the bundle carries before it is kept. Identities, message and trailers are the caller's, validated; nothing
 //! comes from the environment or the repository, so the same inputs give the same commit id.
 
 use std::path::PathBuf;
@@ -188,10 +188,11 @@ pub enum OnSpecial {
 
 /// Build `spec` on the inspection's scratch copy from the content tar the inspection's reader
 /// wrote ([`CONTENT_FILE`], archived out of its stopped `container`): each file checked against
-/// the manifest's blob id as it streams into a `git fast-import` stream (a scratch file),
-/// imported only once every blob matched and the special files were checked. The commit
-/// `spec.reference` then names, and the special files' findings (none, with
-/// [`OnSpecial::Refuse`]).
+/// the manifest's blob id as it streams, through a pipe, into `git fast-import`. The commit
+/// command and the stream's `done` follow only once every blob matched and the special files
+/// were checked; a refusal before that closes the pipe on a stream that ends early, which
+/// fast-import imports nothing from and names no commit for. The commit `spec.reference` then
+/// names, and the special files' findings (none, with [`OnSpecial::Refuse`]).
 pub async fn build_from_archive(
     engine: &crate::engine::Engine,
     container: &str,
@@ -201,42 +202,45 @@ pub async fn build_from_archive(
     deadline: Duration,
     on_special: OnSpecial,
 ) -> Result<(String, Vec<CommitFinding>)> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let blobs: std::collections::HashMap<String, String> = base_listed
         .iter()
         .filter(|e| e.kind == "blob")
         .map(|e| (e.path.clone(), e.id.clone()))
         .collect();
-    let stream = inspection.scratch.root().join("stream");
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&stream)
-        .map_err(|e| Error::io(format!("creating {}", stream.display()), e))?;
+    let (stream_from, stream_to) =
+        std::io::pipe().map_err(|e| Error::io("a pipe for the fast-import stream", e))?;
     let reference = spec.reference.clone();
     let special_paths = cordon_repo::special::paths_of(&spec.changes);
-    let written =
-        super::reader::with_archive(engine, container, CONTENT_FILE, deadline, move |archive| {
-            let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
-            let mut outer = tar::Archive::new(archive);
-            let content = the_content_tar(&mut outer)?;
-            let contents = build::write_stream(
-                content,
-                &spec,
-                |p| blobs.get(p).cloned(),
-                &mut out,
-                max_bytes,
-            )?;
-            out.flush()
-                .map_err(|e| Error::io("writing the fast-import stream", e))?;
-            Ok(contents)
-        })
+    let importing = build::import_from(
+        &inspection.git,
+        cordon_repo::git::Input::Pipe(stream_from),
+        &reference,
+    );
+    let writing = async {
+        let written = super::reader::with_archive(
+            engine,
+            container,
+            CONTENT_FILE,
+            deadline,
+            move |archive| {
+                let mut out = std::io::BufWriter::with_capacity(256 * 1024, stream_to);
+                let mut outer = tar::Archive::new(archive);
+                let content = the_content_tar(&mut outer)?;
+                let contents = build::stream_changes(
+                    content,
+                    &spec.changes,
+                    |p| blobs.get(p).cloned(),
+                    &mut out,
+                    max_bytes,
+                )?;
+                let stream_to = out
+                    .into_inner()
+                    .map_err(|e| Error::io("writing the fast-import stream", e.into_error()))?;
+                Ok((contents, stream_to, spec))
+            },
+        )
         .await;
-    let built = async {
-        let contents = written?;
+        let (contents, stream_to, spec) = written?;
         let findings = cordon_repo::special::findings(
             &inspection.git,
             inspection.scratch.root(),
@@ -247,12 +251,24 @@ pub async fn build_from_archive(
         if on_special == OnSpecial::Refuse && !findings.is_empty() {
             return Err(Error::CommitRefused { findings });
         }
-        let head = build::import(&inspection.git, &stream, &reference).await?;
-        Ok((head, findings))
+        tokio::task::spawn_blocking(move || build::write_commit(stream_to, &spec, &contents))
+            .await
+            .map_err(|e| Error::Internal(format!("the stream's commit: {e}")))??;
+        Ok(findings)
+    };
+    let (imported, written) = tokio::join!(importing, writing);
+    match (written, imported) {
+        (Ok(findings), Ok(head)) => Ok((head, findings)),
+        (Ok(_), Err(e)) => Err(e.into()),
+        // The writer found fast-import gone: fast-import's failure is the reason.
+        (Err(Error::Io { source, .. }), Err(e))
+            if source.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            Err(e.into())
+        }
+        // The writer's refusal or failure is why fast-import saw its stream end early.
+        (Err(e), _) => Err(e),
     }
-    .await;
-    let _ = std::fs::remove_file(&stream);
-    built
 }
 
 /// The engine's archive of [`CONTENT_FILE`] holds one entry: that file, regular, no larger than
