@@ -153,14 +153,8 @@ impl Reading<'_, '_> {
             (self.args(&rules), self.content),
             left(self.until)?,
             move |id, report: InspectReport| async move {
-                let manifest = judge(&report, base, baseline, before)?;
-                let inspection = Inspection {
-                    manifest,
-                    report: Some(report),
-                    base_tree,
-                    scratch,
-                    git,
-                };
+                let inspection =
+                    judged(report, (base, baseline, before), (scratch, git, base_tree))?;
                 then(Some(id), inspection).await
             },
         )
@@ -206,15 +200,8 @@ impl Reading<'_, '_> {
                         git,
                         base_tree,
                     } => {
-                        let manifest = judge(&report, base, baseline, before)?;
-                        let inspection = Inspection {
-                            manifest,
-                            report: Some(report),
-                            base_tree,
-                            scratch,
-                            git,
-                        };
-                        then(Some(id), inspection).await
+                        let seen = (base, baseline, before);
+                        then(Some(id), judged(report, seen, (scratch, git, base_tree))?).await
                     }
                 }
             },
@@ -294,6 +281,22 @@ impl Reading<'_, '_> {
             base_tree,
         })
     }
+}
+
+/// The inspection of the reader's `report`, [`judge`]d against base, the baseline and the link
+/// snapshot before the run, with the metadata's copy (as seeded) and base's tree.
+fn judged(
+    report: InspectReport,
+    (base, baseline, before): (&str, &str, &LinkSnapshot),
+    (scratch, git, base_tree): (Scratch, Git, Vec<scratch::TreeEntry>),
+) -> Result<Inspection> {
+    Ok(Inspection {
+        manifest: judge(&report, base, baseline, before)?,
+        report: Some(report),
+        base_tree,
+        scratch,
+        git,
+    })
 }
 
 /// The inspection of metadata that is not as seeded: that, and nothing else.
