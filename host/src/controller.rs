@@ -106,7 +106,7 @@ impl Controller {
     }
 
     /// Keep base's ignore rules, read from metadata whose digest was `baseline`; past
-    /// [`KNOWN_IGNORE_RULES`] the first in key order goes.
+    /// [`KNOWN_IGNORE_RULES`] another base's, the first in key order, goes.
     pub(crate) fn learn_ignore_rules(
         &self,
         baseline: &str,
@@ -114,10 +114,13 @@ impl Controller {
         rules: Arc<str>,
     ) -> Result<()> {
         let mut known = lock(&self.state.ignore_rules, "ignore rules")?;
-        known.insert((baseline.to_owned(), base.to_owned()), rules);
-        while known.len() > KNOWN_IGNORE_RULES {
-            known.pop_first();
+        let key = (baseline.to_owned(), base.to_owned());
+        if !known.contains_key(&key) && known.len() >= KNOWN_IGNORE_RULES {
+            if let Some(other) = known.keys().next().cloned() {
+                known.remove(&other);
+            }
         }
+        known.insert(key, rules);
         Ok(())
     }
 
@@ -282,6 +285,28 @@ mod tests {
             "clones share the registry"
         );
         offline().capture_attempt("a").unwrap();
+    }
+
+    /// Rules are known by baseline and base together, shared by clones, and at most
+    /// [`KNOWN_IGNORE_RULES`] are kept, the one just learned always among them.
+    #[test]
+    fn ignore_rules_are_kept_by_baseline_and_base_and_bounded() {
+        let ctl = offline();
+        ctl.learn_ignore_rules("sha256:m", "b0", Arc::from("{}"))
+            .unwrap();
+        assert!(ctl.clone().knows_ignore_rules("sha256:m", "b0"));
+        assert!(!ctl.knows_ignore_rules("sha256:other", "b0"));
+        assert!(!ctl.knows_ignore_rules("sha256:m", "b1"));
+        assert!(!offline().knows_ignore_rules("sha256:m", "b0"));
+        // Keys that sort first, learned last, still stay.
+        for i in (0..2 * KNOWN_IGNORE_RULES).rev() {
+            let base = format!("a{i:03}");
+            ctl.learn_ignore_rules("sha256:m", &base, Arc::from("{}"))
+                .unwrap();
+            assert!(ctl.knows_ignore_rules("sha256:m", &base));
+        }
+        let kept = lock(&ctl.state.ignore_rules, "ignore rules").unwrap().len();
+        assert_eq!(kept, KNOWN_IGNORE_RULES);
     }
 
     #[test]

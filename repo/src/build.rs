@@ -1206,6 +1206,34 @@ mod tests {
         }
     }
 
+    /// fast-import refusing a piped stream part way leaves its writer a broken pipe, not a write
+    /// that waits forever: nothing but fast-import holds the pipe's read end once it is gone.
+    #[tokio::test]
+    async fn a_refused_piped_stream_breaks_its_writers_pipe() {
+        use std::io::Write as _;
+        let tmp = TempDir::new("piped-refused");
+        let work = sample_repo(&tmp.0);
+        let scratch_root = tmp.0.join("scratch");
+        std::fs::create_dir(&scratch_root).expect("scratch");
+        let (git, _) = scratch_of(&scratch_root, &work);
+        let (from, mut to) = std::io::pipe().expect("pipe");
+        let writer = std::thread::spawn(move || {
+            to.write_all(b"not a command\n")?;
+            // Far more than a pipe holds: only a closed read end ends this.
+            to.write_all(&vec![b'x'; 16 << 20])
+        });
+        assert!(import_from(&git, Input::Pipe(from), REF).await.is_err());
+        let written = tokio::task::spawn_blocking(move || writer.join().expect("writer"));
+        let written = tokio::time::timeout(std::time::Duration::from_secs(30), written)
+            .await
+            .expect("the writer was left waiting")
+            .expect("joined");
+        assert_eq!(
+            written.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::BrokenPipe)
+        );
+    }
+
     #[tokio::test]
     async fn the_commit_is_what_git_add_and_commit_make_of_the_same_tree() {
         let tmp = TempDir::new("oracle");

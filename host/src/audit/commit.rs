@@ -5,8 +5,9 @@
 //! then streams out of that same stopped container (the engine's archive of the one content tar
 //! its reader wrote, both task volumes still read-only), each file checked against the blob id
 //! the inspection hashed as it is piped into `git fast-import` on the controller-owned scratch
-//! copy; `index-pack --strict` checks every object the bundle carries before it is kept. Identities, message and trailers are the caller's, validated; nothing
-//! comes from the environment or the repository, so the same inputs give the same commit id.
+//! copy; `index-pack --strict` checks every object the bundle carries before it is kept.
+//! Identities, message and trailers are the caller's, validated; nothing comes from the
+//! environment or the repository, so the same inputs give the same commit id.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
