@@ -152,6 +152,17 @@ pub enum Error {
     /// terminating exactly that host with that CA. Nothing of the agent's ran.
     #[error("the vendor credential cannot be kept out of the agent: {0}")]
     Custody(String),
+    /// A fixture of the proof harness (the fake vendor, its DNS server) took another address on
+    /// the invocation network than the one the proxy was told: the proxy never starts.
+    #[error(
+        "the fixture {fixture} took {observed} on the invocation network, not the {expected} the \
+         proxy was told"
+    )]
+    FixtureAddress {
+        fixture: String,
+        expected: std::net::Ipv4Addr,
+        observed: String,
+    },
     /// An approved command's toolchain image cannot serve it: no such local image (cordon never
     /// pulls), or the argv's program is not an executable regular file in it.
     #[error("toolchain image {image:?}: {reason}")]
@@ -264,6 +275,7 @@ impl Error {
             Error::BundleTooLarge(_) => "bundle-too-large",
             Error::TooManyHostAddresses { .. } => "egress-host-addresses",
             Error::Custody(_) => "vendor-custody",
+            Error::FixtureAddress { .. } => "egress-fixture-address",
             Error::CommandImage { .. } => "command-image",
         }
     }

@@ -26,7 +26,7 @@ use crate::error::{Error, Refusal, Result};
 use crate::labels::Kind;
 use crate::profile::{invocation_volume_requests, LaunchPlan, Profile};
 use crate::validate::{self, Observed};
-use volumes::{InvocationVolumes, Uploads};
+use volumes::{InvocationVolumes, Part, Uploads};
 
 /// Output kept per stream by default; the rest is drained and counted, never stored.
 pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
@@ -192,6 +192,45 @@ pub struct Launch {
     pub egress: Option<egress::Egress>,
 }
 
+/// Start `container` and write `part` of what the loader delivers beside its start: through a
+/// loader that runs, at once; through one that never starts, once the container holds the dirs
+/// mounted (the engine mounts a container's volumes early in its start), or once its start
+/// returned if that comes first. A failed delivery leaves the started container to the caller.
+async fn start_delivering(
+    engine: &Engine,
+    container: &str,
+    loading: Option<&(String, Uploads)>,
+    part: Part,
+) -> Result<()> {
+    let start = objects::start_container(engine, "container", container);
+    let Some((loader, uploads)) = loading else {
+        return start.await;
+    };
+    if uploads.is_started() {
+        let deliver = volumes::deliver(engine, loader, uploads, part);
+        let (started, delivered) = tokio::join!(start, deliver);
+        return delivered.and(started);
+    }
+    let sent = std::time::SystemTime::now();
+    let mounted = volumes::mounted_by(engine, container, uploads.held(), sent);
+    tokio::pin!(start, mounted);
+    let beside = tokio::select! {
+        started = &mut start => {
+            started?;
+            false
+        }
+        () = &mut mounted => true,
+    };
+    tracing::debug!(beside, ?part, "the upload, beside the agent's start");
+    let deliver = volumes::deliver_held(engine, loader, uploads, part);
+    if beside {
+        let (started, delivered) = tokio::join!(start, deliver);
+        delivered.and(started)
+    } else {
+        deliver.await
+    }
+}
+
 /// Attach to a created container's stdout and stderr and collect them in the background, keeping
 /// `max` bytes of each and draining the rest.
 async fn attach(
@@ -325,9 +364,21 @@ pub async fn create_into(
             .map(|(n, d)| (n.as_str(), d.as_slice()))
             .collect();
         let record = Shared::new(created);
-        let (names, specs) =
-            InvocationVolumes::create_volumes(engine, prepared.volumes, &record).await?;
-        timings.volumes_ms = ms(t);
+        // The network and its fixtures need no volume: made beside them.
+        let network = async {
+            let Some(plan) = prepared.egress else {
+                return Ok(None);
+            };
+            let (allocation, image) = (profile.allocation(), profile.image_id());
+            let networked = egress::create_network(engine, allocation, image, plan, &record);
+            networked.await.map(Some)
+        };
+        let volumes = async {
+            let made = InvocationVolumes::create_volumes(engine, prepared.volumes, &record).await;
+            timings.volumes_ms = ms(t);
+            made
+        };
+        let ((names, specs), networked) = tokio::try_join!(volumes, network)?;
         // The loader is created beside the agent's container (read back and validated meanwhile).
         // Without a vault it never starts: once the agent's container has started it holds
         // control and input mounted, and the loader is only the engine's way in to write them
@@ -374,20 +425,13 @@ pub async fn create_into(
         };
         let lifetime = profile.limits().deadline + profile.limits().grace;
         let network = async {
-            match prepared.egress {
-                None => Ok(None),
-                Some(plan) => egress::create(
-                    engine,
-                    profile.allocation(),
-                    profile.image_id(),
-                    plan,
-                    &proxy_volumes,
-                    lifetime,
-                    &record,
-                )
-                .await
-                .map(Some),
-            }
+            let Some(networked) = networked else {
+                return Ok(None);
+            };
+            let (allocation, image) = (profile.allocation(), profile.image_id());
+            let proxy = (&proxy_volumes, lifetime);
+            let made = egress::create_proxy(engine, allocation, image, networked, proxy, &record);
+            made.await.map(Some)
         };
         let (loader, (id, mut refusals, capture, create_ms, validate_ms), network) =
             tokio::try_join!(load, agent, network)?;
@@ -479,74 +523,67 @@ impl Launch {
         }
     }
 
-    /// Deliver the proxy's vault and start the proxy, reading its attestation (nothing without
-    /// egress; nothing again once done). [`Launch::start`] does this first; a caller that needs
-    /// the proxy's addresses before the container starts calls it earlier.
+    /// Deliver the proxy's vault, start the fixtures (the proof harness's) and the proxy, and read
+    /// its attestation (nothing without egress; nothing again once done). [`Launch::start`] does
+    /// this beside the container's start; a caller that needs the proxy's addresses before the
+    /// container starts calls it earlier.
     pub async fn start_proxy(&mut self, engine: &Engine) -> Result<()> {
-        if let Some((loader, uploads)) = self.loading.as_mut() {
-            volumes::deliver_vault(engine, loader, uploads).await?;
+        let vault = self
+            .loading
+            .as_mut()
+            .and_then(|(loader, uploads)| volumes::take_vault(loader, uploads));
+        let vault = volumes::deliver_vault(engine, vault);
+        match self.egress.as_mut() {
+            Some(egress) => egress::start_proxy(engine, egress, vault).await,
+            None => vault.await,
         }
-        if let Some(egress) = self.egress.as_mut() {
-            egress::start_proxy(engine, egress).await?;
-        }
-        Ok(())
     }
 
     /// Start the container (whatever the validator said: callers decide).
+    ///
+    /// With a proxy still to start, the agent's container starts beside it (and beside the
+    /// vault's delivery and the fixtures' starts) and gets its inputs, and the policy and the
+    /// ready marker are written only once the proxy attested what it was asked to: until then
+    /// the container's init only waits for its control dir, so no code of the agent's runs
+    /// before the proxy is up and checked. A proxy that fails leaves the init waiting, and it is
+    /// killed. Without one, everything is delivered beside the start.
     pub async fn start(&mut self, engine: &Engine) -> Result<()> {
         if let Some((ctl, allocation)) = &self.launched_by {
             ctl.check_not_retired(allocation)?;
         }
         let t = Instant::now();
-        // The proxy first: the agent's forwarder connects to its socket per connection, and the
-        // probes' first CONNECT comes right after the init attests.
-        self.start_proxy(engine).await?;
-        let start = objects::start_container(engine, "container", &self.container);
-        match self.loading.take() {
-            None => start.await?,
-            // A loader without a vault never starts: the agent holds the dirs mounted, from
-            // the engine's mount of them early in its start. The upload goes in then, beside the
-            // rest of the start, or once the start returned if that came first.
-            Some((loader, uploads)) if !uploads.is_started() => {
-                // From a second back: the stream is asked for as the start is sent.
-                let now = std::time::SystemTime::now();
-                let since = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
-                let mounted = volumes::mounted_by(engine, &self.container, uploads.held(), since);
-                tokio::pin!(start, mounted);
-                let beside = tokio::select! {
-                    started = &mut start => {
-                        started?;
-                        false
+        let vault = self
+            .loading
+            .as_mut()
+            .and_then(|(loader, uploads)| volumes::take_vault(loader, uploads));
+        let vault = volumes::deliver_vault(engine, vault);
+        let loading = self.loading.take();
+        let container = self.container.as_str();
+        let started = match self.egress.as_mut().filter(|e| e.attestation.is_none()) {
+            None => match vault.await {
+                Ok(()) => {
+                    start_delivering(engine, container, loading.as_ref(), Part::Everything).await
+                }
+                Err(e) => Err(e),
+            },
+            Some(egress) => {
+                let (proxied, started) = tokio::join!(
+                    egress::start_proxy(engine, egress, vault),
+                    start_delivering(engine, container, loading.as_ref(), Part::Inputs),
+                );
+                // The proxy's error first: it may be a custody refusal.
+                match (proxied.and(started), &loading) {
+                    (Ok(()), Some((loader, uploads))) => {
+                        volumes::deliver_held(engine, loader, uploads, Part::Control).await
                     }
-                    () = &mut mounted => true,
-                };
-                tracing::debug!(beside, "the control dir's upload, beside the agent's start");
-                let deliver = volumes::deliver_held(engine, &loader, &uploads);
-                let delivered = if beside {
-                    let (started, delivered) = tokio::join!(start, deliver);
-                    started?;
-                    delivered
-                } else {
-                    deliver.await
-                };
-                if let Err(e) = delivered {
-                    // The init would wait for a control dir that never comes: stop it now.
-                    let _ = self.kill(engine, "KILL").await;
-                    return Err(e);
+                    (result, _) => result,
                 }
             }
-            Some((loader, uploads)) => {
-                let deliver = volumes::deliver(engine, &loader, &uploads);
-                let (started, delivered) = tokio::join!(start, deliver);
-                if let Err(e) = delivered {
-                    // The init would wait for a control dir that never comes: stop it now.
-                    if started.is_ok() {
-                        let _ = self.kill(engine, "KILL").await;
-                    }
-                    return Err(e);
-                }
-                started?;
-            }
+        };
+        if let Err(e) = started {
+            // An init whose control dir never came is stopped now.
+            let _ = self.kill(engine, "KILL").await;
+            return Err(e);
         }
         self.timings.start_ms = ms(t);
         Ok(())

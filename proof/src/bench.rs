@@ -184,7 +184,12 @@ async fn bare_once(
         let mut launch = Launch::adopt(id);
         let (started, delivered) = tokio::join!(
             launch.start(engine),
-            cordon::launch::volumes::deliver(engine, &loader, &uploads)
+            cordon::launch::volumes::deliver(
+                engine,
+                &loader,
+                &uploads,
+                cordon::launch::volumes::Part::Everything
+            )
         );
         started?;
         delivered?;

@@ -829,9 +829,14 @@ async fn the_credential_never_enters_the_agents_container() {
     assert_eq!(refused.id(), "vendor-custody", "{refused}");
     assert!(!refused.to_string().contains(tokens[0].as_str()));
     // The vendor host allowed (on an internal network, mapped nowhere it is dialed: the fake CLI
-    // never connects), so the proxy holds the token.
+    // never connects), so the proxy holds the token. The fake CLI holds 5 s after its search, so
+    // the invocations still run while they are looked at below.
     let with_network = || {
-        let mut request = request(&storage, Phase::Questions, "cordon-fake:steal-credential");
+        let mut request = request(
+            &storage,
+            Phase::Questions,
+            "cordon-fake:steal-credential 5000",
+        );
         request.network_allowlist = vec!["api.anthropic.com".to_owned()];
         request
     };

@@ -446,3 +446,28 @@ pub fn engine_made(labels: &HashMap<String, String>, options: &HashMap<String, S
 pub fn sorted(labels: &HashMap<String, String>) -> BTreeMap<String, String> {
     labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
+
+/// The engine's events that match `filters`, from `since` on: it answers those it still keeps
+/// (its last 256) and then the new ones, under one lock, so none falls between the two. A caller
+/// asks from a second before the request whose events it awaits, and races the stream with that
+/// request's own return: the stream may end or fail first.
+pub fn events_since(
+    engine: &Engine,
+    filters: HashMap<String, Vec<String>>,
+    since: std::time::SystemTime,
+) -> impl futures_util::Stream<
+    Item = std::result::Result<bollard::models::EventMessage, bollard::errors::Error>,
+> {
+    let since = since
+        .checked_sub(std::time::Duration::from_secs(1))
+        .unwrap_or(since)
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| format!("{}.{:09}", d.as_secs(), d.subsec_nanos()));
+    let options = bollard::query_parameters::EventsOptions {
+        since,
+        until: None,
+        filters: Some(filters),
+    };
+    engine.docker().events(Some(options))
+}

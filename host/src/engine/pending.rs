@@ -245,26 +245,35 @@ impl Created {
             (self.containers.iter().collect(), Vec::new())
         };
         // Side by side: a running one (the loader) takes the engine a kill and a wait.
-        let removals = off
-            .into_iter()
-            .map(|id| async move { (id, objects::remove_container(engine, id).await.is_err()) });
-        for (id, failed) in futures_util::future::join_all(removals).await {
-            if failed {
-                left.containers.push(id.clone());
-            }
-        }
-        // Then those that may be on the network, one at a time, with a pause: on this engine
+        let off_removals =
+            futures_util::future::join_all(off.into_iter().map(|id| async move {
+                (id, objects::remove_container(engine, id).await.is_err())
+            }));
+        // Those that may be on the network, one at a time, with a pause: on this engine
         // (20.10.24) two containers leaving one user-defined network at once can deadlock the
         // daemon for good (libnetwork takes the network's and the controller's locks in opposite
         // orders in `getSvcRecords` and `processEndpointDelete`; moby/libnetwork#2649, fixed in
         // 20.10.27). Seen here: an invocation's proxy, fake vendor and DNS server removed side
-        // by side wedged every later container exit.
-        for id in on {
-            if objects::remove_container(engine, id).await.is_err() {
+        // by side wedged every later container exit. The cycle needs one network's lock on both
+        // sides, so these go beside those made on no network at all, which leave only the
+        // engine's `none` network.
+        let on_removals = async {
+            let mut failed = Vec::new();
+            for id in on {
+                if objects::remove_container(engine, id).await.is_err() {
+                    failed.push(id);
+                }
+                tokio::time::sleep(NETWORK_SETTLE).await;
+            }
+            failed
+        };
+        let (off_removed, on_failed) = tokio::join!(off_removals, on_removals);
+        for (id, failed) in off_removed {
+            if failed {
                 left.containers.push(id.clone());
             }
-            tokio::time::sleep(NETWORK_SETTLE).await;
         }
+        left.containers.extend(on_failed.into_iter().cloned());
         left.off_network = left
             .containers
             .iter()

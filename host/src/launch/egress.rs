@@ -1,7 +1,14 @@
 //! One invocation's egress on the engine: its bridge network, the containers on it (the proof
-//! harness's fake vendor endpoint and DNS server first, when given, so the proxy can be told their
-//! addresses; then the proxy), each read back and validated before anything of the invocation starts; the
-//! proxy started before the agent, and its attestation read.
+//! harness's fake vendor endpoint and DNS server first, when given; then the proxy), each read
+//! back and validated before anything of the invocation starts; the proxy started and its
+//! attestation read before any code of the agent's runs.
+//!
+//! The proxy is told the fixtures' addresses when it is created, and the engine assigns an
+//! address only as a container starts. So the fixtures' addresses are the ones a fresh network
+//! hands out first, in order, and each fixture is started, and its address checked against
+//! that, before the next one, and before the proxy: a fixture that took any other address ends
+//! the launch before the proxy starts (`egress-fixture-address`). The engine assigns it early in
+//! the start (its `network connect` event), so the rest of each start runs beside the next.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -132,8 +139,10 @@ pub struct Egress {
     pub network_id: String,
     pub network_name: String,
     pub proxy: String,
-    /// Fixture containers, started already.
+    /// Fixture containers (the fake vendor first), started with the proxy ([`start_proxy`]).
     pub fixtures: Vec<String>,
+    /// Those not started yet, each with the address it must take.
+    pending: Vec<(String, Ipv4Addr)>,
     /// Addresses on the invocation network (the probes' fixture needs them).
     pub gateway: Option<Ipv4Addr>,
     pub vendor: Option<Ipv4Addr>,
@@ -213,6 +222,42 @@ async fn start(engine: &Engine, id: &str) -> Result<()> {
     objects::start_container(engine, "container", id).await
 }
 
+/// The addresses a fresh network hands out, in the order containers join it: its subnet's host
+/// addresses from the first, the gateway's skipped.
+fn handed_out(network: &bollard::models::NetworkInspect) -> Result<impl Iterator<Item = Ipv4Addr>> {
+    let config = network
+        .ipam
+        .as_ref()
+        .and_then(|i| i.config.as_ref())
+        .and_then(|c| c.first())
+        .ok_or_else(|| Error::Internal("the invocation network has no IPAM config".into()))?;
+    let subnet = config.subnet.as_deref().unwrap_or_default();
+    let (base, prefix) = subnet
+        .split_once('/')
+        .and_then(|(ip, len)| Some((ip.parse::<Ipv4Addr>().ok()?, len.parse::<u32>().ok()?)))
+        .filter(|(_, len)| *len <= 30)
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "the invocation network's subnet {subnet:?} is not an IPv4 subnet with host room"
+            ))
+        })?;
+    let gateway: Option<Ipv4Addr> = config.gateway.as_deref().and_then(|g| g.parse().ok());
+    let first = u32::from(base) & (u32::MAX << (32 - prefix));
+    let broadcast = first | (u32::MAX >> prefix);
+    Ok((first + 1..broadcast)
+        .map(Ipv4Addr::from)
+        .filter(move |ip| Some(*ip) != gateway))
+}
+
+fn next_address(
+    handed_out: &mut impl Iterator<Item = Ipv4Addr>,
+    network: &str,
+) -> Result<Ipv4Addr> {
+    handed_out
+        .next()
+        .ok_or_else(|| Error::Internal(format!("the network {network} has no address left")))
+}
+
 /// A started container's address on `network`.
 async fn address(engine: &Engine, id: &str, network: &str) -> Result<Ipv4Addr> {
     let inspected = objects::inspect_container(engine, id).await?;
@@ -225,76 +270,127 @@ async fn address(engine: &Engine, id: &str, network: &str) -> Result<Ipv4Addr> {
         .ok_or_else(|| Error::Internal(format!("container {id} has no address on {network}")))
 }
 
-/// Create the network, the fixtures (started: the proxy is told their addresses) and the proxy
-/// (not started), each validated; every refusal is returned, and nothing of the agent's may start
-/// while there is one. Everything made is in `record`.
-pub async fn create(
+/// An invocation's network and fixtures as created, its proxy not yet: what [`create_proxy`]
+/// takes.
+#[derive(Debug)]
+pub struct Networked {
+    egress: Egress,
+    refusals: Vec<Refusal>,
+    spec: EgressSpec,
+    edit_proxy: Option<fn(&mut ContainerCreateBody)>,
+}
+
+/// Create the network and the fixtures (not started: the proxy is told the addresses they will
+/// take, [`start_proxy`]), each validated, and list the host's addresses for the proxy. It needs
+/// none of the invocation's volumes, so it runs beside their creation. Everything made is in
+/// `record`.
+pub async fn create_network(
     engine: &Engine,
     allocation: &Allocation,
     image_id: &str,
-    mut egress_plan: EgressPlan,
-    volumes: &ProxyVolumes,
-    lifetime: Duration,
+    egress_plan: EgressPlan,
     record: &Shared<'_>,
-) -> Result<(Egress, Vec<Refusal>)> {
-    let name = egress_plan.network.name.clone();
-    let network_id = objects::create_network(engine, egress_plan.network.clone(), record).await?;
+) -> Result<Networked> {
+    let EgressPlan {
+        mut spec,
+        network,
+        fixtures,
+        edit_proxy,
+    } = egress_plan;
+    let name = network.name.clone();
+    let network_id = objects::create_network(engine, network.clone(), record).await?;
     let observed = objects::inspect_network(engine, &network_id)
         .await?
         .ok_or_else(|| Error::Internal(format!("network {name} vanished after create")))?;
-    let mut refusals = validate::egress::network(&egress_plan.network, &observed);
+    let mut refusals = validate::egress::network(&network, &observed);
     let gateway = observed
         .ipam
-        .and_then(|i| i.config)
-        .and_then(|c| c.into_iter().find_map(|c| c.gateway?.parse().ok()));
+        .as_ref()
+        .and_then(|i| i.config.as_ref())
+        .and_then(|c| c.iter().find_map(|c| c.gateway.as_deref()?.parse().ok()));
     let mut egress = Egress {
         network_id,
         network_name: name.clone(),
         proxy: String::new(),
         fixtures: Vec::new(),
+        pending: Vec::new(),
         gateway,
         vendor: None,
         resolver: None,
         proxy_ip: None,
-        spec: egress_plan.spec.clone(),
+        spec: spec.clone(),
         attestation: None,
     };
-    if let Some(fixtures) = &egress_plan.fixtures {
+    let made = async {
+        let Some(fixtures) = &fixtures else {
+            return Ok(Vec::new());
+        };
+        let mut handed_out = handed_out(&observed)?;
         let fixture_image = fixtures.image.as_deref().unwrap_or(image_id);
+        let vendor = next_address(&mut handed_out, &name)?;
         let body = plan::vendor_body(
             fixture_image,
             allocation,
             (&fixtures.cert_pem, &fixtures.key_pem),
             fixtures.api_key_sha256.as_deref(),
         );
-        let (id, r) = networked(engine, allocation.name(Kind::Vendor), body, &name, record).await?;
-        refusals.extend(r);
-        start(engine, &id).await?;
-        let vendor = address(engine, &id, &name).await?;
-        egress.fixtures.push(id);
-        egress.vendor = Some(vendor);
-        let to = SocketAddr::new(IpAddr::V4(vendor), VENDOR_PORT);
-        egress_plan
-            .spec
-            .map
-            .extend(fixtures.mapped.iter().map(|n| format!("{n}={to}")));
+        let mut made = vec![(
+            networked(engine, allocation.name(Kind::Vendor), body, &name, record).await?,
+            vendor,
+        )];
         if let Some(dns) = fixtures.dns {
-            let answers = dns(IpAddr::V4(vendor));
-            let body = plan::resolver_body(fixture_image, allocation, &answers);
-            let (id, r) =
-                networked(engine, allocation.name(Kind::Resolver), body, &name, record).await?;
-            refusals.extend(r);
-            start(engine, &id).await?;
-            let resolver = address(engine, &id, &name).await?;
-            egress.fixtures.push(id);
-            egress.resolver = Some(resolver);
-            egress_plan.spec.resolver = Some(SocketAddr::new(IpAddr::V4(resolver), 53));
+            let resolver = next_address(&mut handed_out, &name)?;
+            let body = plan::resolver_body(fixture_image, allocation, &dns(IpAddr::V4(vendor)));
+            made.push((
+                networked(engine, allocation.name(Kind::Resolver), body, &name, record).await?,
+                resolver,
+            ));
+        }
+        Ok::<_, Error>(made)
+    };
+    let (made, host_addresses) = tokio::try_join!(made, host_addresses(engine))?;
+    spec.host_addresses = host_addresses;
+    for (i, ((id, r), address)) in made.into_iter().enumerate() {
+        refusals.extend(r);
+        egress.fixtures.push(id.clone());
+        egress.pending.push((id, address));
+        if i == 0 {
+            egress.vendor = Some(address);
+            let to = SocketAddr::new(IpAddr::V4(address), VENDOR_PORT);
+            let mapped = fixtures.iter().flat_map(|f| &f.mapped);
+            spec.map.extend(mapped.map(|n| format!("{n}={to}")));
+        } else {
+            egress.resolver = Some(address);
+            spec.resolver = Some(SocketAddr::new(IpAddr::V4(address), 53));
         }
     }
-    egress_plan.spec.host_addresses = host_addresses(engine).await?;
-    let mut body = plan::proxy_body(image_id, allocation, &egress_plan.spec, volumes, lifetime)?;
+    Ok(Networked {
+        egress,
+        refusals,
+        spec,
+        edit_proxy,
+    })
+}
+
+/// Create the proxy (not started) on the network [`create_network`] made, and validate it; every
+/// refusal of the two is returned, and nothing of the agent's may start while there is one.
+pub async fn create_proxy(
+    engine: &Engine,
+    allocation: &Allocation,
+    image_id: &str,
+    networked: Networked,
+    (volumes, lifetime): (&ProxyVolumes, Duration),
+    record: &Shared<'_>,
+) -> Result<(Egress, Vec<Refusal>)> {
+    let Networked {
+        mut egress,
+        mut refusals,
+        spec,
+        edit_proxy,
+    } = networked;
+    let mut body = plan::proxy_body(image_id, allocation, &spec, volumes, lifetime)?;
     let expected = body.clone();
-    if let Some(edit) = egress_plan.edit_proxy {
+    if let Some(edit) = edit_proxy {
         edit(&mut body);
     }
     let id = objects::create_container(engine, &allocation.name(Kind::Proxy), body, record).await?;
@@ -302,20 +398,113 @@ pub async fn create(
         .await?
         .ok_or_else(|| Error::Internal("the proxy vanished after create".into()))?;
     refusals.extend(validate::egress::container(
-        &expected, image_id, &observed, &name,
+        &expected,
+        image_id,
+        &observed,
+        &egress.network_name,
     ));
     egress.proxy = id;
-    egress.spec = egress_plan.spec;
+    egress.spec = spec;
     Ok((egress, refusals))
 }
 
-/// Start the proxy and read its attestation (its first stdout line) within [`ATTEST_WITHIN`]. A
-/// proxy that attested already is left as it is.
-pub async fn start_proxy(engine: &Engine, egress: &mut Egress) -> Result<()> {
+/// Start the fixtures, each once the one before took its address (and each checked to have taken
+/// the one the proxy was told), then the proxy once `before` (the vault's delivery) is done too,
+/// and read its attestation (its first stdout line) within [`ATTEST_WITHIN`]. Returns once every
+/// start returned, whatever failed. A proxy that attested already is left as it is.
+pub async fn start_proxy(
+    engine: &Engine,
+    egress: &mut Egress,
+    before: impl std::future::Future<Output = Result<()>>,
+) -> Result<()> {
     if egress.attestation.is_some() {
-        return Ok(());
+        return before.await;
     }
-    start(engine, &egress.proxy).await?;
+    let pending = std::mem::take(&mut egress.pending);
+    let mut starting = Vec::new();
+    let addressed = start_in_turn(engine, &egress.network_id, &pending, &mut starting);
+    let (addressed, delivered) = tokio::join!(addressed, before);
+    let proxy = async {
+        addressed?;
+        delivered?;
+        start(engine, &egress.proxy).await?;
+        attestation(engine, &egress.proxy).await
+    };
+    let (line, fixtures) = tokio::join!(proxy, futures_util::future::join_all(starting));
+    let line = line?;
+    fixtures.into_iter().collect::<Result<Vec<()>>>()?;
+    egress.proxy_ip = Some(address(engine, &egress.proxy, &egress.network_name).await?);
+    let attestation = parse_attestation(&line)?;
+    check_termination(
+        egress.spec.terminate.as_ref(),
+        attestation.terminate.as_ref(),
+    )?;
+    egress.attestation = Some(attestation);
+    Ok(())
+}
+
+/// A container start still under way.
+type Starting<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + 'a>>;
+
+/// Start each of `fixtures` in turn, the next once the one before took its address on the network
+/// (its `network connect` event, or its start's return), and check each took the address it was
+/// given. The starts still under way are left in `starting` for the caller to await.
+async fn start_in_turn<'a>(
+    engine: &'a Engine,
+    network: &str,
+    fixtures: &'a [(String, Ipv4Addr)],
+    starting: &mut Vec<Starting<'a>>,
+) -> Result<()> {
+    for (id, expected) in fixtures {
+        let filters = std::collections::HashMap::from([
+            ("type".to_owned(), vec!["network".to_owned()]),
+            ("event".to_owned(), vec!["connect".to_owned()]),
+            ("network".to_owned(), vec![network.to_owned()]),
+        ]);
+        let mut events = objects::events_since(engine, filters, std::time::SystemTime::now());
+        let connected = async {
+            while let Some(Ok(event)) = events.next().await {
+                let attributes = event.actor.and_then(|a| a.attributes);
+                if attributes.as_ref().and_then(|a| a.get("container")) == Some(id) {
+                    return;
+                }
+            }
+            std::future::pending().await
+        };
+        let mut start: Starting<'a> = Box::pin(start(engine, id));
+        tokio::select! {
+            started = &mut start => started?,
+            () = connected => starting.push(start),
+        }
+        let observed = joined_address(engine, network, id).await?;
+        if observed != Some(*expected) {
+            return Err(Error::FixtureAddress {
+                fixture: id.clone(),
+                expected: *expected,
+                observed: observed.map_or_else(|| "none".to_owned(), |ip| ip.to_string()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The address `container` holds on `network`, as the network lists it (a container's own
+/// inspect waits for its start to return).
+async fn joined_address(
+    engine: &Engine,
+    network: &str,
+    container: &str,
+) -> Result<Option<Ipv4Addr>> {
+    let observed = objects::inspect_network(engine, network).await?;
+    Ok(observed
+        .and_then(|n| n.containers)
+        .and_then(|mut c| c.remove(container))
+        .and_then(|e| e.ipv4_address)
+        .and_then(|cidr| cidr.split('/').next()?.parse().ok()))
+}
+
+/// The started proxy's first stdout line, within [`ATTEST_WITHIN`].
+async fn attestation(engine: &Engine, proxy: &str) -> Result<Vec<u8>> {
     let options = LogsOptions {
         stdout: true,
         stderr: false,
@@ -323,7 +512,7 @@ pub async fn start_proxy(engine: &Engine, egress: &mut Egress) -> Result<()> {
         tail: "all".to_owned(),
         ..Default::default()
     };
-    let mut stream = engine.docker().logs(&egress.proxy, Some(options));
+    let mut stream = engine.docker().logs(proxy, Some(options));
     let mut text = Vec::new();
     let first_line = async {
         while let Some(item) = stream.next().await {
@@ -346,23 +535,13 @@ pub async fn start_proxy(engine: &Engine, egress: &mut Egress) -> Result<()> {
             String::from_utf8_lossy(&text)
         )))
     };
-    let line = match tokio::time::timeout(ATTEST_WITHIN, first_line).await {
-        Ok(line) => line?,
-        Err(_) => {
-            return Err(Error::Timeout {
-                context: "the proxy's attestation".into(),
-                after: ATTEST_WITHIN,
-            })
-        }
-    };
-    egress.proxy_ip = Some(address(engine, &egress.proxy, &egress.network_name).await?);
-    let attestation = parse_attestation(&line)?;
-    check_termination(
-        egress.spec.terminate.as_ref(),
-        attestation.terminate.as_ref(),
-    )?;
-    egress.attestation = Some(attestation);
-    Ok(())
+    match tokio::time::timeout(ATTEST_WITHIN, first_line).await {
+        Ok(line) => line,
+        Err(_) => Err(Error::Timeout {
+            context: "the proxy's attestation".into(),
+            after: ATTEST_WITHIN,
+        }),
+    }
 }
 
 /// The proxy's `{"egress":"listening",...}` line.
@@ -449,6 +628,61 @@ mod tests {
         }
         // Terminating when nobody asked is refused too.
         assert!(check_termination(None, attested.terminate.as_ref()).is_err());
+    }
+
+    fn network_of(subnet: &str, gateway: Option<&str>) -> bollard::models::NetworkInspect {
+        bollard::models::NetworkInspect {
+            ipam: Some(bollard::models::Ipam {
+                config: Some(vec![bollard::models::IpamConfig {
+                    subnet: Some(subnet.to_owned()),
+                    gateway: gateway.map(str::to_owned),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_fresh_network_hands_out_its_host_addresses_in_order_past_the_gateway() {
+        let first = |subnet: &str, gateway: Option<&str>, n: usize| -> Vec<String> {
+            handed_out(&network_of(subnet, gateway))
+                .unwrap()
+                .take(n)
+                .map(|ip| ip.to_string())
+                .collect()
+        };
+        assert_eq!(
+            first("172.18.0.0/16", Some("172.18.0.1"), 2),
+            ["172.18.0.2", "172.18.0.3"]
+        );
+        // The subnet as written need not be its network address; a gateway elsewhere is skipped
+        // where it falls.
+        assert_eq!(
+            first("10.9.8.77/24", Some("10.9.8.2"), 3),
+            ["10.9.8.1", "10.9.8.3", "10.9.8.4"]
+        );
+        // Neither the network's nor the broadcast address: a /30 has two hosts, one the gateway.
+        assert_eq!(
+            first("192.168.5.4/30", Some("192.168.5.5"), 9),
+            ["192.168.5.6"]
+        );
+        assert_eq!(
+            first("192.168.5.4/30", None, 9),
+            ["192.168.5.5", "192.168.5.6"]
+        );
+        for bad in [
+            "",
+            "172.18.0.0",
+            "172.18.0.0/31",
+            "172.18.0.0/33",
+            "fd00::/64",
+            "x/16",
+        ] {
+            assert!(handed_out(&network_of(bad, None)).is_err(), "{bad:?}");
+        }
+        assert!(handed_out(&bollard::models::NetworkInspect::default()).is_err());
     }
 
     #[test]

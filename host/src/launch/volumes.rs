@@ -5,10 +5,10 @@
 //! inside.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use bollard::models::{Mount, VolumeCreateRequest};
-use bollard::query_parameters::{EventsOptions, UploadToContainerOptions};
+use bollard::query_parameters::UploadToContainerOptions;
 use cordon_contract::paths;
 use futures_util::StreamExt;
 
@@ -50,16 +50,19 @@ impl InvocationVolumes {
         requests: BTreeMap<Kind, VolumeCreateRequest>,
         created: &Shared<'_>,
     ) -> Result<(BTreeMap<Kind, String>, BTreeMap<Kind, VolumeSpec>)> {
-        let mut names = BTreeMap::new();
-        let mut specs = BTreeMap::new();
-        for (kind, request) in requests {
-            specs.insert(kind, VolumeSpec::from_request(&request));
-            names.insert(
+        let specs = requests
+            .iter()
+            .map(|(kind, request)| (*kind, VolumeSpec::from_request(request)))
+            .collect();
+        // Side by side: each is recorded before its request is sent.
+        let made = requests.into_iter().map(|(kind, request)| async move {
+            Ok::<_, crate::error::Error>((
                 kind,
                 objects::create_volume(engine, request, created).await?,
-            );
-        }
-        Ok((names, specs))
+            ))
+        });
+        let names = futures_util::future::try_join_all(made).await?;
+        Ok((names.into_iter().collect(), specs))
     }
 
     /// Create the loader that will hold control and input mounted (not started: see [`deliver`]).
@@ -103,7 +106,13 @@ impl InvocationVolumes {
         created: &Shared<'_>,
     ) -> Result<InvocationVolumes> {
         let loader = Self::create_loader(engine, allocation, image_id, specs, created).await?;
-        deliver(engine, &loader, &Uploads::new(policy_bytes, input_files)?).await?;
+        deliver(
+            engine,
+            &loader,
+            &Uploads::new(policy_bytes, input_files)?,
+            Part::Everything,
+        )
+        .await?;
         Ok(InvocationVolumes { names, loader })
     }
 }
@@ -208,38 +217,76 @@ async fn upload(engine: &Engine, loader: &str, dir: &str, tar: Vec<u8>) -> Resul
     .await
 }
 
-/// Start the loader and write the proxy's vault into it (nothing when there is none): the
-/// proxy reads it once, as it starts.
-pub async fn deliver_vault(engine: &Engine, loader: &str, uploads: &mut Uploads) -> Result<()> {
-    let Some(vault) = uploads.vault.take() else {
+/// Take the proxy's vault out of `uploads` (nothing when there is none) for [`deliver_vault`].
+/// A loader not started yet is started by that delivery, and `uploads` still says it was not:
+/// the other deliveries then wait for the agent's own mounts ([`deliver_held`]), which hold
+/// whether or not the loader runs.
+pub fn take_vault(loader: &str, uploads: &mut Uploads) -> Option<VaultDelivery> {
+    Some(VaultDelivery {
+        loader: loader.to_owned(),
+        vault: uploads.vault.take()?,
+        start: !uploads.started,
+    })
+}
+
+/// The proxy's vault on its way into a loader, taken by [`take_vault`].
+#[derive(Debug)]
+pub struct VaultDelivery {
+    loader: String,
+    vault: VaultTar,
+    start: bool,
+}
+
+/// Start the loader when it is not running and write the proxy's vault into it (nothing when
+/// there is none): the proxy reads it once, as it starts.
+pub async fn deliver_vault(engine: &Engine, delivery: Option<VaultDelivery>) -> Result<()> {
+    let Some(VaultDelivery {
+        loader,
+        vault,
+        start,
+    }) = delivery
+    else {
         return Ok(());
     };
-    if !uploads.started {
-        objects::start_container(engine, "loader", loader).await?;
-        uploads.started = true;
+    if start {
+        objects::start_container(engine, "loader", &loader).await?;
     }
-    upload(engine, loader, VAULT_DIR, vault.into_bytes()).await
+    upload(engine, &loader, VAULT_DIR, vault.into_bytes()).await
+}
+
+/// What one delivery writes: everything (the inputs, then the policy and the ready marker), or
+/// the inputs alone (the policy and the marker follow once the proxy attested, [`Part::Control`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Everything,
+    Inputs,
+    Control,
 }
 
 /// Start the loader (it holds control and input mounted: a tmpfs volume lives only while some
 /// container mounts it, and the agent container may start at the same time), unless it was
-/// started already, and write into it, the ready marker last. The loader runs no agent code and
-/// stays until cleanup.
-pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
+/// started already, and write `part` into it, the ready marker last. The loader runs no agent
+/// code and stays until cleanup.
+pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads, part: Part) -> Result<()> {
     if !uploads.started {
         objects::start_container(engine, "loader", loader).await?;
     }
-    write(engine, loader, uploads).await
+    write(engine, loader, uploads, part).await
 }
 
-/// Write into a loader that is never started, once the agent's container (which mounts the same
-/// control and input volumes) holds them mounted ([`mounted_by`], or its start returned). The
-/// engine's archive of a stopped container mounts its volumes for the upload alone, and a tmpfs
-/// volume keeps what was written while another container still mounts it: one container start
-/// fewer per invocation.
+/// Write `part` into a loader that is never started, once the agent's container (which mounts
+/// the same control and input volumes) holds them mounted ([`mounted_by`], or its start
+/// returned). The engine's archive of a stopped container mounts its volumes for the upload
+/// alone, and a tmpfs volume keeps what was written while another container still mounts it:
+/// one container start fewer per invocation.
 /// The loader is then only the engine's way in to those volumes; it never runs.
-pub async fn deliver_held(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
-    write(engine, loader, uploads).await
+pub async fn deliver_held(
+    engine: &Engine,
+    loader: &str,
+    uploads: &Uploads,
+    part: Part,
+) -> Result<()> {
+    write(engine, loader, uploads, part).await
 }
 
 /// Resolves once the engine has reported `container` mounting every volume in `names` (its
@@ -247,28 +294,18 @@ pub async fn deliver_held(engine: &Engine, loader: &str, uploads: &Uploads) -> R
 /// `names` is empty or the stream ends or fails first. A caller races it with that container's
 /// start, whose return means the same: the engine mounts a container's volumes early in its start
 /// (here about 250 ms before the start returns), and from then on they hold what is written.
-/// The events are asked for from `since` on: the engine answers those it still keeps (its last
-/// 256) and then the new ones, under one lock, so none falls between the two.
-pub async fn mounted_by(engine: &Engine, container: &str, names: &[String], since: SystemTime) {
+/// `sent` is when the start was asked for ([`objects::events_since`]).
+pub async fn mounted_by(engine: &Engine, container: &str, names: &[String], sent: SystemTime) {
     let mut left: BTreeSet<&str> = names.iter().map(String::as_str).collect();
     if left.is_empty() {
         return std::future::pending().await;
     }
-    let since = since
-        .duration_since(UNIX_EPOCH)
-        .ok()
-        .map(|d| format!("{}.{:09}", d.as_secs(), d.subsec_nanos()));
     let filters = HashMap::from([
         ("type".to_owned(), vec!["volume".to_owned()]),
         ("event".to_owned(), vec!["mount".to_owned()]),
         ("volume".to_owned(), names.to_vec()),
     ]);
-    let options = EventsOptions {
-        since,
-        until: None,
-        filters: Some(filters),
-    };
-    let mut events = engine.docker().events(Some(options));
+    let mut events = objects::events_since(engine, filters, sent);
     while let Some(Ok(event)) = events.next().await {
         let Some(actor) = event.actor else { continue };
         let by = actor.attributes.as_ref().and_then(|a| a.get("container"));
@@ -284,10 +321,16 @@ pub async fn mounted_by(engine: &Engine, container: &str, names: &[String], sinc
     std::future::pending().await
 }
 
-/// The inputs, then the policy and the ready marker (one tar, the marker last).
-async fn write(engine: &Engine, loader: &str, uploads: &Uploads) -> Result<()> {
-    if let Some(input) = &uploads.input {
-        upload(engine, loader, paths::INPUT_DIR, input.clone()).await?;
+/// The inputs, then the policy and the ready marker (one tar, the marker last): those `part`
+/// names.
+async fn write(engine: &Engine, loader: &str, uploads: &Uploads, part: Part) -> Result<()> {
+    if part != Part::Control {
+        if let Some(input) = &uploads.input {
+            upload(engine, loader, paths::INPUT_DIR, input.clone()).await?;
+        }
+    }
+    if part == Part::Inputs {
+        return Ok(());
     }
     upload(engine, loader, paths::CONTROL_DIR, uploads.control.clone()).await
 }

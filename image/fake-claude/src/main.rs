@@ -39,9 +39,10 @@
 //!   them SECS seconds; success `inotify-hog: held N then errno E`.
 //! - `cordon-fake:inotify-one`: takes one inotify instance; success `inotify-one: ok`, otherwise
 //!   `error_during_execution` `inotify-one: errno E` and exit 4.
-//! - `cordon-fake:steal-credential`: searches /proc and the scratch and work areas for test tokens
-//!   (the agent holds a sentinel, never one of them); success `foreign tokens: [...]`, every one
-//!   found.
+//! - `cordon-fake:steal-credential [HOLD_MS]`: searches /proc and the scratch and work areas for
+//!   test tokens (the agent holds a sentinel, never one of them), then holds HOLD_MS (0 if not
+//!   given) so a test can look at the invocation while it runs; success `foreign tokens: [...]`,
+//!   every one found.
 //! - `cordon-fake:terminal-escapes`: success whose `result` is hostile terminal text
 //!   (`TERMINAL_ESCAPES`): an OSC 52 clipboard write, an OSC 0 window title, CSI 2J (clear
 //!   screen), CR, NUL, BEL, a bidi override (U+202E), a C1 CSI (U+009B), and a forged cordon
@@ -167,7 +168,7 @@ fn main() {
         "cordon-fake:script" => script(&cli, prompt),
         "cordon-fake:inotify-hog" => inotify_hog(&cli, prompt),
         "cordon-fake:inotify-one" => inotify_one(&cli),
-        "cordon-fake:steal-credential" => steal_credential(&cli),
+        "cordon-fake:steal-credential" => steal_credential(&cli, prompt),
         "cordon-fake:terminal-escapes" => success(&cli, TERMINAL_ESCAPES),
         "cordon-fake:command" => command(&cli, prompt),
         other => match exit_code_of(other) {
@@ -644,7 +645,11 @@ const SCAN_MAX_DEPTH: usize = 8;
 const SCAN_MAX_FILES: usize = 5_000;
 const SCAN_MAX_BYTES: u64 = 1024 * 1024;
 
-fn steal_credential(cli: &Cli) -> Outcome {
+fn steal_credential(cli: &Cli, prompt: &str) -> Outcome {
+    let hold: u64 = arguments(prompt)
+        .first()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     // Assembled at run time so this binary never holds the needle next to token characters.
     let needle = ["cordon", "test", "token", ""].join("-");
     let mut found = BTreeSet::new();
@@ -679,6 +684,7 @@ fn steal_credential(cli: &Cli) -> Outcome {
     // Every token found: the agent holds a sentinel, so its own credential is not one of them.
     let foreign: Vec<String> = found.into_iter().collect();
     let listed = serde_json::to_string(&foreign).unwrap_or_else(|_| "[]".into());
+    std::thread::sleep(Duration::from_millis(hold));
     success(cli, &format!("foreign tokens: {listed}"))
 }
 

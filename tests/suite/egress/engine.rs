@@ -69,6 +69,7 @@ async fn an_invocation_with_egress_has_its_own_network_and_proxy_and_leaves_noth
     assert!(launch.refusals.is_empty(), "{:?}", launch.refusals);
     let during = owned_now(&f).await;
     assert_eq!(during.networks.len(), 1, "{during:?}");
+    let since = std::time::SystemTime::now();
     launch.start(&f.engine).await.expect("start");
     let code = launch
         .wait(&f.engine, Duration::from_secs(60))
@@ -94,7 +95,151 @@ async fn an_invocation_with_egress_has_its_own_network_and_proxy_and_leaves_noth
     assert_eq!(attested.allow, vec![format!("{VENDOR_HOST}:443")]);
     let vendor = egress.vendor.expect("the vendor's address");
     assert_eq!(attested.map, vec![format!("{VENDOR_HOST}={vendor}:443")]);
+    // The agent's container starts beside the proxy, but its policy (the loader's last upload)
+    // goes in only once the proxy's start returned and it attested.
+    let events = container_events(&f, since).await;
+    let at = |action: &str, name: &str| -> Vec<i64> {
+        let of = |e: &&(i64, String, String)| e.1 == action && e.2.starts_with(name);
+        events.iter().filter(of).map(|e| e.0).collect()
+    };
+    let allocation = profile.allocation().id;
+    let proxy_started = at("start", &format!("cordon-proxy-{allocation}"));
+    let uploads = at("extract-to-dir", &format!("cordon-loader-{allocation}"));
+    assert_eq!(proxy_started.len(), 1, "{events:?}");
+    assert!(
+        uploads
+            .last()
+            .is_some_and(|policy| *policy > proxy_started[0]),
+        "the policy went in before the proxy had started: {events:?}"
+    );
     launch.finish(&f.engine).await.expect("cleanup");
+    f.finish().await;
+}
+
+/// The engine's container events from `since` until now: (time in ns, action, name).
+async fn container_events(f: &Fixture, since: std::time::SystemTime) -> Vec<(i64, String, String)> {
+    use futures_util::StreamExt;
+    let secs = |t: std::time::SystemTime| {
+        let d = t.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+        format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
+    };
+    let options = bollard::query_parameters::EventsOptions {
+        since: Some(secs(since)),
+        until: Some(secs(std::time::SystemTime::now())),
+        filters: Some(std::collections::HashMap::from([(
+            "type".to_owned(),
+            vec!["container".to_owned()],
+        )])),
+    };
+    let events: Vec<_> = f.engine.docker().events(Some(options)).collect().await;
+    events
+        .into_iter()
+        .map(|e| e.expect("an event"))
+        .map(|e| {
+            let name = e.actor.and_then(|a| a.attributes?.get("name").cloned());
+            (
+                e.time_nano.unwrap_or_default(),
+                e.action.unwrap_or_default(),
+                name.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// A proxy that ends before it attests ends the launch, and the agent's container, which started
+/// beside it, is killed with its init still waiting for the policy: no code of the agent's ran.
+#[tokio::test]
+async fn a_proxy_that_never_attests_leaves_the_agents_init_without_a_policy() {
+    let f = fixture("t-egress-unattested").await;
+    let profile = egress_profile(&f, &Run::vendor(Phase::Questions, &["--version"]));
+    let mut prepared = Prepared::new(&f.engine, &profile).expect("plan");
+    plan_of(&mut prepared).fixtures = Some(fixtures());
+    plan_of(&mut prepared).edit_proxy = Some(|b| {
+        let program = b.entrypoint.as_ref().and_then(|e| e.first()).cloned();
+        b.entrypoint = Some(vec![
+            program.expect("the proxy's program"),
+            "--no-such-flag".into(),
+        ]);
+    });
+    let mut launch = launch::create(&f.ctl, &profile, prepared)
+        .await
+        .expect("create");
+    // Started past the validator on purpose: the proxy's own refusal is what is tried here.
+    assert!(!launch.refusals.is_empty());
+    let failed = launch
+        .start(&f.engine)
+        .await
+        .expect_err("a proxy that never attests");
+    assert!(
+        failed.to_string().contains("before it said it listens"),
+        "{failed}"
+    );
+    launch
+        .wait(&f.engine, Duration::from_secs(30))
+        .await
+        .expect("the agent's container was stopped");
+    let output = launch.output(&f.engine).await.expect("output");
+    assert!(
+        matches!(launch.verdict(&output), launch::InitVerdict::Missing { .. }),
+        "the init got its policy: {output:?}"
+    );
+    launch.finish(&f.engine).await.expect("cleanup");
+    cordon_tests::assert_only_storage(&f.engine, &f.owner, "unattested").await;
+    f.finish().await;
+}
+
+/// The proxy is told the fixtures' addresses before any of them starts: the ones a fresh network
+/// hands out first. A fixture that took another (here the DNS server, started first, took the
+/// vendor's) ends the launch before the proxy starts (`egress-fixture-address`).
+#[tokio::test]
+async fn a_fixture_on_another_address_than_the_proxy_was_told_is_refused() {
+    let f = fixture("t-egress-fixture-address").await;
+    let profile = egress_profile(&f, &Run::vendor(Phase::Questions, &["--version"]));
+    let mut prepared = Prepared::new(&f.engine, &profile).expect("plan");
+    plan_of(&mut prepared).fixtures = Some(Fixtures {
+        dns: Some(|vendor| {
+            cordon_fake_vendor::dns::Script::new()
+                .answer(
+                    "vendor.example",
+                    cordon_fake_vendor::dns::Answer::Addresses(vec![vendor]),
+                )
+                .to_args()
+        }),
+        ..fixtures()
+    });
+    let mut launch = launch::create(&f.ctl, &profile, prepared)
+        .await
+        .expect("create");
+    assert!(launch.refusals.is_empty(), "{:?}", launch.refusals);
+    let egress = launch.egress.clone().expect("egress");
+    let (vendor, resolver) = (
+        egress.vendor.expect("vendor"),
+        egress.resolver.expect("resolver"),
+    );
+    assert_eq!(u32::from(resolver), u32::from(vendor) + 1, "{egress:?}");
+    objects::start_container(&f.engine, "resolver", &egress.fixtures[1])
+        .await
+        .expect("the DNS server, first");
+    let refused = launch
+        .start(&f.engine)
+        .await
+        .expect_err("the vendor took the address after the DNS server's");
+    assert_eq!(refused.id(), "egress-fixture-address", "{refused}");
+    assert!(
+        refused.to_string().contains(&vendor.to_string()),
+        "{refused}"
+    );
+    let proxy = objects::inspect_container(&f.engine, &egress.proxy)
+        .await
+        .expect("inspect")
+        .expect("the proxy");
+    assert_eq!(
+        proxy.state.and_then(|s| s.status),
+        Some(bollard::models::ContainerStateStatusEnum::CREATED),
+        "the proxy never started"
+    );
+    launch.finish(&f.engine).await.expect("cleanup");
+    cordon_tests::assert_only_storage(&f.engine, &f.owner, "fixture address").await;
     f.finish().await;
 }
 
@@ -174,10 +319,7 @@ async fn recover_removes_a_killed_invocations_proxy_and_network() {
     let mut launch = launch::create_into(&f.ctl, &profile, prepared, &mut record)
         .await
         .expect("create");
-    let egress = launch.egress.as_mut().expect("egress");
-    launch::egress::start_proxy(&f.engine, egress)
-        .await
-        .expect("proxy");
+    launch.start_proxy(&f.engine).await.expect("proxy");
     // The controller is gone: its record with it.
     drop(launch);
     drop(record);
