@@ -86,7 +86,7 @@ pub struct Pending {
 pub const PENDING_GRACE: Duration = Duration::from_secs(3);
 
 /// The pause after removing a container that may be on a user-defined network, before the next
-/// (the engine finishes the endpoint's deletion in a background loop; see
+/// such container (the engine finishes the endpoint's deletion in a background loop; see
 /// [`Created::remove_once`]).
 pub const NETWORK_SETTLE: Duration = Duration::from_millis(100);
 
@@ -257,13 +257,18 @@ impl Created {
         // by side wedged every later container exit. The cycle needs one network's lock on both
         // sides, so these go beside those made on no network at all, which leave only the
         // engine's `none` network.
+        // No pause after the last: the network's removal takes the network's lock and the
+        // controller's one after the other, never one inside the other, so it cannot close that
+        // cycle; an endpoint not yet gone makes it fail, and the next pass removes it.
         let on_removals = async {
             let mut failed = Vec::new();
-            for id in on {
+            for (i, id) in on.into_iter().enumerate() {
+                if i > 0 {
+                    tokio::time::sleep(NETWORK_SETTLE).await;
+                }
                 if objects::remove_container(engine, id).await.is_err() {
                     failed.push(id);
                 }
-                tokio::time::sleep(NETWORK_SETTLE).await;
             }
             failed
         };
