@@ -54,9 +54,11 @@ pub async fn serve(args: ProxyArgs) -> ExitCode {
     };
     let mut config = args.config();
     if let Some(terminate) = &args.terminate {
-        // A vault that cannot be read stops the proxy before it attests: the host then starts
-        // nothing of the agent's.
-        match crate::vault::load(terminate, Skipped::of(&args.rules)) {
+        // A vault that does not come or cannot be read stops the proxy before it attests: the
+        // host then gives the agent no policy, and no code of the agent's runs.
+        let ready = crate::vault::wait_until_ready(&terminate.vault, crate::vault::WAIT).await;
+        let loaded = ready.and_then(|()| crate::vault::load(terminate, Skipped::of(&args.rules)));
+        match loaded {
             Ok(termination) => config.terminate = Some(termination),
             Err(error) => {
                 eprintln!("cordon-egress: the vault: {error}");

@@ -1,9 +1,13 @@
-//! The proxy's vault: the files the controller wrote for the terminator before the proxy started
+//! The proxy's vault: the files the controller writes for the terminator as the proxy starts
 //! (the vendor credential, the sentinel the agent holds, the leaf for the vendor host and its key,
-//! the invocation CA's certificate, the runner's upstream CA). Each is opened without following a
-//! link and without blocking, must be a regular file of at most [`MAX_FILE`] bytes, and is read
-//! once, at start: a vault that cannot be read stops the proxy before it listens, so the host
-//! never sees an attestation and the agent never starts.
+//! the invocation CA's certificate, the runner's upstream CA), then a [`READY`] marker, last. The
+//! proxy waits for the marker ([`wait_until_ready`], at most [`WAIT`]) as the init waits for its
+//! control dir: the vault is a tmpfs volume, which keeps what is written only while a container
+//! mounts it, so the controller writes it once this container holds it mounted. Each file is
+//! opened without following a link and without blocking, must be a regular file of at most
+//! [`MAX_FILE`] bytes, and is read once, at start: a vault that does not come or cannot be read
+//! stops the proxy before it listens, so the host never sees an attestation and no code of the
+//! agent's runs.
 
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -20,6 +24,35 @@ use crate::vendor::{Budget, CredentialHeader, Skipped};
 
 /// The most bytes one vault file may hold.
 pub const MAX_FILE: u64 = 64 * 1024;
+/// The marker the controller writes last: every other file is whole once it exists.
+pub const READY: &str = crate::vendor::VAULT_READY;
+/// How long the proxy waits for [`READY`] (the host's own wait for its attestation is as long).
+pub const WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often it looks.
+const READY_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Wait until `dir` holds [`READY`] as a regular file (looked at without following a link), at
+/// most `within`. A marker of another type is refused at once.
+pub async fn wait_until_ready(dir: &Path, within: std::time::Duration) -> Result<(), String> {
+    let marker = dir.join(READY);
+    let started = std::time::Instant::now();
+    loop {
+        match std::fs::symlink_metadata(&marker) {
+            Ok(meta) if meta.is_file() => return Ok(()),
+            Ok(_) => return Err(format!("{} is not a regular file", marker.display())),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(format!("{}: {error}", marker.display())),
+        }
+        if started.elapsed() >= within {
+            return Err(format!(
+                "{} did not come within {} ms",
+                marker.display(),
+                within.as_millis()
+            ));
+        }
+        tokio::time::sleep(READY_POLL).await;
+    }
+}
 
 /// The vendor host the proxy terminates, where its inputs are, and the budgets.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -152,3 +152,76 @@ fn a_credential_or_sentinel_that_is_not_visible_ascii_or_a_bad_pem_is_refused() 
         );
     }
 }
+
+/// The proxy waits for the marker the controller writes last: a marker that comes late is
+/// waited for, one that never comes ends the wait at its bound, and a marker that is a link or a
+/// directory is refused at once.
+#[tokio::test]
+async fn the_proxy_waits_for_its_vaults_marker_within_its_bound() {
+    let dir = Dir::new();
+    let path = dir.0.clone();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        std::fs::write(path.join(READY), b"").unwrap();
+    });
+    let started = std::time::Instant::now();
+    wait_until_ready(&dir.0, std::time::Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(60));
+    writer.join().unwrap();
+
+    let empty = Dir::new();
+    let started = std::time::Instant::now();
+    let error = wait_until_ready(&empty.0, std::time::Duration::from_millis(80))
+        .await
+        .unwrap_err();
+    assert!(error.contains("did not come within 80 ms"), "{error}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(80));
+
+    let linked = Dir::new();
+    linked.write("elsewhere", b"");
+    std::os::unix::fs::symlink(linked.0.join("elsewhere"), linked.0.join(READY)).unwrap();
+    let error = wait_until_ready(&linked.0, std::time::Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(error.contains("not a regular file"), "{error}");
+    let directory = Dir::new();
+    std::fs::create_dir(directory.0.join(READY)).unwrap();
+    let error = wait_until_ready(&directory.0, std::time::Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(error.contains("not a regular file"), "{error}");
+}
+
+/// The proxy as a program waits for its vault: files written 100 ms after it starts, the marker
+/// last, are read, and it serves until its lifetime ends (without the wait it finds no credential
+/// and stops at once). A marker that never comes is the wait's own test above.
+#[tokio::test]
+async fn the_proxy_serves_once_a_vault_written_after_its_start_is_whole() {
+    let (whole, _ca) = vault();
+    let late = Dir::new();
+    let socket = Dir::new();
+    let proxy = crate::args::ProxyArgs {
+        socket: socket.0.join("egress.sock"),
+        rules: crate::decide::Rules::default(),
+        resolver: None,
+        max_tunnels: 4,
+        lifetime: Some(std::time::Duration::from_millis(500)),
+        terminate: Some(args(&late)),
+    };
+    let (from, to) = (whole.0.clone(), late.0.clone());
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        for entry in std::fs::read_dir(&from).unwrap() {
+            let name = entry.unwrap().file_name();
+            std::fs::copy(from.join(&name), to.join(&name)).unwrap();
+        }
+        std::fs::write(to.join(READY), b"").unwrap();
+    });
+    let started = std::time::Instant::now();
+    let code = crate::serve::serve(proxy).await;
+    writer.join().unwrap();
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(500));
+}

@@ -37,6 +37,10 @@ impl CredentialHeader {
     }
 }
 
+/// The marker the controller writes last into the proxy's vault, once every other file is whole;
+/// the proxy waits for it before it reads the vault (`vault::wait_until_ready`).
+pub const VAULT_READY: &str = "ready";
+
 /// Headers that carry a credential of some kind: only the expected one may appear, once.
 pub const CREDENTIAL_HEADERS: [&str; 5] = [
     "x-api-key",

@@ -60,12 +60,14 @@ pub struct VaultFiles(Vec<(&'static str, Vec<u8>)>);
 
 impl VaultFiles {
     /// The vault as the loader uploads it: each file the proxy uid's, readable by it alone
-    /// (0400).
+    /// (0400), then the ready marker the proxy waits for (the engine extracts in order: every
+    /// file is whole once the marker exists).
     pub fn tar(&self, proxy_uid: u32) -> Result<VaultTar> {
         let mut archive = crate::archive::Archive::in_memory(proxy_uid, "the proxy's vault");
         for (name, data) in &self.0 {
             archive.file(name, 0o400, data)?;
         }
+        archive.file(cordon_egress::vendor::VAULT_READY, 0o400, b"")?;
         Ok(VaultTar(archive.finish()?))
     }
 

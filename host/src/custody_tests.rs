@@ -106,7 +106,9 @@ fn the_vault_tar_is_the_proxys_alone() {
             VAULT_LEAF,
             VAULT_LEAF_KEY,
             VAULT_CA,
-            VAULT_UPSTREAM_CA
+            VAULT_UPSTREAM_CA,
+            // Last: the proxy reads nothing before it (`vault::wait_until_ready`).
+            cordon_egress::vendor::VAULT_READY,
         ]
     );
 }

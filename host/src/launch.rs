@@ -192,6 +192,14 @@ pub struct Launch {
     pub egress: Option<egress::Egress>,
 }
 
+/// A vault with no proxy to start that would read it: refused, never written.
+fn no_vault(vault: Option<volumes::VaultDelivery>) -> Result<()> {
+    match vault {
+        None => Ok(()),
+        Some(_) => Err(Error::Internal("a vault with no proxy to start".into())),
+    }
+}
+
 /// Start `container` and write `part` of what the loader delivers beside its start: through a
 /// loader that runs, at once; through one that never starts, once the container holds the dirs
 /// mounted (the engine mounts a container's volumes early in its start), or once its start
@@ -379,28 +387,18 @@ pub async fn create_into(
             made
         };
         let ((names, specs), networked) = tokio::try_join!(volumes, network)?;
-        // The loader is created beside the agent's container (read back and validated meanwhile).
-        // Without a vault it never starts: once the agent's container has started it holds
-        // control and input mounted, and the loader is only the engine's way in to write them
-        // ([`volumes::deliver_held`]), one container start fewer. The proxy's vault needs a
-        // holder before the proxy starts, so with one the loader runs: it starts beside the
-        // network, its fixtures and the proxy's create (the longer path), and the vault is
-        // written only once the proxy was validated ([`Launch::start_proxy`]).
-        let early = prepared.vault.is_some();
-        let load = async {
-            let loader = InvocationVolumes::create_loader(
-                engine,
-                profile.allocation(),
-                profile.image_id(),
-                &specs,
-                &record,
-            )
-            .await?;
-            if early {
-                objects::start_container(engine, "loader", &loader).await?;
-            }
-            Ok::<_, Error>(loader)
-        };
+        // The loader is created beside the agent's container (read back and validated meanwhile)
+        // and never starts: once the agent's container has started it holds control and input
+        // mounted, and once the proxy has started it holds the vault; the loader is only the
+        // engine's way in to write them ([`volumes::deliver_held`], [`volumes::deliver_vault`]).
+        // The vault is written only once the proxy was validated ([`Launch::start_proxy`]).
+        let load = InvocationVolumes::create_loader(
+            engine,
+            profile.allocation(),
+            profile.image_id(),
+            &specs,
+            &record,
+        );
         let agent = async {
             let t = Instant::now();
             let id = objects::create_container(
@@ -443,12 +441,13 @@ pub async fn create_into(
             .iter()
             .filter_map(|kind| names.get(kind).cloned())
             .collect();
+        let vault_volume = names.get(&Kind::Vault).cloned();
         drop(names);
         timings.create_ms = create_ms;
         timings.validate_ms = validate_ms;
         let uploads = Uploads::new(&policy_bytes, &inputs)?
             .with_vault(prepared.vault)
-            .started(early)
+            .vault_in(vault_volume)
             .held_in(held);
         Ok::<_, Error>((id, refusals, capture, (loader, uploads), made_egress))
     }
@@ -532,17 +531,16 @@ impl Launch {
             .loading
             .as_mut()
             .and_then(|(loader, uploads)| volumes::take_vault(loader, uploads));
-        let vault = volumes::deliver_vault(engine, vault);
         match self.egress.as_mut() {
             Some(egress) => egress::start_proxy(engine, egress, vault).await,
-            None => vault.await,
+            None => no_vault(vault),
         }
     }
 
     /// Start the container (whatever the validator said: callers decide).
     ///
     /// With a proxy still to start, the agent's container starts beside it (and beside the
-    /// vault's delivery and the fixtures' starts) and gets its inputs, and the policy and the
+    /// fixtures' starts and the vault's delivery) and gets its inputs, and the policy and the
     /// ready marker are written only once the proxy attested what it was asked to: until then
     /// the container's init only waits for its control dir, so no code of the agent's runs
     /// before the proxy is up and checked. A proxy that fails leaves the init waiting, and it is
@@ -556,11 +554,10 @@ impl Launch {
             .loading
             .as_mut()
             .and_then(|(loader, uploads)| volumes::take_vault(loader, uploads));
-        let vault = volumes::deliver_vault(engine, vault);
         let loading = self.loading.take();
         let container = self.container.as_str();
         let started = match self.egress.as_mut().filter(|e| e.attestation.is_none()) {
-            None => match vault.await {
+            None => match no_vault(vault) {
                 Ok(()) => {
                     start_delivering(engine, container, loading.as_ref(), Part::Everything).await
                 }

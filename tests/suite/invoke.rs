@@ -751,7 +751,7 @@ async fn id_of(s: &Owned, name: &str) -> String {
 /// Without a proxy's vault the loader never starts: the agent's own container holds the control
 /// and input dirs once the engine has mounted them for it, and the policy goes in through the
 /// stopped loader's mounts of the same volumes. The init still reads it and attests; the loader is
-/// created, never run. (With a vault it runs: `the_credential_never_enters_the_agents_container`.)
+/// created, never run. (With a vault too: `the_credential_never_enters_the_agents_container`.)
 #[tokio::test]
 async fn without_a_vault_the_loader_never_starts_and_the_policy_still_arrives() {
     let s = owned("t-held").await;
@@ -857,12 +857,15 @@ async fn the_credential_never_enters_the_agents_container() {
     }
     for handle in &handles {
         handle.reached(Step::Running).await;
-        // With a vault the loader runs: it holds the vault before the proxy starts.
+        // The loader never starts, with a vault too: the proxy holds the vault volume mounted
+        // once it starts, and waits for the vault's marker.
         let loader = format!("cordon-loader-{}", handle.allocation());
-        let (status, _) = state_of(&s, &loader).await;
         assert_eq!(
-            status,
-            Some(bollard::models::ContainerStateStatusEnum::RUNNING),
+            state_of(&s, &loader).await,
+            (
+                Some(bollard::models::ContainerStateStatusEnum::CREATED),
+                false
+            ),
             "{loader}"
         );
     }

@@ -21,6 +21,7 @@ use crate::engine::pending::Shared;
 use crate::engine::{bounded, objects, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Refusal, Result};
 use crate::labels::{Allocation, Kind};
+use crate::launch::volumes::{self, VaultDelivery};
 use crate::profile::egress::{self as plan, EgressSpec, ProxyVolumes, VENDOR_PORT};
 use crate::validate;
 
@@ -409,25 +410,52 @@ pub async fn create_proxy(
 }
 
 /// Start the fixtures, each once the one before took its address (and each checked to have taken
-/// the one the proxy was told), then the proxy once `before` (the vault's delivery) is done too,
-/// and read its attestation (its first stdout line) within [`ATTEST_WITHIN`]. Returns once every
-/// start returned, whatever failed. A proxy that attested already is left as it is.
+/// the one the proxy was told), then the proxy, with its vault written beside its start once it
+/// holds the vault volume mounted (or its start returned), and read its attestation (its first
+/// stdout line) within [`ATTEST_WITHIN`]. Returns once every start returned, whatever failed. A
+/// proxy that attested already is left as it is.
 pub async fn start_proxy(
     engine: &Engine,
     egress: &mut Egress,
-    before: impl std::future::Future<Output = Result<()>>,
+    vault: Option<VaultDelivery>,
 ) -> Result<()> {
     if egress.attestation.is_some() {
-        return before.await;
+        return match vault {
+            None => Ok(()),
+            Some(_) => Err(Error::Internal(
+                "a vault for a proxy that started already".into(),
+            )),
+        };
     }
     let pending = std::mem::take(&mut egress.pending);
     let mut starting = Vec::new();
-    let addressed = start_in_turn(engine, &egress.network_id, &pending, &mut starting);
-    let (addressed, delivered) = tokio::join!(addressed, before);
+    let addressed = start_in_turn(engine, &egress.network_id, &pending, &mut starting).await;
     let proxy = async {
         addressed?;
-        delivered?;
-        start(engine, &egress.proxy).await?;
+        let sent = std::time::SystemTime::now();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let start = async {
+            let started = start(engine, &egress.proxy).await;
+            let _ = started_tx.send(());
+            started
+        };
+        let deliver = async {
+            let Some(vault) = vault else {
+                return Ok(());
+            };
+            let volume = vault
+                .volume()
+                .ok_or_else(|| Error::Internal("the proxy's vault has no volume".into()))?
+                .to_owned();
+            let held = std::slice::from_ref(&volume);
+            tokio::select! {
+                () = volumes::mounted_by(engine, &egress.proxy, held, sent) => {}
+                _ = started_rx => {}
+            }
+            volumes::deliver_vault(engine, vault).await
+        };
+        let (started, delivered) = tokio::join!(start, deliver);
+        started.and(delivered)?;
         attestation(engine, &egress.proxy).await
     };
     let (line, fixtures) = tokio::join!(proxy, futures_util::future::join_all(starting));

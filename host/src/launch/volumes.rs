@@ -127,11 +127,13 @@ pub struct Uploads {
     control: Vec<u8>,
     input: Option<Vec<u8>>,
     vault: Option<VaultTar>,
-    /// The loader was started already (beside the proxy's create, or to deliver the vault).
+    /// The loader was started already (a caller's own: an invocation's loader never starts).
     started: bool,
     /// The control and input volumes' names: a loader that never starts writes into them once
     /// the agent's container holds them mounted ([`mounted_by`]).
     held: Vec<String>,
+    /// The vault volume's name: written once the proxy holds it mounted.
+    vault_volume: Option<String>,
 }
 
 impl std::fmt::Debug for Uploads {
@@ -156,6 +158,7 @@ impl Uploads {
             vault: None,
             started: false,
             held: Vec::new(),
+            vault_volume: None,
         })
     }
 
@@ -168,6 +171,12 @@ impl Uploads {
     /// The control and input volumes' names.
     pub fn held(&self) -> &[String] {
         &self.held
+    }
+
+    /// The vault volume's name (see [`take_vault`]).
+    pub fn vault_in(mut self, name: Option<String>) -> Uploads {
+        self.vault_volume = name;
+        self
     }
 
     /// The proxy's vault, delivered by [`deliver_vault`] before the proxy starts.
@@ -218,40 +227,41 @@ async fn upload(engine: &Engine, loader: &str, dir: &str, tar: Vec<u8>) -> Resul
 }
 
 /// Take the proxy's vault out of `uploads` (nothing when there is none) for [`deliver_vault`].
-/// A loader not started yet is started by that delivery, and `uploads` still says it was not:
-/// the other deliveries then wait for the agent's own mounts ([`deliver_held`]), which hold
-/// whether or not the loader runs.
 pub fn take_vault(loader: &str, uploads: &mut Uploads) -> Option<VaultDelivery> {
     Some(VaultDelivery {
         loader: loader.to_owned(),
         vault: uploads.vault.take()?,
-        start: !uploads.started,
+        volume: uploads.vault_volume.clone(),
     })
 }
 
-/// The proxy's vault on its way into a loader, taken by [`take_vault`].
+/// The proxy's vault on its way in through the loader (which never starts), taken by
+/// [`take_vault`]: written once the proxy holds the vault volume mounted, as the control dir is
+/// once the agent holds it (a tmpfs volume keeps what is written only while a container mounts
+/// it); the proxy waits for the vault's ready marker, the tar's last entry.
 #[derive(Debug)]
 pub struct VaultDelivery {
     loader: String,
     vault: VaultTar,
-    start: bool,
+    volume: Option<String>,
 }
 
-/// Start the loader when it is not running and write the proxy's vault into it (nothing when
-/// there is none): the proxy reads it once, as it starts.
-pub async fn deliver_vault(engine: &Engine, delivery: Option<VaultDelivery>) -> Result<()> {
-    let Some(VaultDelivery {
-        loader,
-        vault,
-        start,
-    }) = delivery
-    else {
-        return Ok(());
-    };
-    if start {
-        objects::start_container(engine, "loader", &loader).await?;
+impl VaultDelivery {
+    /// The vault volume's name, whose mount by the proxy the delivery waits for.
+    pub fn volume(&self) -> Option<&str> {
+        self.volume.as_deref()
     }
-    upload(engine, &loader, VAULT_DIR, vault.into_bytes()).await
+}
+
+/// Write the proxy's vault through the loader.
+pub async fn deliver_vault(engine: &Engine, delivery: VaultDelivery) -> Result<()> {
+    upload(
+        engine,
+        &delivery.loader,
+        VAULT_DIR,
+        delivery.vault.into_bytes(),
+    )
+    .await
 }
 
 /// What one delivery writes: everything (the inputs, then the policy and the ready marker), or
