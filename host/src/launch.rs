@@ -200,10 +200,10 @@ fn no_vault(vault: Option<volumes::VaultDelivery>) -> Result<()> {
     }
 }
 
-/// Start `container` and write `part` of what the loader delivers beside its start: through a
-/// loader that runs, at once; through one that never starts, once the container holds the dirs
-/// mounted (the engine mounts a container's volumes early in its start), or once its start
-/// returned if that comes first. A failed delivery leaves the started container to the caller.
+/// Start `container` and write `part` of what the loader (which never starts) delivers beside its
+/// start: once the container holds the dirs mounted (the engine mounts a container's volumes
+/// early in its start), or once its start returned if that comes first. A failed delivery leaves
+/// the started container to the caller.
 async fn start_delivering(
     engine: &Engine,
     container: &str,
@@ -214,11 +214,6 @@ async fn start_delivering(
     let Some((loader, uploads)) = loading else {
         return start.await;
     };
-    if uploads.is_started() {
-        let deliver = volumes::deliver(engine, loader, uploads, part);
-        let (started, delivered) = tokio::join!(start, deliver);
-        return delivered.and(started);
-    }
     let sent = std::time::SystemTime::now();
     let mounted = volumes::mounted_by(engine, container, uploads.held(), sent);
     tokio::pin!(start, mounted);

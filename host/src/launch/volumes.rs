@@ -127,8 +127,6 @@ pub struct Uploads {
     control: Vec<u8>,
     input: Option<Vec<u8>>,
     vault: Option<VaultTar>,
-    /// The loader was started already (a caller's own: an invocation's loader never starts).
-    started: bool,
     /// The control and input volumes' names: a loader that never starts writes into them once
     /// the agent's container holds them mounted ([`mounted_by`]).
     held: Vec<String>,
@@ -156,7 +154,6 @@ impl Uploads {
                 Some(tar_of(input_files)?)
             },
             vault: None,
-            started: false,
             held: Vec::new(),
             vault_volume: None,
         })
@@ -183,17 +180,6 @@ impl Uploads {
     pub fn with_vault(mut self, tar: Option<VaultTar>) -> Uploads {
         self.vault = tar;
         self
-    }
-
-    /// Whether the loader was started already (neither delivery starts it again).
-    pub fn started(mut self, started: bool) -> Uploads {
-        self.started = started;
-        self
-    }
-
-    /// The loader runs (it holds the dirs mounted itself).
-    pub fn is_started(&self) -> bool {
-        self.started
     }
 }
 
@@ -274,13 +260,11 @@ pub enum Part {
 }
 
 /// Start the loader (it holds control and input mounted: a tmpfs volume lives only while some
-/// container mounts it, and the agent container may start at the same time), unless it was
-/// started already, and write `part` into it, the ready marker last. The loader runs no agent
-/// code and stays until cleanup.
+/// container mounts it) and write `part` into it, the ready marker last: a helper's loader, and
+/// the benchmark's bare arm (an invocation's never starts, [`deliver_held`]). The loader runs no
+/// agent code and stays until cleanup.
 pub async fn deliver(engine: &Engine, loader: &str, uploads: &Uploads, part: Part) -> Result<()> {
-    if !uploads.started {
-        objects::start_container(engine, "loader", loader).await?;
-    }
+    objects::start_container(engine, "loader", loader).await?;
     write(engine, loader, uploads, part).await
 }
 
