@@ -1,8 +1,8 @@
 //! One invocation's control, input and egress volumes, and the loader: a trusted helper through
-//! which the policy and the input files are written (a tmpfs volume lives only while some
-//! container mounts it: the loader holds them while it runs, and without a vault it never runs
-//! and the agent's container holds them). All tmpfs: no host path or host disk figure shows
-//! inside.
+//! which the proxy's vault, the policy and the input files are written. A tmpfs volume lives only
+//! while some container mounts it: the loader never runs, and what goes in through it goes in
+//! once the container that reads it (the proxy, the agent) holds it mounted. All tmpfs: no host
+//! path or host disk figure shows inside.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::SystemTime;
@@ -78,7 +78,8 @@ impl InvocationVolumes {
             volume_mount(&spec(Kind::Control), paths::CONTROL_DIR, false),
             volume_mount(&spec(Kind::Input), paths::INPUT_DIR, false),
         ];
-        // The proxy's vault, written here before the proxy starts; the agent never mounts it.
+        // The proxy's vault, written through here once the proxy holds it; the agent never
+        // mounts it.
         if let Some(vault) = specs.get(&Kind::Vault) {
             mounts.push(volume_mount(vault, VAULT_DIR, false));
         }
@@ -117,11 +118,11 @@ impl InvocationVolumes {
     }
 }
 
-/// What goes into a loader: the proxy's vault (first, before the proxy starts), the input files
-/// (root-owned, 0444), then the policy and the ready marker the init waits for, in one tar whose
-/// last entry is the marker (the engine extracts entries in order: the policy is whole before
-/// the marker exists). One upload fewer than a tar each: each is a round trip of the engine's
-/// extractor, 60-150 ms here.
+/// What goes into a loader: the proxy's vault (as the proxy starts, ending in its own marker),
+/// the input files (root-owned, 0444), then the policy and the ready marker the init waits for,
+/// in one tar whose last entry is the marker (the engine extracts entries in order: the policy is
+/// whole before the marker exists). One upload fewer than a tar each: each is a round trip of the
+/// engine's extractor, 60-150 ms here.
 #[derive(Clone)]
 pub struct Uploads {
     control: Vec<u8>,
@@ -176,7 +177,7 @@ impl Uploads {
         self
     }
 
-    /// The proxy's vault, delivered by [`deliver_vault`] before the proxy starts.
+    /// The proxy's vault, delivered by [`deliver_vault`] as the proxy starts.
     pub fn with_vault(mut self, tar: Option<VaultTar>) -> Uploads {
         self.vault = tar;
         self
