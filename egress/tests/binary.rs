@@ -261,9 +261,10 @@ fn a_socket_that_cannot_be_bound_exits_1() {
     assert_eq!(std::fs::read(scratch.socket()).unwrap(), b"keep");
 }
 
-/// Asked to terminate a host, the binary reads its vault before it listens: a vault missing a
-/// file exits 1 with no attestation (the host then starts nothing of the agent's); a whole vault
-/// attests the host, the CA's fingerprint and the budgets, and never prints the key.
+/// Asked to terminate a host, the binary reads its vault (once its ready marker is there: the
+/// wait itself is `vault::tests`) before it listens: a vault missing a file exits 1 with no
+/// attestation (the host then gives the agent no policy); a whole vault attests the host, the
+/// CA's fingerprint and the budgets, and never prints the key.
 #[test]
 fn a_vault_is_read_before_the_attestation_and_a_bad_one_exits_1() {
     let mut scratch = Scratch::new("vault");
@@ -275,6 +276,7 @@ fn a_vault_is_read_before_the_attestation_and_a_bad_one_exits_1() {
         ("sentinel", b"sk-ant-api03-sentinelAA"),
         ("leaf.pem", ca.cert_pem.as_bytes()),
         ("leaf-key.pem", ca.key_pem.as_bytes()),
+        (cordon_egress::vendor::VAULT_READY, b""),
     ] {
         std::fs::write(vault.join(name), bytes).unwrap();
     }

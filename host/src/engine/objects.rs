@@ -447,10 +447,10 @@ pub fn sorted(labels: &HashMap<String, String>) -> BTreeMap<String, String> {
     labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-/// The engine's events that match `filters`, from `since` on: it answers those it still keeps
-/// (its last 256) and then the new ones, under one lock, so none falls between the two. A caller
-/// asks from a second before the request whose events it awaits, and races the stream with that
-/// request's own return: the stream may end or fail first.
+/// The engine's events that match `filters`, from a second before `since` (when the request
+/// whose events a caller awaits was sent) on: the engine answers those it still keeps (its last
+/// 256) and then the new ones, under one lock, so none falls between the two. A caller races the
+/// stream with that request's own return: the stream may end or fail first.
 pub fn events_since(
     engine: &Engine,
     filters: HashMap<String, Vec<String>>,
