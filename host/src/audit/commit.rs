@@ -95,28 +95,42 @@ pub(super) async fn commit(
                 changes = manifest.changes.len(),
                 "commit: inspected"
             );
-            let mut findings = Vec::new();
-            if manifest.digest != approved {
-                findings.push(CommitFinding {
-                    path: ".".into(),
-                    reason: CommitReason::DigestMismatch,
-                    detail: format!("approved {approved}, inspected {}", manifest.digest),
-                });
-            }
-            let base_tree = if manifest.metadata_changed {
-                paths::Base::default()
-            } else {
-                let links = paths::needs_link_targets(manifest);
-                scratch::base_for_rules_listed(&inspection.git, &inspection.base_tree, links)
-                    .await?
-            };
-            findings.extend(paths::refusals(manifest, &base_tree, rules));
-            if !findings.is_empty() {
+            // The manifest's own refusals: its digest against the approved one, and the path
+            // rules over base's tree. With changes to build, they are judged beside the content's
+            // archive and import, and the commit command waits for them.
+            let judged = async {
+                let mut findings = Vec::new();
+                if manifest.digest != approved {
+                    findings.push(CommitFinding {
+                        path: ".".into(),
+                        reason: CommitReason::DigestMismatch,
+                        detail: format!("approved {approved}, inspected {}", manifest.digest),
+                    });
+                }
+                let base_tree = if manifest.metadata_changed {
+                    paths::Base::default()
+                } else {
+                    let links = paths::needs_link_targets(manifest);
+                    scratch::base_for_rules_listed(&inspection.git, &inspection.base_tree, links)
+                        .await?
+                };
+                findings.extend(paths::refusals(manifest, &base_tree, rules));
+                if findings.is_empty() {
+                    return Ok(());
+                }
                 findings.sort();
                 findings.dedup();
-                return Err(Error::CommitRefused { findings });
-            }
-            if manifest.changes.is_empty() {
+                Err(Error::CommitRefused { findings })
+            };
+            // The reader wrote no content past the bound: refused from the manifest's sizes.
+            let content = content_bytes(&manifest.changes);
+            if manifest.changes.is_empty() || content > MAX_CONTENT_BYTES {
+                judged.await?;
+                if content > MAX_CONTENT_BYTES {
+                    return Err(Error::CommitScratchFull(format!(
+                        "the new content is {content} bytes, more than {MAX_CONTENT_BYTES}"
+                    )));
+                }
                 return Ok(Committed {
                     head: base.clone(),
                     unchanged: true,
@@ -125,13 +139,6 @@ pub(super) async fn commit(
                     digest: manifest.digest.clone(),
                     ms: started.elapsed().as_millis() as u64,
                 });
-            }
-            // The reader wrote no content past the bound: refused from the manifest's sizes.
-            let content = content_bytes(&manifest.changes);
-            if content > MAX_CONTENT_BYTES {
-                return Err(Error::CommitScratchFull(format!(
-                    "the new content is {content} bytes, more than {MAX_CONTENT_BYTES}"
-                )));
             }
             let container = container
                 .ok_or_else(|| Error::Internal("no reader container to read from".into()))?;
@@ -149,9 +156,9 @@ pub(super) async fn commit(
                 &container,
                 &inspection,
                 (spec, &inspection.base_tree),
-                MAX_CONTENT_BYTES,
-                left,
+                (MAX_CONTENT_BYTES, left),
                 OnSpecial::Refuse,
+                judged,
             )
             .await?;
             tracing::debug!(ms = started.elapsed().as_millis() as u64, "commit: built");
@@ -189,19 +196,21 @@ pub enum OnSpecial {
 
 /// Build `spec` on the inspection's scratch copy from the content tar the inspection's reader
 /// wrote ([`CONTENT_FILE`], archived out of its stopped `container`): each file checked against
-/// the manifest's blob id as it streams, through a pipe, into `git fast-import`. The commit
-/// command and the stream's `done` follow only once every blob matched and the special files
+/// the manifest's blob id as it streams, through a pipe, into `git fast-import`, while `judged`
+/// (the caller's own refusals of the manifest) runs beside it. The commit command and the
+/// stream's `done` follow only once every blob matched, `judged` passed and the special files
 /// were checked; a refusal before that closes the pipe on a stream that ends early, which
-/// fast-import imports nothing from and names no commit for. The commit `spec.reference` then
-/// names, and the special files' findings (none, with [`OnSpecial::Refuse`]).
+/// fast-import imports nothing from and names no commit for. `judged`'s refusal is the answer
+/// whatever the stream found. The commit `spec.reference` then names, and the special files'
+/// findings (none, with [`OnSpecial::Refuse`]).
 pub async fn build_from_archive(
     engine: &crate::engine::Engine,
     container: &str,
     inspection: &inspect::Inspection,
     (spec, base_listed): (build::Spec, &[scratch::TreeEntry]),
-    max_bytes: u64,
-    deadline: Duration,
+    (max_bytes, deadline): (u64, Duration),
     on_special: OnSpecial,
+    judged: impl std::future::Future<Output = Result<()>>,
 ) -> Result<(String, Vec<CommitFinding>)> {
     let blobs: std::collections::HashMap<String, String> = base_listed
         .iter()
@@ -218,7 +227,7 @@ pub async fn build_from_archive(
         &reference,
     );
     let writing = async {
-        let written = super::reader::with_archive(
+        let streamed = super::reader::with_archive(
             engine,
             container,
             CONTENT_FILE,
@@ -239,8 +248,9 @@ pub async fn build_from_archive(
                     .map_err(|e| Error::io("writing the fast-import stream", e.into_error()))?;
                 Ok((contents, stream_to, spec))
             },
-        )
-        .await;
+        );
+        let (written, judged) = tokio::join!(streamed, judged);
+        judged?;
         let (contents, stream_to, spec) = written?;
         let findings = cordon_repo::special::findings(
             &inspection.git,

@@ -107,9 +107,9 @@ pub(super) async fn export_diff(task: &Task<'_>, deadline: Duration) -> Result<E
                     &container,
                     &inspection,
                     (spec, listed),
-                    super::commit::MAX_CONTENT_BYTES,
-                    left,
+                    (super::commit::MAX_CONTENT_BYTES, left),
                     super::commit::OnSpecial::Report,
+                    std::future::ready(Ok(())),
                 )
                 .await?;
                 for finding in special {
