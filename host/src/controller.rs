@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::audit::kept::{KeptMetadata, MAX_KEPT_BYTES};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::labels::Owner;
@@ -40,7 +41,14 @@ struct State {
     /// Base's ignore rules as the reader takes them (JSON), by (metadata baseline, base), from
     /// an inspection whose metadata was as seeded; at most [`KNOWN_IGNORE_RULES`] of them.
     ignore_rules: Mutex<BTreeMap<(String, String), Arc<str>>>,
+    /// Metadata copies as seeded, by baseline, from inspections that read them; at most
+    /// [`KEPT_METADATA`] of them.
+    kept_metadata: Mutex<BTreeMap<String, Arc<KeptMetadata>>>,
 }
+
+/// How many metadata copies a controller keeps (each at most
+/// [`crate::audit::kept::MAX_KEPT_BYTES`]).
+const KEPT_METADATA: usize = 2;
 
 /// How many bases' ignore rules a controller keeps (each at most
 /// [`cordon_contract::audit::MAX_IGNORE_RULES_BYTES`]).
@@ -129,6 +137,46 @@ impl Controller {
     #[doc(hidden)]
     pub fn knows_ignore_rules(&self, baseline: &str, base: &str) -> bool {
         matches!(self.known_ignore_rules(baseline, base), Ok(Some(_)))
+    }
+
+    /// The copy as seeded of metadata `baseline`, when this controller keeps one.
+    pub(crate) fn kept_metadata(&self, baseline: &str) -> Result<Option<Arc<KeptMetadata>>> {
+        Ok(lock(&self.state.kept_metadata, "kept metadata")?
+            .get(baseline)
+            .cloned())
+    }
+
+    /// Keep `kept`, a copy whose digest was `baseline`, unless it is larger than
+    /// [`MAX_KEPT_BYTES`]; past [`KEPT_METADATA`] another baseline's, the first in key order,
+    /// goes (its directory with its last user).
+    pub(crate) fn keep_metadata(&self, baseline: &str, kept: Arc<KeptMetadata>) -> Result<()> {
+        if kept.bytes > MAX_KEPT_BYTES {
+            return Ok(());
+        }
+        let mut all = lock(&self.state.kept_metadata, "kept metadata")?;
+        if !all.contains_key(baseline) && all.len() >= KEPT_METADATA {
+            if let Some(other) = all.keys().next().cloned() {
+                all.remove(&other);
+            }
+        }
+        all.insert(baseline.to_owned(), kept);
+        Ok(())
+    }
+
+    /// Whether this controller keeps a copy of metadata `baseline` (its next inspection of such
+    /// a storage then reads only the work tree).
+    #[doc(hidden)]
+    pub fn keeps_metadata(&self, baseline: &str) -> bool {
+        matches!(self.kept_metadata(baseline), Ok(Some(_)))
+    }
+
+    /// Let go of every kept metadata copy (the tests' way to the inspection that reads the
+    /// metadata beside the work tree).
+    #[doc(hidden)]
+    pub fn forget_kept_metadata(&self) {
+        if let Ok(mut all) = lock(&self.state.kept_metadata, "kept metadata") {
+            all.clear();
+        }
     }
 
     /// Take an attempt id for good: a second capture of it is refused.

@@ -54,6 +54,61 @@ impl Scratch {
         Ok(scratch)
     }
 
+    /// A copy of its own that borrows the objects of `kept`, a copy as seeded (extracted and
+    /// hardened) that git only reads (git's alternates): base's objects are read from `kept`,
+    /// and everything git writes goes here, never there. Its configuration is [`CONFIG`]; of
+    /// `kept` it takes only the objects and the `shallow` list (base's history may be cut).
+    pub fn borrowing(kept: &Path) -> Result<Self> {
+        let scratch = Scratch::new()?;
+        let git = scratch.git_dir();
+        for dir in [
+            "objects",
+            "objects/info",
+            "objects/pack",
+            "refs",
+            "refs/heads",
+            "refs/tags",
+        ] {
+            DirBuilder::new()
+                .mode(0o700)
+                .create(git.join(dir))
+                .map_err(|e| Error::io(format!("creating the scratch {dir}"), e))?;
+        }
+        let objects = kept.join("objects");
+        let objects = objects
+            .to_str()
+            .filter(|p| objects.is_absolute() && !p.contains(['\n', '\r']))
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "{}: not an absolute one-line path",
+                    objects.display()
+                ))
+            })?;
+        for (name, text) in [
+            ("HEAD", "ref: refs/heads/cordon\n".to_owned()),
+            ("config", CONFIG.to_owned()),
+            ("objects/info/alternates", format!("{objects}\n")),
+        ] {
+            create_private(&git.join(name))?
+                .write_all(text.as_bytes())
+                .map_err(|e| Error::io(format!("writing the scratch {name}"), e))?;
+        }
+        match std::fs::symlink_metadata(kept.join("shallow")) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("reading the kept shallow list", e)),
+            Ok(meta) if meta.is_file() => {
+                std::fs::copy(kept.join("shallow"), git.join("shallow"))
+                    .map_err(|e| Error::io("copying the kept shallow list", e))?;
+            }
+            Ok(_) => {
+                return Err(Error::Internal(
+                    "the kept copy's shallow list is not a file".into(),
+                ))
+            }
+        }
+        Ok(scratch)
+    }
+
     /// The metadata's copy (made by [`extract_metadata`]).
     pub fn git_dir(&self) -> PathBuf {
         self.root.join("git")
@@ -911,6 +966,52 @@ pub(crate) mod tests {
         .map(|(p, m)| ((*p).to_owned(), (*m).to_owned()))
         .collect();
         assert_eq!(paths, want);
+    }
+
+    /// A copy borrowing a kept copy's objects reads base from it, makes a commit of its own, and
+    /// leaves the kept copy exactly as it was (git writes only in the borrowing copy).
+    #[tokio::test]
+    async fn a_borrowing_copy_reads_the_kept_objects_and_writes_only_its_own() {
+        let tmp = TempDir::new("borrow");
+        let work = sample_repo(&tmp.0);
+        std::fs::write(work.join(".git/shallow"), "").expect("a shallow list");
+        let base = head_of(&work);
+        let (kept, _) = scratch_of(&tmp.0, &work);
+        let before = reference_digest(&kept.git_dir);
+        let working = Scratch::borrowing(&kept.git_dir).expect("a borrowing copy");
+        let git = working.git(Instant::now() + Duration::from_secs(60));
+        assert_eq!(
+            std::fs::read_to_string(git.git_dir.join("config")).expect("config"),
+            CONFIG
+        );
+        assert!(git.git_dir.join("shallow").is_file());
+        assert!(is_commit(&git, &base).await.expect("is_commit"));
+        assert_eq!(list_tree(&git, &base).await.expect("base's tree").len(), 7);
+
+        let stream = tmp.0.join("stream");
+        std::fs::write(
+            &stream,
+            format!(
+                "blob\nmark :1\ndata 4\nnew\n\ncommit {}\ncommitter c <c@example.org> 0 +0000\n\
+                 data 2\nm\nfrom {base}\nM 100644 :1 new.txt\n\ndone\n",
+                crate::build::REF
+            ),
+        )
+        .expect("a stream");
+        let head = crate::build::import(&git, &stream, crate::build::REF)
+            .await
+            .expect("a commit of its own");
+        let listed = list_tree(&git, &head).await.expect("head's tree");
+        assert!(listed.iter().any(|e| e.path == "new.txt"));
+        assert_eq!(
+            reference_digest(&kept.git_dir),
+            before,
+            "git wrote in the kept copy"
+        );
+        assert!(!is_commit(&kept, &head).await.expect("is_commit"));
+        let root = working.root().to_owned();
+        drop(working);
+        assert!(!root.exists() && kept.git_dir.join("objects").is_dir());
     }
 
     #[tokio::test]

@@ -401,9 +401,11 @@ async fn too_many_changes_a_hostile_name_and_a_sparse_file_are_refused() {
 
 /// A change to the metadata after seeding: the manifest says so and lists nothing else (no git
 /// runs on it), and the task needs a person. That holds whether the metadata is read first (base's
-/// ignore rules not yet known to the controller) or beside the work tree (known from an earlier
-/// inspection), the two give the same manifest, and no rules are learned from metadata that is
-/// not as seeded.
+/// ignore rules not yet known to the controller), beside the work tree (known from an earlier
+/// inspection), or not at all (the controller keeps the copy an earlier inspection read: the
+/// reader's digest alone says it changed, and a reader that cannot read it leaves the metadata
+/// to be read); each gives the same manifest, and nothing is learned or kept from metadata that
+/// is not as seeded.
 #[tokio::test]
 async fn a_metadata_change_lists_nothing_else() {
     let s = owned("t-audit-metadata").await;
@@ -419,11 +421,23 @@ async fn a_metadata_change_lists_nothing_else() {
     assert!(!s.ctl.knows_ignore_rules(&baseline, &head));
     let first = inspect(&s, &storage).await.expect("a manifest");
     assert!(
-        s.ctl.knows_ignore_rules(&baseline, &head),
-        "an inspection of metadata as seeded keeps base's rules"
+        s.ctl.knows_ignore_rules(&baseline, &head) && s.ctl.keeps_metadata(&baseline),
+        "an inspection of metadata as seeded keeps base's rules and the copy"
     );
+    let since = std::time::SystemTime::now();
+    let kept = inspect(&s, &storage).await.expect("a manifest");
+    assert_eq!(
+        metadata_reads(&s, &storage, since).await,
+        0,
+        "over the kept copy"
+    );
+    assert_eq!(first, kept, "the work tree alone, over the kept copy");
+    s.ctl.forget_kept_metadata();
+    let since = std::time::SystemTime::now();
     let beside = inspect(&s, &storage).await.expect("a manifest");
+    assert_eq!(metadata_reads(&s, &storage, since).await, 1, "beside");
     assert_eq!(first, beside, "the metadata read beside the work tree");
+    assert!(s.ctl.keeps_metadata(&baseline));
     assert!(!first.metadata_changed && first.changes.len() == 2);
 
     plant(
@@ -433,10 +447,28 @@ async fn a_metadata_change_lists_nothing_else() {
         &[("hooks/post-commit", 0o755, Some(b"#!/bin/sh\n"))],
     )
     .await;
-    // Rules known: the metadata is read beside the work tree.
+    // The copy kept: the reader's digest of the storage's metadata says it changed.
     let manifest = inspect(&s, &storage).await.expect("a manifest");
     assert!(manifest.metadata_changed && manifest.needs_person());
     assert!(manifest.changes.is_empty() && manifest.link_target_changes.is_empty());
+    // A change the reader cannot read: it fails, and the metadata read after it says why.
+    plant(&s, &storage, "/work/.git", &[("sealed", 0o000, Some(b"x"))]).await;
+    let since = std::time::SystemTime::now();
+    let manifest = inspect(&s, &storage).await.expect("a manifest");
+    assert_eq!(
+        metadata_reads(&s, &storage, since).await,
+        1,
+        "after the reader"
+    );
+    assert!(manifest.metadata_changed && manifest.changes.is_empty());
+    // Rules known, no copy kept: the metadata is read beside the work tree, and not kept.
+    s.ctl.forget_kept_metadata();
+    let manifest = inspect(&s, &storage).await.expect("a manifest");
+    assert!(manifest.metadata_changed && manifest.changes.is_empty());
+    assert!(
+        !s.ctl.keeps_metadata(&baseline),
+        "a copy kept of metadata that is not as seeded"
+    );
     // A controller that knows nothing reads it first, and learns nothing from it.
     let fresh = cordon::Controller::new(s.engine.clone()).with_helper_image(&s.image);
     let manifest = fresh
@@ -447,10 +479,40 @@ async fn a_metadata_change_lists_nothing_else() {
         .expect("a manifest");
     assert!(manifest.metadata_changed && manifest.changes.is_empty());
     assert!(
-        !fresh.knows_ignore_rules(&baseline, &head),
-        "rules learned from metadata that is not as seeded"
+        !fresh.knows_ignore_rules(&baseline, &head) && !fresh.keeps_metadata(&baseline),
+        "rules learned or a copy kept from metadata that is not as seeded"
     );
     finish(s, &storage).await;
+}
+
+/// How many times the engine archived something out of a container of `storage`'s allocation
+/// since `since` (an inspection's only archive is the metadata's).
+async fn metadata_reads(s: &Owned, storage: &StorageHandle, since: std::time::SystemTime) -> usize {
+    use futures_util::StreamExt;
+    let secs = |t: std::time::SystemTime| {
+        let d = t.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+        format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
+    };
+    let allocation = storage
+        .storage()
+        .expect("storage")
+        .allocation
+        .id
+        .to_string();
+    let options = bollard::query_parameters::EventsOptions {
+        since: Some(secs(since)),
+        until: Some(secs(std::time::SystemTime::now())),
+        filters: Some(std::collections::HashMap::from([
+            ("type".to_owned(), vec!["container".to_owned()]),
+            ("event".to_owned(), vec!["archive-path".to_owned()]),
+            (
+                "label".to_owned(),
+                vec![format!("{}={allocation}", cordon::labels::ALLOCATION)],
+            ),
+        ])),
+    };
+    let events: Vec<_> = s.engine.docker().events(Some(options)).collect().await;
+    events.into_iter().map(|e| e.expect("an event")).count()
 }
 
 /// A declared link whose target changed during the run, and content in a gitlink, are listed

@@ -6,11 +6,14 @@
 //!    `metadata_changed`, no git command runs on it, and no reader runs after it (one already
 //!    running beside it, step 3, has its answer set aside);
 //! 2. hardened git on that copy only: base must be a commit (`audit-refused`, `base-not-commit`);
-//!    base's own `.gitignore` blobs are the ignore rules;
+//!    base's own `.gitignore` blobs are the ignore rules; the controller keeps the copy
+//!    ([`super::kept`]) and git works in a copy of the inspection's own that borrows its objects;
 //! 3. cordon-init's `tree inspect` reads the work tree in a read-only, no-network container
 //!    ([`super::reader`]), with base's rules from step 2, or, when this controller already
-//!    knows them for this metadata baseline and base, beside steps 1 and 2; the host judges its
-//!    one answer:
+//!    knows them for this metadata baseline and base, beside steps 1 and 2, or, when it also
+//!    keeps that baseline's copy, without them: the reader's digest of the metadata says alone
+//!    whether it is still as seeded (a reader that fails then leaves steps 1 and 2 to say
+//!    whether the metadata changed). The host judges its one answer:
 //! - the metadata as the reader saw it (its digest, HEAD) must be as seeded: otherwise the
 //!   manifest says `metadata_changed` and lists nothing else (and no git command ever runs on
 //!   it);
@@ -21,11 +24,13 @@
 //! step to read the very content the inspection hashed (written by the reader as one tar, when
 //! asked).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cordon_contract::audit::{InspectReport, Manifest, INSPECT, INSPECT_CONTENT};
 use cordon_contract::tree::{DeclaredLink, Finding, LinkSnapshot, Reason, MAX_DECLARED_PATHS};
 
+use super::kept::KeptMetadata;
 use super::Task;
 use crate::error::{Error, Result};
 use cordon_repo::git::Git;
@@ -39,9 +44,12 @@ pub struct Inspection {
     pub manifest: Manifest,
     pub report: Option<InspectReport>,
     /// Base's tree as [`scratch::list_tree`] lists it (empty when no reader ran).
-    pub base_tree: Vec<scratch::TreeEntry>,
+    pub base_tree: Arc<Vec<scratch::TreeEntry>>,
     pub scratch: Scratch,
     pub git: Git,
+    /// The kept copy `scratch` borrows its objects from, held while this inspection lives (none
+    /// when the metadata was not as seeded).
+    pub borrowed: Option<Arc<KeptMetadata>>,
 }
 
 /// The change manifest of `handle`'s storage against `base`, with the declared links compared
@@ -91,12 +99,14 @@ where
         content,
         until,
     };
-    match task
-        .controller()
-        .known_ignore_rules(task.baseline(), task.base())?
-    {
-        Some(rules) => reading.beside(&rules, then).await,
-        None => reading.in_order(then).await,
+    let ctl = task.controller();
+    match (
+        ctl.known_ignore_rules(task.baseline(), task.base())?,
+        ctl.kept_metadata(task.baseline())?,
+    ) {
+        (Some(rules), Some(kept)) => reading.kept(kept, &rules, then).await,
+        (Some(rules), None) => reading.beside(&rules, then).await,
+        (None, _) => reading.in_order(then).await,
     }
 }
 
@@ -113,13 +123,18 @@ struct Reading<'a, 't> {
 enum Metadata {
     /// Not the seeder's baseline: no git command ran on it.
     Changed(Scratch, Git),
-    /// As seeded, base a commit in it, and base's tree listed.
-    AsSeeded {
-        scratch: Scratch,
-        git: Git,
-        base_tree: Vec<scratch::TreeEntry>,
-    },
+    /// As seeded, base a commit in it, and base's tree listed: a copy of this inspection's own
+    /// borrowing the objects of the copy as read, which the controller keeps.
+    AsSeeded(Borrowed),
 }
+
+/// A working copy, its git, base's tree, and the kept copy it borrows from.
+type Borrowed = (
+    Scratch,
+    Git,
+    Arc<Vec<scratch::TreeEntry>>,
+    Arc<KeptMetadata>,
+);
 
 impl Reading<'_, '_> {
     /// The metadata first; then, if it is as seeded, base's rules and the reader.
@@ -128,17 +143,13 @@ impl Reading<'_, '_> {
         F: FnOnce(Option<String>, Inspection) -> Fut,
         Fut: std::future::Future<Output = Result<U>>,
     {
-        let (scratch, git, base_tree) = match self.metadata().await? {
+        let borrowed = match self.metadata().await? {
             Metadata::Changed(scratch, git) => {
                 return then(None, changed_inspection(self.task.base(), scratch, git)).await
             }
-            Metadata::AsSeeded {
-                scratch,
-                git,
-                base_tree,
-            } => (scratch, git, base_tree),
+            Metadata::AsSeeded(borrowed) => borrowed,
         };
-        let rules = scratch::ignore_rules_listed(&git, &base_tree).await?;
+        let rules = scratch::ignore_rules_listed(&borrowed.1, &borrowed.2).await?;
         let rules: std::sync::Arc<str> = serde_json::to_string(&rules)
             .map_err(|e| Error::Internal(e.to_string()))?
             .into();
@@ -153,12 +164,59 @@ impl Reading<'_, '_> {
             (self.args(&rules), self.content),
             left(self.until)?,
             move |id, report: InspectReport| async move {
-                let inspection =
-                    judged(report, (base, baseline, before), (scratch, git, base_tree))?;
+                let inspection = judged(report, (base, baseline, before), borrowed)?;
                 then(Some(id), inspection).await
             },
         )
         .await
+    }
+
+    /// The work tree alone, over the controller's copy of this baseline's metadata and base's
+    /// known `rules`: the reader's digest of the storage's metadata is what says it is still as
+    /// seeded ([`judge`]). A reader that fails before it answers leaves the metadata to be read:
+    /// a changed metadata is then the answer, as it is when the metadata is read first or beside.
+    async fn kept<U, F, Fut>(self, kept: Arc<KeptMetadata>, rules: &str, then: F) -> Result<U>
+    where
+        F: FnOnce(Option<String>, Inspection) -> Fut,
+        Fut: std::future::Future<Output = Result<U>>,
+    {
+        let task = self.task;
+        let (base, baseline, before) = (task.base(), task.baseline(), self.snapshot);
+        let (scratch, git) = kept.working(self.until)?;
+        let base_tree = kept
+            .base_tree(&git, base)
+            .await?
+            .ok_or_else(|| base_not_commit(base))?;
+        let mut then = Some(then);
+        let then_slot = &mut then;
+        let answered = super::reader::read_then(
+            task.controller().engine(),
+            task.image(),
+            task.handle(),
+            (self.args(rules), self.content),
+            left(self.until)?,
+            move |id, report: InspectReport| async move {
+                let then = then_slot
+                    .take()
+                    .ok_or_else(|| Error::Internal("the inspection answered twice".into()))?;
+                let borrowed = (scratch, git, base_tree, kept);
+                then(
+                    Some(id),
+                    judged(report, (base, baseline, before), borrowed)?,
+                )
+                .await
+            },
+        )
+        .await;
+        match (answered, then) {
+            (Err(failed), Some(then)) => match self.metadata().await? {
+                Metadata::Changed(scratch, git) => {
+                    then(None, changed_inspection(base, scratch, git)).await
+                }
+                Metadata::AsSeeded(_) => Err(failed),
+            },
+            (answered, _) => answered,
+        }
     }
 
     /// The metadata and the reader at once, the reader with base's known `rules`. Both run to
@@ -195,13 +253,9 @@ impl Reading<'_, '_> {
                     Metadata::Changed(scratch, git) => {
                         then(None, changed_inspection(base, scratch, git)).await
                     }
-                    Metadata::AsSeeded {
-                        scratch,
-                        git,
-                        base_tree,
-                    } => {
+                    Metadata::AsSeeded(borrowed) => {
                         let seen = (base, baseline, before);
-                        then(Some(id), judged(report, seen, (scratch, git, base_tree))?).await
+                        then(Some(id), judged(report, seen, borrowed)?).await
                     }
                 }
             },
@@ -236,19 +290,27 @@ impl Reading<'_, '_> {
 
     /// The storage's metadata out through a never-started reader container into a scratch
     /// copy; if its digest is the baseline, that copy hardened, base checked to be a commit in
-    /// it (`audit-refused`, `base-not-commit`) and base's tree listed.
+    /// it (`audit-refused`, `base-not-commit`) and base's tree listed, and the copy kept by the
+    /// controller: this inspection works in a copy of its own borrowing its objects.
     async fn metadata(&self) -> Result<Metadata> {
         let task = self.task;
         let scratch = Scratch::new()?;
         let git = scratch.git(self.until);
         let into = scratch.git_dir();
-        let digest = super::reader::archive_of(
+        let (digest, bytes) = super::reader::archive_of(
             task.controller().engine(),
             task.image(),
             task.handle(),
             cordon_contract::paths::METADATA,
             left(self.until)?,
-            move |tar| Ok(scratch::extract_metadata(tar, &into)),
+            move |tar| {
+                let mut counted = Counted {
+                    inner: tar,
+                    bytes: 0,
+                };
+                let digest = scratch::extract_metadata(&mut counted, &into);
+                Ok((digest, counted.bytes))
+            },
         )
         .await?;
         // A metadata archive holding what the seeder never writes (a link, a special file) is
@@ -264,22 +326,41 @@ impl Reading<'_, '_> {
         scratch::harden(&scratch.git_dir())?;
         let base = task.base();
         if !scratch::is_commit(&git, base).await? {
-            return Err(Error::AuditRefused {
-                findings: vec![Finding {
-                    path: ".git".into(),
-                    reason: Reason::BaseNotCommit,
-                    detail: format!("base {base} is not a commit in the storage"),
-                }],
-                more: 0,
-            });
+            return Err(base_not_commit(base));
         }
         // Base's tree, listed once: its ignore rules, the commit's rules and blobs later.
-        let base_tree = scratch::list_tree(&git, base).await?;
-        Ok(Metadata::AsSeeded {
-            scratch,
-            git,
-            base_tree,
-        })
+        let base_tree = Arc::new(scratch::list_tree(&git, base).await?);
+        let kept = Arc::new(KeptMetadata::new(scratch, bytes, base, base_tree.clone()));
+        task.controller()
+            .keep_metadata(task.baseline(), kept.clone())?;
+        let (scratch, git) = kept.working(self.until)?;
+        Ok(Metadata::AsSeeded((scratch, git, base_tree, kept)))
+    }
+}
+
+/// Counts what is read through it.
+struct Counted<'a> {
+    inner: &'a mut dyn std::io::Read,
+    bytes: u64,
+}
+
+impl std::io::Read for Counted<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+}
+
+/// Base is not a commit in the metadata as seeded.
+fn base_not_commit(base: &str) -> Error {
+    Error::AuditRefused {
+        findings: vec![Finding {
+            path: ".git".into(),
+            reason: Reason::BaseNotCommit,
+            detail: format!("base {base} is not a commit in the storage"),
+        }],
+        more: 0,
     }
 }
 
@@ -288,7 +369,7 @@ impl Reading<'_, '_> {
 fn judged(
     report: InspectReport,
     (base, baseline, before): (&str, &str, &LinkSnapshot),
-    (scratch, git, base_tree): (Scratch, Git, Vec<scratch::TreeEntry>),
+    (scratch, git, base_tree, kept): Borrowed,
 ) -> Result<Inspection> {
     Ok(Inspection {
         manifest: judge(&report, base, baseline, before)?,
@@ -296,6 +377,7 @@ fn judged(
         base_tree,
         scratch,
         git,
+        borrowed: Some(kept),
     })
 }
 
@@ -304,9 +386,10 @@ fn changed_inspection(base: &str, scratch: Scratch, git: Git) -> Inspection {
     Inspection {
         manifest: metadata_changed(base),
         report: None,
-        base_tree: Vec::new(),
+        base_tree: Arc::default(),
         scratch,
         git,
+        borrowed: None,
     }
 }
 
