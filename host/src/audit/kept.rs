@@ -29,8 +29,11 @@ pub struct KeptMetadata {
     pub bytes: u64,
     /// Base's tree as [`scratch::list_tree`] lists it, for the last base asked about (only a
     /// commit is ever listed).
-    listed: Mutex<Option<(String, Arc<Vec<TreeEntry>>)>>,
+    listed: Mutex<Option<Listed>>,
 }
+
+/// A base and its tree's listing.
+type Listed = (String, Arc<Vec<TreeEntry>>);
 
 impl KeptMetadata {
     /// Keep `copy` (as seeded, hardened), of `bytes`, with `base`'s tree already listed.
@@ -66,7 +69,7 @@ impl KeptMetadata {
         Ok(Some(listed))
     }
 
-    fn listed(&self) -> Result<std::sync::MutexGuard<'_, Option<(String, Arc<Vec<TreeEntry>>)>>> {
+    fn listed(&self) -> Result<std::sync::MutexGuard<'_, Option<Listed>>> {
         self.listed
             .lock()
             .map_err(|_| Error::Internal("the kept metadata's listing is poisoned".into()))
