@@ -15,9 +15,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::audit::kept::{KeptMetadata, MAX_KEPT_BYTES};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::kept::{KeptMetadata, MAX_KEPT_BYTES};
 use crate::labels::Owner;
 
 /// An engine connection and this runner's registries. Cheap to clone (clones share both).
@@ -47,7 +47,7 @@ struct State {
 }
 
 /// How many metadata copies a controller keeps (each at most
-/// [`crate::audit::kept::MAX_KEPT_BYTES`]).
+/// [`crate::kept::MAX_KEPT_BYTES`]).
 const KEPT_METADATA: usize = 2;
 
 /// How many bases' ignore rules a controller keeps (each at most

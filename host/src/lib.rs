@@ -11,6 +11,7 @@
 //! - [`engine`]: the Docker connection pinned to the daemon's API; `engine::objects` alone
 //!   creates, inspects, lists and removes containers, volumes and networks; `engine::pending`
 //!   records what an operation made (or may have made) and removes it.
+//! - [`kept`]: the metadata copies as seeded the controller keeps for the audit.
 //! - [`controller`]: the engine connection and this runner's registries.
 //! - [`profile`], [`validate`], [`image`]: the immutable agent profile and the init's policy; the
 //!   read-back validator; the static in-container binaries and the FROM scratch test image.
@@ -42,6 +43,7 @@ pub mod engine;
 pub mod error;
 pub mod image;
 pub mod invoke;
+pub mod kept;
 pub mod labels;
 pub mod launch;
 pub mod profile;

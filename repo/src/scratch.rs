@@ -992,23 +992,35 @@ pub(crate) mod tests {
         std::fs::write(
             &stream,
             format!(
-                "blob\nmark :1\ndata 4\nnew\n\ncommit {}\ncommitter c <c@example.org> 0 +0000\n\
-                 data 2\nm\nfrom {base}\nM 100644 :1 new.txt\n\ndone\n",
-                crate::build::REF
+                "blob\nmark :1\ndata 4\nnew\n\ncommit refs/heads/new\n\
+                 committer c <c@example.org> 0 +0000\ndata 2\nm\nfrom {base}\n\
+                 M 100644 :1 new.txt\n\ndone\n"
             ),
         )
         .expect("a stream");
-        let head = crate::build::import(&git, &stream, crate::build::REF)
-            .await
-            .expect("a commit of its own");
-        let listed = list_tree(&git, &head).await.expect("head's tree");
+        let stream = std::fs::File::open(&stream).expect("the stream");
+        git.run_with_input(
+            "fast-import",
+            &["fast-import", "--quiet", "--done"],
+            Input::File(stream),
+        )
+        .await
+        .expect("a commit of its own");
+        let head = String::from_utf8(
+            git.run("rev-parse", &["rev-parse", "refs/heads/new"])
+                .await
+                .expect("its commit"),
+        )
+        .expect("utf8");
+        let head = head.trim();
+        let listed = list_tree(&git, head).await.expect("head's tree");
         assert!(listed.iter().any(|e| e.path == "new.txt"));
         assert_eq!(
             reference_digest(&kept.git_dir),
             before,
             "git wrote in the kept copy"
         );
-        assert!(!is_commit(&kept, &head).await.expect("is_commit"));
+        assert!(!is_commit(&kept, head).await.expect("is_commit"));
         let root = working.root().to_owned();
         drop(working);
         assert!(!root.exists() && kept.git_dir.join("objects").is_dir());

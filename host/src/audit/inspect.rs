@@ -7,7 +7,7 @@
 //!    running beside it, step 3, has its answer set aside);
 //! 2. hardened git on that copy only: base must be a commit (`audit-refused`, `base-not-commit`);
 //!    base's own `.gitignore` blobs are the ignore rules; the controller keeps the copy
-//!    ([`super::kept`]) and git works in a copy of the inspection's own that borrows its objects;
+//!    ([`crate::kept`]) and git works in a copy of the inspection's own that borrows its objects;
 //! 3. cordon-init's `tree inspect` reads the work tree in a read-only, no-network container
 //!    ([`super::reader`]), with base's rules from step 2, or, when this controller already
 //!    knows them for this metadata baseline and base, beside steps 1 and 2, or, when it also
@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use cordon_contract::audit::{InspectReport, Manifest, INSPECT, INSPECT_CONTENT};
 use cordon_contract::tree::{DeclaredLink, Finding, LinkSnapshot, Reason, MAX_DECLARED_PATHS};
 
-use super::kept::KeptMetadata;
 use super::Task;
 use crate::error::{Error, Result};
+use crate::kept::KeptMetadata;
 use cordon_repo::git::Git;
 
 use cordon_repo::scratch::{self, Scratch};

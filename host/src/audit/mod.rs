@@ -14,7 +14,6 @@ pub mod check;
 pub mod commit;
 pub mod export;
 pub mod inspect;
-pub(crate) mod kept;
 pub mod links;
 pub(crate) mod reader;
 pub mod task;

@@ -4,7 +4,7 @@
 //!
 //! A storage's metadata is read-only to agents, and the reader digests it on every inspection:
 //! a storage whose metadata is not its baseline any more is the metadata changing whatever is
-//! kept ([`super::inspect::judge`]). What is kept is the controller's own copy of bytes it has
+//! kept (the inspection's `judge`). What is kept is the controller's own copy of bytes it has
 //! already checked; git only reads it. Each inspection works in a copy of its own that borrows
 //! the kept copy's objects ([`Scratch::borrowing`]): fast-import's objects, refs and packs go
 //! there and go with it.
