@@ -157,16 +157,28 @@ impl Reading<'_, '_> {
         ctl.learn_ignore_rules(self.task.baseline(), self.task.base(), rules.clone())?;
         let task = self.task;
         let (base, baseline, before) = (task.base(), task.baseline(), self.snapshot);
+        self.read_tree(&rules, move |id, report| async move {
+            let inspection = judged(report, (base, baseline, before), borrowed)?;
+            then(Some(id), inspection).await
+        })
+        .await
+    }
+
+    /// The reader over the storage with base's `rules`, then `answer` with its stopped
+    /// container and its report, before the container is removed.
+    async fn read_tree<U, F, Fut>(&self, rules: &str, answer: F) -> Result<U>
+    where
+        F: FnOnce(String, InspectReport) -> Fut,
+        Fut: std::future::Future<Output = Result<U>>,
+    {
+        let task = self.task;
         super::reader::read_then(
-            ctl.engine(),
+            task.controller().engine(),
             task.image(),
             task.handle(),
-            (self.args(&rules), self.content),
+            (self.args(rules), self.content),
             left(self.until)?,
-            move |id, report: InspectReport| async move {
-                let inspection = judged(report, (base, baseline, before), borrowed)?;
-                then(Some(id), inspection).await
-            },
+            answer,
         )
         .await
     }
@@ -189,13 +201,8 @@ impl Reading<'_, '_> {
             .ok_or_else(|| base_not_commit(base))?;
         let mut then = Some(then);
         let then_slot = &mut then;
-        let answered = super::reader::read_then(
-            task.controller().engine(),
-            task.image(),
-            task.handle(),
-            (self.args(rules), self.content),
-            left(self.until)?,
-            move |id, report: InspectReport| async move {
+        let answered = self
+            .read_tree(rules, move |id, report| async move {
                 let then = then_slot
                     .take()
                     .ok_or_else(|| Error::Internal("the inspection answered twice".into()))?;
@@ -205,9 +212,8 @@ impl Reading<'_, '_> {
                     judged(report, (base, baseline, before), borrowed)?,
                 )
                 .await
-            },
-        )
-        .await;
+            })
+            .await;
         match (answered, then) {
             (Err(failed), Some(then)) => match self.metadata().await? {
                 Metadata::Changed(scratch, git) => {
@@ -236,30 +242,23 @@ impl Reading<'_, '_> {
             let _ = sent.send(self.metadata().await);
         };
         let (then_slot, metadata_slot) = (&mut then, &mut metadata);
-        let read_tree = super::reader::read_then(
-            task.controller().engine(),
-            task.image(),
-            task.handle(),
-            (self.args(rules), self.content),
-            left(self.until)?,
-            move |id, report: InspectReport| async move {
-                let metadata = metadata_slot
-                    .await
-                    .map_err(|_| Error::Internal("the metadata read ended unanswered".into()))??;
-                let then = then_slot
-                    .take()
-                    .ok_or_else(|| Error::Internal("the inspection answered twice".into()))?;
-                match metadata {
-                    Metadata::Changed(scratch, git) => {
-                        then(None, changed_inspection(base, scratch, git)).await
-                    }
-                    Metadata::AsSeeded(borrowed) => {
-                        let seen = (base, baseline, before);
-                        then(Some(id), judged(report, seen, borrowed)?).await
-                    }
+        let read_tree = self.read_tree(rules, move |id, report| async move {
+            let metadata = metadata_slot
+                .await
+                .map_err(|_| Error::Internal("the metadata read ended unanswered".into()))??;
+            let then = then_slot
+                .take()
+                .ok_or_else(|| Error::Internal("the inspection answered twice".into()))?;
+            match metadata {
+                Metadata::Changed(scratch, git) => {
+                    then(None, changed_inspection(base, scratch, git)).await
                 }
-            },
-        );
+                Metadata::AsSeeded(borrowed) => {
+                    let seen = (base, baseline, before);
+                    then(Some(id), judged(report, seen, borrowed)?).await
+                }
+            }
+        });
         let ((), answered) = tokio::join!(read_metadata, read_tree);
         // The reader failed before the metadata was looked at: the metadata's own answer comes
         // first, as it would have in order.
