@@ -590,8 +590,9 @@ pub fn write_stream(
 }
 
 /// fast-import deflates what it imports as fast as zlib can, as `git add` and `git commit` write
-/// their loose objects (`core.looseCompression` is 1 by default); the pack default (6) spent
-/// about a fifth of a 10,000-file import on trees of hashes, which hardly compress at any level.
+/// their loose objects (`core.looseCompression` is 1 by default): base's trees a change touches
+/// are rewritten whole, and trees of hashes hardly compress at any level (a 10,000-file import
+/// took 0.93 s at the pack default, 6, and 0.83 s at 1).
 const IMPORT_COMPRESSION: &str = "pack.compression=1";
 
 /// Import the stream at `stream` (written by [`write_stream`]) into `git`'s repository; the
