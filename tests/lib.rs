@@ -99,6 +99,27 @@ pub async fn agent_image(engine: &Engine) -> image::agent::AgentImage {
         .clone()
 }
 
+/// The engine's events matching `filters` from `since` until now (what it still keeps: its last
+/// 256), each one checked to have come through.
+pub async fn engine_events(
+    engine: &Engine,
+    since: std::time::SystemTime,
+    filters: std::collections::HashMap<String, Vec<String>>,
+) -> Vec<bollard::models::EventMessage> {
+    use futures_util::StreamExt;
+    let secs = |t: std::time::SystemTime| {
+        let d = t.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+        format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
+    };
+    let options = bollard::query_parameters::EventsOptions {
+        since: Some(secs(since)),
+        until: Some(secs(std::time::SystemTime::now())),
+        filters: Some(filters),
+    };
+    let events: Vec<_> = engine.docker().events(Some(options)).collect().await;
+    events.into_iter().map(|e| e.expect("an event")).collect()
+}
+
 /// Fail if anything with this owner's label is left, or any cordon-named volume without labels
 /// (the engine makes a missing named volume for a create that outlived it: such a volume carries
 /// no owner, so only its name shows it); remove what it finds so one failure does not leak.

@@ -488,34 +488,18 @@ async fn a_metadata_change_lists_nothing_else() {
 /// How many times the engine archived something out of a container of `storage`'s allocation
 /// since `since` (an inspection's only archive is the metadata's).
 async fn metadata_reads(s: &Owned, storage: &StorageHandle, since: std::time::SystemTime) -> usize {
-    use futures_util::StreamExt;
-    let secs = |t: std::time::SystemTime| {
-        let d = t.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
-        format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
-    };
-    let allocation = storage
-        .storage()
-        .expect("storage")
-        .allocation
-        .id
-        .to_string();
-    let options = bollard::query_parameters::EventsOptions {
-        since: Some(secs(since)),
-        until: Some(secs(std::time::SystemTime::now())),
-        filters: Some(std::collections::HashMap::from([
-            ("type".to_owned(), vec!["container".to_owned()]),
-            ("event".to_owned(), vec!["archive-path".to_owned()]),
-            (
-                "label".to_owned(),
-                vec![format!("{}={allocation}", cordon::labels::ALLOCATION)],
-            ),
-        ])),
-    };
-    let events: Vec<_> = s.engine.docker().events(Some(options)).collect().await;
-    for event in &events {
-        assert!(event.is_ok(), "an event: {event:?}");
-    }
-    events.len()
+    let allocation = storage.storage().expect("storage").allocation.id;
+    let filters = std::collections::HashMap::from([
+        ("type".to_owned(), vec!["container".to_owned()]),
+        ("event".to_owned(), vec!["archive-path".to_owned()]),
+        (
+            "label".to_owned(),
+            vec![format!("{}={allocation}", cordon::labels::ALLOCATION)],
+        ),
+    ]);
+    cordon_tests::engine_events(&s.engine, since, filters)
+        .await
+        .len()
 }
 
 /// A declared link whose target changed during the run, and content in a gitlink, are listed

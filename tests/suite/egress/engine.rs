@@ -118,23 +118,11 @@ async fn an_invocation_with_egress_has_its_own_network_and_proxy_and_leaves_noth
 
 /// The engine's container events from `since` until now: (time in ns, action, name).
 async fn container_events(f: &Fixture, since: std::time::SystemTime) -> Vec<(i64, String, String)> {
-    use futures_util::StreamExt;
-    let secs = |t: std::time::SystemTime| {
-        let d = t.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
-        format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
-    };
-    let options = bollard::query_parameters::EventsOptions {
-        since: Some(secs(since)),
-        until: Some(secs(std::time::SystemTime::now())),
-        filters: Some(std::collections::HashMap::from([(
-            "type".to_owned(),
-            vec!["container".to_owned()],
-        )])),
-    };
-    let events: Vec<_> = f.engine.docker().events(Some(options)).collect().await;
-    events
+    let filters =
+        std::collections::HashMap::from([("type".to_owned(), vec!["container".to_owned()])]);
+    cordon_tests::engine_events(&f.engine, since, filters)
+        .await
         .into_iter()
-        .map(|e| e.expect("an event"))
         .map(|e| {
             let name = e.actor.and_then(|a| a.attributes?.get("name").cloned());
             (
