@@ -421,6 +421,11 @@ mod tests {
             },
             Unusable::MetadataLink { path: text() },
             Unusable::BadName { path: text() },
+            Unusable::CorruptObject {
+                object: text(),
+                path: text(),
+                reason: text(),
+            },
             Unusable::Alternates,
             Unusable::NotARepository {
                 path: text(),
@@ -498,6 +503,7 @@ mod tests {
                 "repo-escaping-link",
                 "repo-metadata-link",
                 "repo-bad-name",
+                "repo-corrupt-object",
                 "repo-alternates",
                 "repo-not-a-repository",
                 "repo-too-large",

@@ -188,6 +188,8 @@ pub struct Staged {
     pub git: Git,
     /// The head commit's full id.
     pub head: String,
+    /// The copy's object format.
+    pub format: verify::Format,
     pub entries: Vec<Entry>,
     /// Link path -> target bytes.
     pub links: BTreeMap<Vec<u8>, Vec<u8>>,
@@ -785,6 +787,7 @@ pub async fn stage(
         dir,
         git,
         head,
+        format,
         entries,
         links,
         work_needs,

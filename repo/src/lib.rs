@@ -9,7 +9,8 @@
 //! - [`git`]: hardened git, only ever on a repository cordon made itself.
 //! - Seeding: [`source`] opens the runner's repository without following a link; [`verify`]
 //!   checks a hard-linked metadata file is what its name says; [`tree`] the seeded tree's rules
-//!   (links, names, what it needs); [`clone`] the staging copy that brings them together.
+//!   (links, names, what it needs); [`clone`] the staging copy that brings them together;
+//!   [`loose`] reads its loose blobs back for the checkout, checked as [`verify`] checks.
 //! - The commit: [`scratch`] the controller-owned copy of the task's metadata and base's tree;
 //!   [`portable`] and [`paths`] the rules every committed path must meet; [`special`] what
 //!   `.gitmodules` and `.gitattributes` may say; [`build`] the fast-import stream, the commit,
@@ -22,6 +23,7 @@ pub mod build;
 pub mod clone;
 pub mod error;
 pub mod git;
+pub mod loose;
 pub mod paths;
 pub mod portable;
 pub mod scratch;

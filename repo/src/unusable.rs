@@ -26,6 +26,13 @@ pub enum Unusable {
     BadName {
         path: String,
     },
+    /// A loose object the checkout needs that is not the blob the tree names there (read back
+    /// by the seeder).
+    CorruptObject {
+        object: String,
+        path: String,
+        reason: String,
+    },
     Alternates,
     NotARepository {
         path: String,
@@ -50,6 +57,7 @@ impl Unusable {
                 "repo-metadata-link"
             }
             Unusable::BadName { .. } => "repo-bad-name",
+            Unusable::CorruptObject { .. } => "repo-corrupt-object",
             Unusable::Alternates => "repo-alternates",
             Unusable::NotARepository { .. } => "repo-not-a-repository",
             Unusable::TooLarge { .. } => "repo-too-large",
@@ -65,6 +73,7 @@ impl std::fmt::Display for Unusable {
             Unusable::MetadataLink { path } => write!(f, "the git metadata holds a link or special file at {path:?}"),
             Unusable::MetadataHardLink { path, links, reason } => write!(f, "the git metadata file {path:?} has {links} links, and {reason}"),
             Unusable::BadName { path } => write!(f, "git would not check out {path:?}"),
+            Unusable::CorruptObject { object, path, reason } => write!(f, "the loose object {object} (the tree's {path:?}) is not the blob the tree names: {reason}"),
             Unusable::Alternates => write!(f, "the object store borrows objects from another (objects/info/alternates)"),
             Unusable::NotARepository { path, reason } => write!(f, "{path}: {reason}"),
             Unusable::TooLarge { what, needs_bytes, needs_inodes, limit_bytes, limit_inodes } => write!(

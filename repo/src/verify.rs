@@ -32,7 +32,7 @@ impl Format {
         }
     }
 
-    fn hash_len(self) -> usize {
+    pub(crate) fn hash_len(self) -> usize {
         match self {
             Format::Sha1 => 20,
             Format::Sha256 => 32,
@@ -80,6 +80,12 @@ pub enum Mismatch {
     WrongSize { declared: u64, found: String },
     #[error("its content does not hash to its name (expected {expected}, found {found})")]
     NotItsName { expected: String, found: String },
+    #[error("its header is {found:?}, and the tree names a blob there")]
+    NotABlob { found: String },
+    #[error("its header declares {declared} bytes, and the tree lists {listed}")]
+    NotTheTreesSize { declared: u64, listed: u64 },
+    #[error("it cannot be read as a regular file ({0})")]
+    Unreadable(String),
     #[error("it does not start with the signature {expected:?} (found {found:?})")]
     Signature { expected: String, found: String },
     #[error("it is {len} bytes, too short for a signature and a checksum")]
@@ -102,7 +108,7 @@ pub enum Linked {
 }
 
 /// The longest loose object header git reads (`MAX_HEADER_LEN`).
-const MAX_HEADER: usize = 32;
+pub(crate) const MAX_HEADER: usize = 32;
 /// Inflated bytes produced between two looks at the header and the size.
 const INFLATE_CHUNK: usize = 64 * 1024;
 
@@ -170,27 +176,27 @@ fn is_hex(s: &str) -> bool {
 }
 
 #[derive(Debug, Clone)]
-enum Hasher {
+pub(crate) enum Hasher {
     Sha1(sha1::Sha1),
     Sha256(sha2::Sha256),
 }
 
 impl Hasher {
-    fn new(format: Format) -> Hasher {
+    pub(crate) fn new(format: Format) -> Hasher {
         match format {
             Format::Sha1 => Hasher::Sha1(sha1::Sha1::new()),
             Format::Sha256 => Hasher::Sha256(sha2::Sha256::new()),
         }
     }
 
-    fn update(&mut self, bytes: &[u8]) {
+    pub(crate) fn update(&mut self, bytes: &[u8]) {
         match self {
             Hasher::Sha1(h) => h.update(bytes),
             Hasher::Sha256(h) => h.update(bytes),
         }
     }
 
-    fn finish(self) -> Vec<u8> {
+    pub(crate) fn finish(self) -> Vec<u8> {
         match self {
             Hasher::Sha1(h) => h.finalize().to_vec(),
             Hasher::Sha256(h) => h.finalize().to_vec(),
@@ -210,17 +216,7 @@ enum Check {
 
 impl Verifier {
     fn loose(id: Vec<u8>, format: Format, limit: u64) -> Verifier {
-        Verifier(Check::Loose(Box::new(Loose {
-            id,
-            inflate: flate2::Decompress::new(true),
-            out: vec![0; INFLATE_CHUNK],
-            hasher: Hasher::new(format),
-            header: Vec::new(),
-            size: None,
-            content: 0,
-            ended: false,
-            limit,
-        })))
+        Verifier(Check::Loose(Box::new(Loose::new(id, format, limit))))
     }
 
     fn hashfile(signature: &'static [u8; 4], format: Format) -> Verifier {
@@ -264,25 +260,40 @@ impl Verifier {
 }
 
 /// A loose object: one zlib stream of `<type> <size>\0<content>`, whose hash is its name.
+/// [`crate::loose`] drives its `inflate` itself and hands every inflated byte to [`Loose::take`].
 #[derive(Debug)]
-struct Loose {
+pub(crate) struct Loose {
     /// The id its name says.
     id: Vec<u8>,
-    inflate: flate2::Decompress,
+    pub(crate) inflate: flate2::Decompress,
     out: Vec<u8>,
     hasher: Hasher,
     /// The header until its NUL.
-    header: Vec<u8>,
+    pub(crate) header: Vec<u8>,
     /// The content size the header declares, once read.
-    size: Option<u64>,
+    pub(crate) size: Option<u64>,
     /// Content bytes inflated so far.
-    content: u64,
+    pub(crate) content: u64,
     /// The zlib stream ended.
-    ended: bool,
+    pub(crate) ended: bool,
     limit: u64,
 }
 
 impl Loose {
+    pub(crate) fn new(id: Vec<u8>, format: Format, limit: u64) -> Loose {
+        Loose {
+            id,
+            inflate: flate2::Decompress::new(true),
+            out: vec![0; INFLATE_CHUNK],
+            hasher: Hasher::new(format),
+            header: Vec::new(),
+            size: None,
+            content: 0,
+            ended: false,
+            limit,
+        }
+    }
+
     fn update(&mut self, input: &[u8]) -> Result<(), Mismatch> {
         if input.is_empty() {
             return Ok(());
@@ -326,7 +337,7 @@ impl Loose {
     }
 
     /// Inflated bytes: the header first, then content up to the declared size.
-    fn take(&mut self, mut bytes: &[u8]) -> Result<(), Mismatch> {
+    pub(crate) fn take(&mut self, mut bytes: &[u8]) -> Result<(), Mismatch> {
         if self.size.is_none() {
             let nul = bytes.iter().position(|&b| b == 0);
             let header_part = &bytes[..nul.unwrap_or(bytes.len())];
@@ -368,6 +379,11 @@ impl Loose {
     }
 
     fn finish(self) -> Result<(), Mismatch> {
+        self.verdict()
+    }
+
+    /// The whole stream was given: did it end, with the declared size, hashing to its name?
+    pub(crate) fn verdict(&self) -> Result<(), Mismatch> {
         if !self.ended {
             return Err(Mismatch::Truncated {
                 read: self.inflate.total_in(),
@@ -384,7 +400,7 @@ impl Loose {
                 found: self.content.to_string(),
             });
         }
-        let found = self.hasher.finish();
+        let found = self.hasher.clone().finish();
         if found != self.id {
             return Err(Mismatch::NotItsName {
                 expected: hex::encode(&self.id),

@@ -251,6 +251,23 @@ async fn unusable_repositories_are_refused_with_nothing_left() {
     )
     .unwrap();
     refused(&repo, &head, "repo-alternates").await;
+    // A loose blob the checkout needs whose file is another blob's (git reads a loose object by
+    // its name without checking it; the seeder reads it back and checks it).
+    use std::os::unix::fs::PermissionsExt;
+    let repo = Repo::new("corrupt-object");
+    repo.write("README", b"readme\n", 0o644);
+    let head = repo.commit();
+    let readme = repo.git(&["rev-parse", "HEAD:README"]);
+    std::fs::write(repo.dir.join("other"), b"nobody\n").unwrap();
+    let other = repo.git(&["hash-object", "-w", "other"]);
+    let path = |oid: &str| {
+        repo.dir
+            .join(format!(".git/objects/{}/{}", &oid[..2], &oid[2..]))
+    };
+    let forged = std::fs::read(path(&other)).unwrap();
+    std::fs::set_permissions(path(&readme), std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(path(&readme), forged).unwrap();
+    refused(&repo, &head, "repo-corrupt-object").await;
     // Names git would not check out, built with plumbing.
     for (mode, name) in [
         ("100644", ".GIT"),

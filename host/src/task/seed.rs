@@ -1,6 +1,7 @@
 //! Seeding: the checkout and the metadata as tar streams built here (the allocation's uid; regular files,
 //! directories and links only), uploaded into the running keeper. Nothing is buffered whole: file
-//! contents stream from `git cat-file --batch` through a bounded channel into the upload.
+//! contents stream from the staged copy's loose objects (read and checked here) or from
+//! `git cat-file --batch` (the packed ones) through a bounded channel into the upload.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -10,8 +11,12 @@ use bytes::Bytes;
 use cordon_contract::paths;
 use futures_util::StreamExt;
 
+use cordon_repo::loose::LooseBlobs;
+use cordon_repo::verify::{Format, Mismatch};
+
 use super::clone::Staged;
 use super::tree::{Entry, Kind};
+use super::Unusable;
 use crate::archive::Archive;
 use crate::engine::{bounded, Engine, CALL_TIMEOUT};
 use crate::error::{Error, Result};
@@ -61,48 +66,41 @@ fn os_path(bytes: &[u8]) -> PathBuf {
     PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
 }
 
-/// Write the checkout: directories, files (contents from cat-file), links, gitlinks as empty
-/// directories.
-fn write_work(
-    staged_git: &cordon_repo::git::Git,
-    entries: &[Entry],
-    links: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
-    uid: u32,
-    out: ChannelWriter,
-) -> Result<()> {
-    let mut archive = Archive::new(out, uid, "the work tree tar");
-    let mut child = staged_git
-        .command()
-        .into_std()
-        .args(["cat-file", "--batch", "--buffer"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| Error::io("running git cat-file", e))?;
-    let mut requests = child
-        .stdin
-        .take()
-        .ok_or_else(|| Error::Internal("cat-file stdin".into()))?;
-    let files: Vec<String> = entries
-        .iter()
-        .filter(|e| matches!(e.kind, Kind::File { .. }))
-        .map(|e| e.oid.clone())
+/// Write the checkout: directories, files, links, gitlinks as empty directories. A blob that is
+/// loose in the staged copy is read here ([`cordon_repo::loose`]: opened once, checked against
+/// its name); the rest come from one `cat-file --batch`, asked for in the checkout's order (it
+/// runs only when a blob is packed).
+fn write_work(staged: &StagedTree, out: ChannelWriter) -> Result<()> {
+    let StagedTree {
+        git,
+        format,
+        entries,
+        links,
+        uid,
+    } = staged;
+    let mut archive = Archive::new(out, *uid, "the work tree tar");
+    let files = || {
+        entries.iter().filter_map(|e| match e.kind {
+            Kind::File { .. } => Some(e.oid.as_str()),
+            _ => None,
+        })
+    };
+    let loose = LooseBlobs::list(&git.git_dir, *format, files())
+        .map_err(|e| Error::io("listing the staged loose objects", e))?;
+    let packed: Vec<String> = files()
+        .filter(|oid| !loose.contains(oid))
+        .map(str::to_owned)
         .collect();
-    let feeder = std::thread::spawn(move || {
-        for oid in files {
-            if writeln!(requests, "{oid}").is_err() {
-                break;
-            }
-        }
-    });
-    let mut blobs = BufReader::with_capacity(
-        CHUNK,
-        child
-            .stdout
-            .take()
-            .ok_or_else(|| Error::Internal("cat-file stdout".into()))?,
+    tracing::debug!(
+        loose = loose.len(),
+        packed = packed.len(),
+        "the checkout's blobs"
     );
+    let mut cat_file = if packed.is_empty() {
+        None
+    } else {
+        Some(CatFile::start(git, packed)?)
+    };
     let tar_err = |e: io::Error| Error::io("writing the work tree tar", e);
     for entry in entries {
         let path = os_path(&entry.path);
@@ -115,26 +113,117 @@ fn write_work(
                 archive.symlink(path, os_path(target))?;
             }
             Kind::File { executable, size } => {
-                let mut line = String::new();
-                blobs.read_line(&mut line).map_err(tar_err)?;
-                let reported: Option<u64> =
-                    line.split_whitespace().nth(2).and_then(|s| s.parse().ok());
-                if !line.starts_with(&entry.oid) || reported != Some(*size) {
-                    return Err(Error::Git {
-                        context: "cat-file".into(),
-                        message: format!("unexpected {line:?}"),
-                    });
-                }
                 let mode = if *executable { 0o755 } else { 0o644 };
-                archive.file_from(path, mode, *size, &mut blobs)?;
-                let mut newline = [0u8; 1];
-                blobs.read_exact(&mut newline).map_err(tar_err)?;
+                if loose.contains(&entry.oid) {
+                    let corrupt = |reason: &Mismatch| {
+                        Error::Unusable(Unusable::CorruptObject {
+                            object: entry.oid.clone(),
+                            path: String::from_utf8_lossy(&entry.path).into_owned(),
+                            reason: reason.to_string(),
+                        })
+                    };
+                    let mut blob = loose.open(&entry.oid, *size).map_err(|m| corrupt(&m))?;
+                    let written = archive.file_from(path, mode, *size, &mut blob);
+                    if let Some(reason) = blob.failure() {
+                        return Err(corrupt(reason));
+                    }
+                    written?;
+                    if !blob.verified() {
+                        return Err(Error::Internal(format!(
+                            "the loose blob {} was not read to its end",
+                            entry.oid
+                        )));
+                    }
+                } else {
+                    let blobs = cat_file
+                        .as_mut()
+                        .ok_or_else(|| Error::Internal("a packed blob without cat-file".into()))?;
+                    blobs.next_header(&entry.oid, *size)?;
+                    archive.file_from(path, mode, *size, &mut blobs.out)?;
+                    let mut newline = [0u8; 1];
+                    blobs.out.read_exact(&mut newline).map_err(tar_err)?;
+                }
             }
         }
     }
-    let _ = feeder.join();
-    let _ = child.wait();
+    if let Some(cat_file) = cat_file {
+        cat_file.finish();
+    }
     archive.finish().map(drop)
+}
+
+/// What the checkout is written from.
+struct StagedTree {
+    git: cordon_repo::git::Git,
+    format: Format,
+    entries: Vec<Entry>,
+    links: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    uid: u32,
+}
+
+/// `git cat-file --batch --buffer` in the staged copy, asked for `oids` in order by a thread of
+/// its own.
+struct CatFile {
+    child: std::process::Child,
+    feeder: std::thread::JoinHandle<()>,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl CatFile {
+    fn start(git: &cordon_repo::git::Git, oids: Vec<String>) -> Result<CatFile> {
+        let mut child = git
+            .command()
+            .into_std()
+            .args(["cat-file", "--batch", "--buffer"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| Error::io("running git cat-file", e))?;
+        let mut requests = child
+            .stdin
+            .take()
+            .ok_or_else(|| Error::Internal("cat-file stdin".into()))?;
+        let out = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Internal("cat-file stdout".into()))?;
+        let feeder = std::thread::spawn(move || {
+            for oid in oids {
+                if writeln!(requests, "{oid}").is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(CatFile {
+            child,
+            feeder,
+            out: BufReader::with_capacity(CHUNK, out),
+        })
+    }
+
+    /// The next answer's header line: it must be `oid`, a blob of `size` bytes.
+    fn next_header(&mut self, oid: &str, size: u64) -> Result<()> {
+        let mut line = String::new();
+        self.out
+            .read_line(&mut line)
+            .map_err(|e| Error::io("reading git cat-file", e))?;
+        let mut fields = line.split_whitespace();
+        let (named, kind, reported) = (fields.next(), fields.next(), fields.next());
+        let reported: Option<u64> = reported.and_then(|s| s.parse().ok());
+        if named != Some(oid) || kind != Some("blob") || reported != Some(size) {
+            return Err(Error::Git {
+                context: "cat-file".into(),
+                message: format!("answered {line:?} for the blob {oid} of {size} bytes"),
+            });
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) {
+        let _ = self.feeder.join();
+        let _ = self.child.wait();
+    }
 }
 
 /// Write the metadata: HEAD (the head, detached), a minimal config of ours, the copied objects and
@@ -196,10 +285,13 @@ where
             buffer: Vec::with_capacity(CHUNK),
         };
         let result = write(out);
+        // The upload already gone: the writer failed because nobody reads (the upload's error
+        // says why). Otherwise the writer's failure is the cause, and it ends the upload.
+        let upload_gone = tx.is_closed();
         if let Err(e) = &result {
             let _ = tx.blocking_send(Err(io::Error::other(e.to_string())));
         }
-        result
+        (result, upload_gone)
     });
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
@@ -219,17 +311,18 @@ where
         ),
     )
     .await;
-    let written = writer
+    let (written, upload_gone) = writer
         .await
         .map_err(|e| Error::Internal(format!("tar writer: {e}")))?;
-    match uploaded {
-        Err(Error::Docker { source, .. })
+    match (uploaded, written) {
+        (Err(Error::Docker { source, .. }), _)
             if source.to_string().contains("no space left on device") =>
         {
             Err(Error::Overflow(format!("{dir}: {source}")))
         }
-        Err(e) => Err(e),
-        Ok(()) => written,
+        (_, Err(e)) if !upload_gone => Err(e),
+        (Err(e), _) => Err(e),
+        (Ok(()), written) => written,
     }
 }
 
@@ -250,12 +343,15 @@ pub async fn upload(engine: &Engine, storage: &TaskStorage, staged: &Staged) -> 
 
 /// The checkout, streamed from the staged objects into /work.
 pub async fn upload_work(engine: &Engine, storage: &TaskStorage, staged: &Staged) -> Result<()> {
-    let git = staged.git.clone();
-    let entries = staged.entries.clone();
-    let links = staged.links.clone();
-    let uid = storage.allocation.uid.get();
+    let tree = StagedTree {
+        git: staged.git.clone(),
+        format: staged.format,
+        entries: staged.entries.clone(),
+        links: staged.links.clone(),
+        uid: storage.allocation.uid.get(),
+    };
     upload_stream(engine, storage, paths::WORK, move |out| {
-        write_work(&git, &entries, &links, uid, out)
+        write_work(&tree, out)
     })
     .await
 }
