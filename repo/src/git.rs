@@ -35,6 +35,15 @@ const HARDENING: &[&str] = &[
     "credential.helper=",
 ];
 
+/// glibc's malloc keeps up to 8 MiB free at the top of its heap instead of 128 KiB. fast-import
+/// deflates every object with a fresh zlib state (about 270 KiB in four allocations at the top of
+/// the heap) and frees it, and glibc gave those pages back to the kernel and faulted them in again
+/// for each object: four `brk` calls an object, 40,689 for a 10,000-file commit, and half of
+/// fast-import's 0.91 s in the kernel. With this it takes 0.45 s, its peak RSS the same 26 MiB;
+/// no other git command cordon runs changed (ls-tree, rev-list, read-tree, diff-tree, cat-file,
+/// bundle create, index-pack). A glibc that is not there ignores it.
+const MALLOC_TUNABLES: &str = "glibc.malloc.trim_threshold=8388608";
+
 impl Git {
     /// A command with the hardened environment; arguments follow.
     pub fn command(&self) -> Command {
@@ -53,6 +62,7 @@ impl Git {
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_NO_REPLACE_OBJECTS", "1")
             .env("LC_ALL", "C")
+            .env("GLIBC_TUNABLES", MALLOC_TUNABLES)
             .stdin(Stdio::null())
             .kill_on_drop(true);
         for setting in HARDENING {
