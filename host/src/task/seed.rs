@@ -146,9 +146,7 @@ fn write_work(staged: &StagedTree, out: ChannelWriter) -> Result<()> {
             }
         }
     }
-    if let Some(cat_file) = cat_file {
-        cat_file.finish();
-    }
+    drop(cat_file);
     archive.finish().map(drop)
 }
 
@@ -162,12 +160,16 @@ struct StagedTree {
 }
 
 /// `git cat-file --batch --buffer` in the staged copy, asked for `oids` in order by a thread of
-/// its own.
+/// its own (which ends when git has read them all, or is gone). Dropped, git is killed and
+/// reaped: on a refusal part way it is not left running.
 struct CatFile {
     child: std::process::Child,
-    feeder: std::thread::JoinHandle<()>,
     out: BufReader<std::process::ChildStdout>,
 }
+
+/// The longest answer line cat-file writes for a blob (`<oid> blob <size>`): more is a stream
+/// out of step, not an id.
+const MAX_CAT_FILE_LINE: u64 = 256;
 
 impl CatFile {
     fn start(git: &cordon_repo::git::Git, oids: Vec<String>) -> Result<CatFile> {
@@ -188,7 +190,7 @@ impl CatFile {
             .stdout
             .take()
             .ok_or_else(|| Error::Internal("cat-file stdout".into()))?;
-        let feeder = std::thread::spawn(move || {
+        std::thread::spawn(move || {
             for oid in oids {
                 if writeln!(requests, "{oid}").is_err() {
                     break;
@@ -197,7 +199,6 @@ impl CatFile {
         });
         Ok(CatFile {
             child,
-            feeder,
             out: BufReader::with_capacity(CHUNK, out),
         })
     }
@@ -205,7 +206,8 @@ impl CatFile {
     /// The next answer's header line: it must be `oid`, a blob of `size` bytes.
     fn next_header(&mut self, oid: &str, size: u64) -> Result<()> {
         let mut line = String::new();
-        self.out
+        (&mut self.out)
+            .take(MAX_CAT_FILE_LINE)
             .read_line(&mut line)
             .map_err(|e| Error::io("reading git cat-file", e))?;
         let mut fields = line.split_whitespace();
@@ -219,9 +221,11 @@ impl CatFile {
         }
         Ok(())
     }
+}
 
-    fn finish(mut self) {
-        let _ = self.feeder.join();
+impl Drop for CatFile {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
