@@ -212,9 +212,10 @@ mod tests {
         })
         .unwrap();
         assert_eq!(unstopped, Some(whole.clone()));
-        // Every entry asked (6, with the root's own 'a'), and every read of the files this
-        // thread hashed (the helper takes its share in turn, so how many is not fixed).
-        assert!(asked >= 6, "asked {asked} times");
+        // Every entry the listing finds asked (5: `a`, and `a`'s `one`, `b` and `link`, and
+        // `a/b/two`), and every read of the files this thread hashed: the helper takes its
+        // share in turn and may take both, so that part can be nothing.
+        assert!(asked >= 5, "asked {asked} times");
         let mut stopped = 0;
         for stop_at in 1..asked + 4 {
             let mut n = 0u32;
@@ -235,7 +236,7 @@ mod tests {
                 );
             }
         }
-        assert!(stopped >= 6, "stopped {stopped} times");
+        assert!(stopped >= 5, "stopped {stopped} times");
         fs::remove_dir_all(&root).unwrap();
     }
 
