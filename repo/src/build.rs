@@ -595,33 +595,57 @@ pub fn write_stream(
 /// took 0.93 s at the pack default, 6, and 0.83 s at 1).
 const IMPORT_COMPRESSION: &str = "pack.compression=1";
 
-/// Import the stream at `stream` (written by [`write_stream`]) into `git`'s repository; the
-/// commit `reference` then names.
-pub async fn import(git: &Git, stream: &Path, reference_name: &str) -> Result<String> {
-    let file = std::fs::File::open(stream)
-        .map_err(|e| Error::io(format!("opening {}", stream.display()), e))?;
-    import_from(git, Input::File(file), reference_name).await
+/// What fast-import made of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Imported {
+    /// The commit the reference names.
+    pub head: String,
+    /// The one pack fast-import wrote, when it stored every tree and commit it made. fast-import
+    /// does not store again an object a pack of the copy already holds (its statistics count
+    /// it as a duplicate); with none, this pack holds every tree and commit a bundle of `head`
+    /// beyond base carries, and [`fsck_and_bundle`] checks it beside the bundle's writing.
+    /// `None` otherwise (a duplicate tree or commit, more than one pack, statistics it could not
+    /// read): the bundle's own pack is checked once it is written.
+    pub pack: Option<PathBuf>,
 }
 
-/// As [`import`], from `stream` (a file, or a pipe written as fast-import reads it: a stream
-/// that ends before its `done`, as a writer that stopped leaves it, imports nothing and names no
-/// commit).
-pub async fn import_from(git: &Git, stream: Input, reference_name: &str) -> Result<String> {
+/// Import `stream` (written by [`write_stream`]: a file, or a pipe written as fast-import reads
+/// it: a stream that ends before its `done`, as a writer that stopped leaves it, imports nothing
+/// and names no commit) into `git`'s repository; the commit `reference_name` then names.
+pub async fn import_from(git: &Git, stream: Input, reference_name: &str) -> Result<Imported> {
     let reference = reference(reference_name)?;
-    git.run_with_input(
-        "fast-import",
-        &[
-            "-c",
-            IMPORT_COMPRESSION,
+    let edges = git.dir().join(format!(
+        "cordon-pack-edges-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let edges_arg = format!(
+        "--export-pack-edges={}",
+        edges
+            .to_str()
+            .ok_or_else(|| Error::Internal("the scratch path is not UTF-8".into()))?
+    );
+    let guard = Remove(edges.clone());
+    let (_, stats) = git
+        .run_with_input_reporting(
             "fast-import",
-            "--quiet",
-            "--done",
-            "--force",
-            "--date-format=raw",
-        ],
-        stream,
-    )
-    .await?;
+            &[
+                "-c",
+                IMPORT_COMPRESSION,
+                // Its pack kept, however few objects (by default it loosens fewer than 100):
+                // the pack is what the bundle's check reads.
+                "-c",
+                "fastimport.unpackLimit=0",
+                "fast-import",
+                "--quiet",
+                "--stats",
+                "--done",
+                "--force",
+                "--date-format=raw",
+                &edges_arg,
+            ],
+            stream,
+        )
+        .await?;
     let out = git
         .run(
             "rev-parse",
@@ -638,12 +662,82 @@ pub async fn import_from(git: &Git, stream: Input, reference_name: &str) -> Resu
         .trim()
         .to_owned();
     object_id(&head).map_err(|_| Error::Internal(format!("git rev-parse: {head:?}")))?;
-    Ok(head)
+    let pack = whole_pack(
+        &git.dir().join("objects/pack"),
+        &read_scratch_file(&edges, MAX_PACK_EDGES)?,
+        &String::from_utf8_lossy(&stats),
+    );
+    drop(guard);
+    Ok(Imported { head, pack })
+}
+
+/// fast-import's pack edges file (a line per pack it wrote) is at most this long.
+const MAX_PACK_EDGES: u64 = 64 * 1024;
+
+/// At most `max` bytes of a file git wrote in scratch space, never through a link; nothing when
+/// it is not there.
+fn read_scratch_file(path: &Path, max: u64) -> Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+    };
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    if bytes.len() as u64 > max {
+        return Err(Error::Internal(format!(
+            "{} is longer than {max} bytes",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The pack fast-import's `edges` name, when it is the only one, lies in `objects_pack`, and its
+/// `stats` say no tree or commit was a duplicate; `None` otherwise (what cannot be read is not
+/// trusted).
+fn whole_pack(objects_pack: &Path, edges: &[u8], stats: &str) -> Option<PathBuf> {
+    if duplicates(stats, "trees")? != 0 || duplicates(stats, "commits")? != 0 {
+        return None;
+    }
+    let text = std::str::from_utf8(edges).ok()?;
+    let mut lines = text.lines();
+    let line = lines.next()?;
+    if lines.next().is_some() {
+        return None;
+    }
+    // `<path>.pack: <commit>...`
+    let path = Path::new(&line[..line.rfind(".pack:")? + ".pack".len()]);
+    let name = path.file_name()?.to_str()?;
+    let named = name.starts_with("pack-") && name.ends_with(".pack");
+    (named && path.parent()? == objects_pack).then(|| path.to_path_buf())
+}
+
+/// How many objects of `kind` (`trees`, `commits`) fast-import's statistics count as duplicates:
+/// the line `      trees  :    101 (     0 duplicates ...)`.
+fn duplicates(stats: &str, kind: &str) -> Option<u64> {
+    stats.lines().find_map(|line| {
+        let (name, rest) = line.split_once(':')?;
+        if name.trim() != kind {
+            return None;
+        }
+        let (_, counts) = rest.split_once('(')?;
+        let mut words = counts.split_whitespace();
+        let n = words.next()?.parse().ok()?;
+        (words.next()? == "duplicates").then_some(n)
+    })
 }
 
 /// The commit of `spec` on `git`'s copy from the archive `content_tar`: the stream written at
 /// `stream_path` (created new; removed after), then imported. No change makes no commit: base
-/// is returned as it is. The archive is read on a blocking thread.
+/// is returned as it is, with no pack. The archive is read on a blocking thread.
 pub async fn commit<R, F>(
     git: &Git,
     spec: Spec,
@@ -651,7 +745,7 @@ pub async fn commit<R, F>(
     base_blob: F,
     stream_path: PathBuf,
     max_bytes: u64,
-) -> Result<String>
+) -> Result<Imported>
 where
     R: Read + Send + 'static,
     F: Fn(&str) -> Option<String> + Send + 'static,
@@ -659,7 +753,10 @@ where
     object_id(&spec.base)?;
     reference(&spec.reference)?;
     if spec.changes.is_empty() {
-        return Ok(spec.base);
+        return Ok(Imported {
+            head: spec.base,
+            pack: None,
+        });
     }
     let file = create_private(&stream_path)?;
     let guard = Remove(stream_path.clone());
@@ -679,9 +776,11 @@ where
     if !findings.is_empty() {
         return Err(Error::CommitRefused { findings });
     }
-    let head = import(git, &stream_path, &reference_name).await;
+    let file = std::fs::File::open(&stream_path)
+        .map_err(|e| Error::io(format!("opening {}", stream_path.display()), e))?;
+    let imported = import_from(git, Input::File(file), &reference_name).await;
     drop(guard);
-    head
+    imported
 }
 
 /// git fsck's refusal as the commit's finding: at the path of the change whose blob its message
@@ -819,14 +918,22 @@ pub fn message(text: &str, trailers: &[(String, String)]) -> Result<String> {
 }
 
 /// A bundle of [`REF`] (which must be `head`) beyond `base`; every object it carries checked as
-/// `fsck --strict` checks objects ([`check_strictly`]: a refusal is the commit's, `fsck`, git's
-/// message, the path of the change whose blob it names); at most `max_bytes`
-/// ([`Error::BundleTooLarge`], nothing left at `out`), verified, and only then put at `out`,
-/// which must not exist (never overwritten). Its size.
+/// `fsck --strict` checks objects (a refusal is the commit's, `fsck`, git's message, the path of
+/// the change whose blob it names); at most `max_bytes` ([`Error::BundleTooLarge`], nothing left
+/// at `out`), verified, and only then put at `out`, which must not exist (never overwritten).
+/// Its size.
+///
+/// With `imported_pack` ([`Imported::pack`]: fast-import's pack, holding every tree and commit
+/// the import made) that pack is checked ([`check_pack`]) while `bundle create` writes, one
+/// beside the other: the bundle's trees and commit are all in it, and a blob it carries that is
+/// not was already in the copy, with nothing fsck checks in a blob but `.gitmodules` and
+/// `.gitattributes`, which the check reads from the copy when a tree it checks names them.
+/// Otherwise the bundle's own pack is checked once it is written ([`check_bundle`]). For a
+/// 10,000-file commit the two took 310 and 280 ms one after the other.
 pub async fn fsck_and_bundle(
     git: &Git,
-    base: &str,
-    head: &str,
+    (base, head): (&str, &str),
+    imported_pack: Option<&Path>,
     changes: &[Change],
     out: &Path,
     max_bytes: u64,
@@ -867,19 +974,37 @@ pub async fn fsck_and_bundle(
         .to_str()
         .ok_or_else(|| Error::Internal("the scratch path is not UTF-8".into()))?;
     let exclude = format!("^{base}");
-    git.run(
-        "bundle create",
-        &["bundle", "create", "-q", tmp_text, REF, &exclude],
-    )
-    .await?;
-    match check_strictly(git, &tmp).await {
-        Ok(()) => {}
-        Err(Error::Git { message, .. }) => {
-            return Err(Error::CommitRefused {
-                findings: vec![fsck_finding(&message, changes)],
-            })
+    // Not the sparse walk: the bundle then carries exactly what `rev-list --objects` lists of REF
+    // beyond base (the sparse walk may add base's own trees when a directory moved), so every
+    // tree and commit it carries is one fast-import made.
+    let create_args = [
+        "-c",
+        "pack.useSparse=false",
+        "bundle",
+        "create",
+        "-q",
+        tmp_text,
+        REF,
+        &exclude,
+    ];
+    let create = git.run("bundle create", &create_args);
+    let refusal = |e: Error| match e {
+        Error::Git { message, .. } => Error::CommitRefused {
+            findings: vec![fsck_finding(&message, changes)],
+        },
+        e => e,
+    };
+    match imported_pack {
+        Some(pack) => {
+            let (created, checked) = tokio::join!(create, check_pack(git, pack, &tmp));
+            // The check's refusal is the answer whatever became of the bundle.
+            checked.map_err(refusal)?;
+            created?;
         }
-        Err(e) => return Err(e),
+        None => {
+            create.await?;
+            check_bundle(git, &tmp).await.map_err(refusal)?;
+        }
     }
     let size = std::fs::metadata(&tmp)
         .map_err(|e| Error::io(format!("reading {}", tmp.display()), e))?
@@ -915,13 +1040,75 @@ pub async fn fsck_and_bundle(
 /// A bundle's header is at most this long (one ref, one prerequisite: far less).
 const MAX_BUNDLE_HEADER: usize = 64 * 1024;
 
-/// Check every object the bundle at `bundle` carries with `git index-pack --strict`, as a
-/// server with `receive.fsckObjects` checks a push: each object fsck-checked in strict mode
-/// (`.gitmodules` blobs included, wherever they come from), every link it holds resolved, the
-/// thin pack's bases taken from the copy (base's objects). Only the bundle's objects are
-/// checked, not every object base brought: `fsck --strict` over the whole copy took 1.5 s of a
-/// 131,072-file commit, this 0.5 s. The indexed pack is written beside it and removed.
-async fn check_strictly(git: &Git, bundle: &Path) -> Result<()> {
+/// `index-pack --strict` of the pack `input` or `pack` names, as a server with
+/// `receive.fsckObjects` checks a push: each object fsck-checked in strict mode (`.gitmodules`
+/// blobs included, wherever they come from) and every link it holds resolved against the copy.
+/// Only the new objects are checked, not every object base brought: `fsck --strict` over the
+/// whole copy took 1.5 s of a 131,072-file commit. What it writes goes beside `bundle` and is
+/// removed.
+async fn index_strictly(git: &Git, bundle: &Path, pack: Option<&Path>, input: Input) -> Result<()> {
+    let text = |p: &Path| {
+        p.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| Error::Internal("the scratch path is not UTF-8".into()))
+    };
+    let stem = bundle.with_extension("check");
+    let (indexed, index, reverse) = (
+        stem.with_extension("check.pack"),
+        stem.with_extension("check.idx"),
+        stem.with_extension("check.rev"),
+    );
+    let guards = [
+        Remove(indexed.clone()),
+        Remove(index.clone()),
+        Remove(reverse),
+    ];
+    let (indexed, index) = (text(&indexed)?, text(&index)?);
+    let args: Vec<String> = match pack {
+        // Read where it lies: only an index is written.
+        Some(pack) => [
+            "index-pack",
+            "--strict",
+            "--no-rev-index",
+            "-o",
+            &index,
+            &text(pack)?,
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        // A thin pack on stdin, copied to `indexed` with its bases appended: that copy is removed
+        // unread, so they are stored, not deflated again.
+        None => [
+            "-c",
+            "core.compression=0",
+            "index-pack",
+            "--strict",
+            "--no-rev-index",
+            "--stdin",
+            "--fix-thin",
+            "-o",
+            &index,
+            &indexed,
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let checked = git
+        .run_with_input("index-pack --strict", &args, input)
+        .await;
+    drop(guards);
+    checked.map(|_| ())
+}
+
+/// Check fast-import's `pack` ([`Imported::pack`]) where it lies: it is whole (no thin deltas).
+async fn check_pack(git: &Git, pack: &Path, bundle: &Path) -> Result<()> {
+    index_strictly(git, bundle, Some(pack), Input::None).await
+}
+
+/// Check the pack of the bundle at `bundle`, a thin pack whose bases come from the copy (base's
+/// objects).
+async fn check_bundle(git: &Git, bundle: &Path) -> Result<()> {
     use std::io::{Seek, SeekFrom};
     let mut file = std::fs::File::open(bundle)
         .map_err(|e| Error::io(format!("opening {}", bundle.display()), e))?;
@@ -943,40 +1130,7 @@ async fn check_strictly(git: &Git, bundle: &Path) -> Result<()> {
         .ok_or_else(|| Error::Internal("the bundle has no header end".into()))?;
     file.seek(SeekFrom::Start(pack_at as u64))
         .map_err(|e| Error::io("seeking to the bundle's pack", e))?;
-    let stem = bundle.with_extension("check");
-    let (pack, index, reverse) = (
-        stem.with_extension("check.pack"),
-        stem.with_extension("check.idx"),
-        stem.with_extension("check.rev"),
-    );
-    let guards = [Remove(pack.clone()), Remove(index.clone()), Remove(reverse)];
-    let text = |p: &Path| {
-        p.to_str()
-            .map(str::to_owned)
-            .ok_or_else(|| Error::Internal("the scratch path is not UTF-8".into()))
-    };
-    let (pack, index) = (text(&pack)?, text(&index)?);
-    let checked = git
-        .run_with_input(
-            "index-pack --strict",
-            &[
-                // The indexed pack is removed unread: the base objects `--fix-thin` appends to
-                // it (base's trees a change touched, whole) are stored, not deflated again.
-                "-c",
-                "core.compression=0",
-                "index-pack",
-                "--strict",
-                "--stdin",
-                "--fix-thin",
-                "-o",
-                &index,
-                &pack,
-            ],
-            Input::File(file),
-        )
-        .await;
-    drop(guards);
-    checked.map(|_| ())
+    index_strictly(git, bundle, None, Input::File(file)).await
 }
 
 /// The diff of `base` and `head` (a commit or tree), for a person: no colour, no external diff
@@ -1143,7 +1297,7 @@ mod tests {
         std::fs::write(work.join("new.txt"), "new\n").expect("w");
         let changes = changes_of(&work, &base);
         let blobs = base_blobs(&git, &base).await;
-        let head = commit(
+        let imported = commit(
             &git,
             spec(&base, changes.clone()),
             std::io::Cursor::new(docker_tar(&work, "work")),
@@ -1153,18 +1307,22 @@ mod tests {
         )
         .await
         .expect("built");
+        assert!(imported.pack.is_some(), "every tree and commit is new");
         let out = tmp.0.join("out.bundle");
-        match fsck_and_bundle(&git, &base, &head, &changes, &out, 64 << 20).await {
-            Err(Error::CommitRefused { findings }) => assert!(
-                findings.len() == 1
-                    && findings[0].reason == CommitReason::Fsck
-                    && findings[0].path == "."
-                    && findings[0].detail.contains("gitmodulesUpdate"),
-                "{findings:?}"
-            ),
-            other => panic!("not refused by the strict check: {other:?}"),
+        // fast-import's pack checked beside the bundle, and the bundle's own pack.
+        for pack in [imported.pack.as_deref(), None] {
+            let bundled = fsck_and_bundle(
+                &git,
+                (&base, &imported.head),
+                pack,
+                &changes,
+                &out,
+                64 << 20,
+            )
+            .await;
+            assert_gitmodules_refused(bundled, ".");
+            assert!(!out.exists());
         }
-        assert!(!out.exists());
         let left: Vec<_> = std::fs::read_dir(&git.git_dir)
             .expect("list")
             .filter_map(|e| e.ok())
@@ -1172,6 +1330,103 @@ mod tests {
             .filter(|name| name.starts_with("cordon-bundle-"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    fn assert_gitmodules_refused(bundled: Result<u64>, path: &str) {
+        match bundled {
+            Err(Error::CommitRefused { findings }) => assert!(
+                findings.len() == 1
+                    && findings[0].reason == CommitReason::Fsck
+                    && findings[0].path == path
+                    && findings[0].detail.contains("gitmodulesUpdate"),
+                "{findings:?}"
+            ),
+            other => panic!("not refused by the strict check: {other:?}"),
+        }
+    }
+
+    /// A tree fast-import did not store because a pack of the copy already held it (here the
+    /// root tree of another branch) is not in fast-import's pack, so that pack is not the one
+    /// checked: the bundle's own is, and the hostile `.gitmodules` that tree names is refused.
+    /// The stream goes straight to fast-import (the commit's own `.gitmodules` rules, which run
+    /// before it, are not what this is about).
+    #[tokio::test]
+    async fn a_tree_the_copy_already_held_is_checked_in_the_bundle() {
+        let tmp = TempDir::new("held-tree");
+        let work = sample_repo(&tmp.0);
+        let base = head_of(&work);
+        let hostile =
+            "[submodule \"x\"]\n\tpath = x\n\turl = https://e.invalid/x\n\tupdate = !rm -rf /\n";
+        git_in(&work, &["checkout", "-q", "-b", "other"]);
+        std::fs::write(work.join(".gitmodules"), hostile).expect("w");
+        git_in(&work, &["add", "-A"]);
+        git_in(&work, &["commit", "-q", "-m", "other"]);
+        git_in(&work, &["checkout", "-q", "-"]);
+        git_in(&work, &["repack", "-a", "-d", "-q"]);
+        let scratch_root = tmp.0.join("scratch");
+        std::fs::create_dir(&scratch_root).expect("scratch");
+        let (git, _) = scratch_of(&scratch_root, &work);
+        let stream = format!(
+            "commit {REF}\nauthor {AUTHOR}\ncommitter {COMMITTER}\ndata 2\nm\n\nfrom {base}\n\
+             M 100644 inline .gitmodules\ndata {}\n{hostile}\ndone\n",
+            hostile.len()
+        );
+        let imported = import_from(&git, Input::Bytes(stream.into_bytes()), REF)
+            .await
+            .expect("imported");
+        assert_eq!(imported.pack, None, "its root tree was already in a pack");
+        let out = tmp.0.join("out.bundle");
+        let bundled = fsck_and_bundle(
+            &git,
+            (&base, &imported.head),
+            imported.pack.as_deref(),
+            &[],
+            &out,
+            64 << 20,
+        )
+        .await;
+        assert_gitmodules_refused(bundled, ".");
+        assert!(!out.exists());
+    }
+
+    /// fast-import's statistics and pack edges: its pack is the one checked only when it is the
+    /// one pack, in the copy's pack directory, and no tree or commit was a duplicate.
+    #[test]
+    fn fast_imports_pack_is_whole_only_without_duplicate_trees_or_commits() {
+        let stats = |trees: u64, commits: u64| {
+            format!(
+                "git-fast-import statistics:\n\
+                 Total objects:        10102 (         0 duplicates                  )\n      \
+                 blobs  :        10000 (         7 duplicates          0 deltas of       9999 attempts)\n      \
+                 trees  :          101 (         {trees} duplicates          0 deltas of          0 attempts)\n      \
+                 commits:            1 (         {commits} duplicates          0 deltas of          0 attempts)\n"
+            )
+        };
+        let dir = Path::new("/scratch/copy/objects/pack");
+        let pack = dir.join("pack-ab60.pack");
+        let edges = format!("{}: 548c67b1\n", pack.display());
+        assert_eq!(
+            whole_pack(dir, edges.as_bytes(), &stats(0, 0)),
+            Some(pack.clone())
+        );
+        assert_eq!(whole_pack(dir, edges.as_bytes(), &stats(1, 0)), None);
+        assert_eq!(whole_pack(dir, edges.as_bytes(), &stats(0, 1)), None);
+        assert_eq!(whole_pack(dir, edges.as_bytes(), "no statistics"), None);
+        assert_eq!(whole_pack(dir, b"", &stats(0, 0)), None, "no pack");
+        let two = format!("{edges}{}: 548c67b1\n", dir.join("pack-cd.pack").display());
+        assert_eq!(whole_pack(dir, two.as_bytes(), &stats(0, 0)), None);
+        for elsewhere in [
+            "/scratch/other/pack-ab60.pack: 548c",
+            "/scratch/copy/objects/pack/sub/pack-ab60.pack: 548c",
+            "/scratch/copy/objects/pack/ab60.pack: 548c",
+            "/scratch/copy/objects/pack/pack-ab60.idx: 548c",
+        ] {
+            assert_eq!(
+                whole_pack(dir, elsewhere.as_bytes(), &stats(0, 0)),
+                None,
+                "{elsewhere}"
+            );
+        }
     }
 
     /// A piped stream that ends before its `done` (the writer refused and closed the pipe) imports
@@ -1204,7 +1459,7 @@ mod tests {
                 .run("rev-parse", &["rev-parse", "--verify", "-q", REF])
                 .await;
             if done {
-                let head = imported.expect("imported");
+                let head = imported.expect("imported").head;
                 assert_eq!(
                     String::from_utf8(named.expect("named"))
                         .expect("utf8")
@@ -1331,7 +1586,7 @@ mod tests {
         let blobs = base_blobs(&git, &base).await;
         let lookup = move |p: &str| blobs.get(p).cloned();
         let spec = spec(&base, changes);
-        let head = commit(
+        let imported = commit(
             &git,
             spec.clone(),
             std::io::Cursor::new(tar.clone()),
@@ -1341,6 +1596,8 @@ mod tests {
         )
         .await
         .expect("commit");
+        let head = imported.head.clone();
+        assert!(imported.pack.is_some(), "every tree and commit is new");
         assert!(!tmp.0.join("stream-1").exists(), "the stream is removed");
 
         // The oracle: trusted git on the trusted copy, same identities and message.
@@ -1367,7 +1624,8 @@ mod tests {
         )
         .await
         .expect("again");
-        assert_eq!(again, head);
+        assert_eq!(again.head, head);
+        assert_eq!(again.pack, None, "every tree and commit was already there");
 
         // No change: no commit.
         let none = commit(
@@ -1383,7 +1641,7 @@ mod tests {
         )
         .await
         .expect("none");
-        assert_eq!(none, base);
+        assert_eq!(none.head, base);
         assert!(!tmp.0.join("stream-3").exists());
 
         // The content bound.
@@ -1398,35 +1656,38 @@ mod tests {
         .await;
         assert!(matches!(full, Err(Error::CommitScratchFull(_))), "{full:?}");
 
-        // The bundle: verified, fetched by a clone of base with every object checked.
-        let out = tmp.0.join("out.bundle");
-        let size = fsck_and_bundle(&git, &base, &head, &[], &out, 64 << 20)
-            .await
-            .expect("bundle");
-        assert_eq!(std::fs::metadata(&out).expect("out").len(), size);
-        git_in(
-            &clone,
-            &["bundle", "verify", "-q", out.to_str().expect("utf8")],
-        );
-        git_in(
-            &clone,
-            &[
-                "-c",
-                "transfer.fsckObjects=true",
-                "fetch",
-                "-q",
-                out.to_str().expect("utf8"),
-                &format!("{REF}:refs/heads/got"),
-            ],
-        );
-        assert_eq!(rev(&clone, "refs/heads/got"), head);
-        // Never over an existing file; over the bound nothing is left.
-        let again = fsck_and_bundle(&git, &base, &head, &[], &out, 64 << 20).await;
-        assert!(matches!(again, Err(Error::Invalid(_))), "{again:?}");
-        let small = tmp.0.join("small.bundle");
-        let r = fsck_and_bundle(&git, &base, &head, &[], &small, 100).await;
-        assert!(matches!(r, Err(Error::BundleTooLarge(_))), "{r:?}");
-        assert!(!small.exists());
+        // The bundle: verified, fetched by a clone of base with every object checked, whichever
+        // pack was checked (fast-import's beside it, or its own after it).
+        for (n, pack) in [imported.pack.as_deref(), None].into_iter().enumerate() {
+            let out = tmp.0.join(format!("out-{n}.bundle"));
+            let size = fsck_and_bundle(&git, (&base, &head), pack, &[], &out, 64 << 20)
+                .await
+                .expect("bundle");
+            assert_eq!(std::fs::metadata(&out).expect("out").len(), size);
+            git_in(
+                &clone,
+                &["bundle", "verify", "-q", out.to_str().expect("utf8")],
+            );
+            git_in(
+                &clone,
+                &[
+                    "-c",
+                    "transfer.fsckObjects=true",
+                    "fetch",
+                    "-q",
+                    out.to_str().expect("utf8"),
+                    &format!("+{REF}:refs/heads/got-{n}"),
+                ],
+            );
+            assert_eq!(rev(&clone, &format!("refs/heads/got-{n}")), head);
+            // Never over an existing file; over the bound nothing is left.
+            let again = fsck_and_bundle(&git, (&base, &head), pack, &[], &out, 64 << 20).await;
+            assert!(matches!(again, Err(Error::Invalid(_))), "{again:?}");
+            let small = tmp.0.join("small.bundle");
+            let r = fsck_and_bundle(&git, (&base, &head), pack, &[], &small, 100).await;
+            assert!(matches!(r, Err(Error::BundleTooLarge(_))), "{r:?}");
+            assert!(!small.exists());
+        }
         let leftovers: Vec<_> = std::fs::read_dir(&git.git_dir)
             .expect("list")
             .filter_map(|e| e.ok())

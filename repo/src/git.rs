@@ -93,12 +93,7 @@ impl Git {
         if output.status.success() {
             return Ok(output.stdout);
         }
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let last: Vec<&str> = stderr.lines().rev().take(2).collect();
-        Err(Error::Git {
-            context: context.to_owned(),
-            message: last.into_iter().rev().collect::<Vec<_>>().join(" / "),
-        })
+        Err(git_error(context, &output.stderr))
     }
 
     /// Run git with `args` and `input` on its stdin, bounded by the deadline; stdout on success,
@@ -129,6 +124,36 @@ impl Git {
         input: Input,
         max_stdout: usize,
     ) -> Result<(Vec<u8>, bool)> {
+        let (kept, truncated, _) = self.run_keeping(context, args, input, max_stdout).await?;
+        Ok((kept, truncated))
+    }
+
+    /// [`Self::run_with_input`], with the last of what git wrote to stderr when it succeeded too
+    /// (fast-import's statistics).
+    pub async fn run_with_input_reporting(
+        &self,
+        context: &str,
+        args: &[&str],
+        input: Input,
+    ) -> Result<(Vec<u8>, Vec<u8>)> {
+        let (stdout, truncated, stderr) =
+            self.run_keeping(context, args, input, usize::MAX).await?;
+        if truncated {
+            return Err(Error::Internal(format!(
+                "git {context}: output beyond any bound"
+            )));
+        }
+        Ok((stdout, stderr))
+    }
+
+    /// [`Self::run_bounded`], with the bounded tail of stderr.
+    async fn run_keeping(
+        &self,
+        context: &str,
+        args: &[&str],
+        input: Input,
+        max_stdout: usize,
+    ) -> Result<(Vec<u8>, bool, Vec<u8>)> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
         let mut command = self.command();
@@ -187,22 +212,7 @@ impl Git {
                 kept.extend_from_slice(&buf[..n]);
             }
         };
-        let read_err = async move {
-            // Only the last lines count: keep a bounded tail.
-            let mut tail = Vec::new();
-            let mut buf = vec![0u8; 8 * 1024];
-            loop {
-                match stderr.read(&mut buf).await {
-                    Ok(0) | Err(_) => return tail,
-                    Ok(n) => {
-                        tail.extend_from_slice(&buf[..n]);
-                        if tail.len() > 64 * 1024 {
-                            tail.drain(..tail.len() - 16 * 1024);
-                        }
-                    }
-                }
-            }
-        };
+        let read_err = stderr_tail(&mut stderr);
         let left = self.deadline.saturating_duration_since(Instant::now());
         let work = async {
             let ((), out, err) = tokio::join!(feed, read_out, read_err);
@@ -218,7 +228,7 @@ impl Git {
         let (kept, truncated) = out.map_err(|e| Error::io(format!("reading git {context}"), e))?;
         if truncated {
             let _ = child.kill().await;
-            return Ok((kept, true));
+            return Ok((kept, true, err));
         }
         let left = self.deadline.saturating_duration_since(Instant::now());
         let status = tokio::time::timeout(left, child.wait())
@@ -231,19 +241,42 @@ impl Git {
             "git ran"
         );
         if status.success() {
-            return Ok((kept, false));
+            return Ok((kept, false, err));
         }
-        let stderr = String::from_utf8_lossy(&err);
-        let last: Vec<&str> = stderr.lines().rev().take(2).collect();
-        Err(Error::Git {
-            context: context.to_owned(),
-            message: last.into_iter().rev().collect::<Vec<_>>().join(" / "),
-        })
+        Err(git_error(context, &err))
     }
 
     /// The repository directory.
     pub fn dir(&self) -> &Path {
         &self.git_dir
+    }
+}
+
+/// The last bytes git wrote to stderr (only its last lines count): a bounded tail.
+async fn stderr_tail(stderr: &mut tokio::process::ChildStderr) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut tail = Vec::new();
+    let mut buf = vec![0u8; 8 * 1024];
+    loop {
+        match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => return tail,
+            Ok(n) => {
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > 64 * 1024 {
+                    tail.drain(..tail.len() - 16 * 1024);
+                }
+            }
+        }
+    }
+}
+
+/// git's failure: its last two lines of stderr.
+fn git_error(context: &str, stderr: &[u8]) -> Error {
+    let stderr = String::from_utf8_lossy(stderr);
+    let last: Vec<&str> = stderr.lines().rev().take(2).collect();
+    Error::Git {
+        context: context.to_owned(),
+        message: last.into_iter().rev().collect::<Vec<_>>().join(" / "),
     }
 }
 

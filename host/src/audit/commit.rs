@@ -151,7 +151,7 @@ pub(super) async fn commit(
                 reference: build::REF.to_owned(),
             };
             let left = until.saturating_duration_since(Instant::now());
-            let (head, _) = build_from_archive(
+            let (imported, _) = build_from_archive(
                 ctl.engine(),
                 &container,
                 &inspection,
@@ -162,10 +162,11 @@ pub(super) async fn commit(
             )
             .await?;
             tracing::debug!(ms = started.elapsed().as_millis() as u64, "commit: built");
+            let head = imported.head;
             let bytes = build::fsck_and_bundle(
                 &inspection.git,
-                &base,
-                &head,
+                (&base, &head),
+                imported.pack.as_deref(),
                 &manifest.changes,
                 &out,
                 MAX_BUNDLE_BYTES,
@@ -201,7 +202,8 @@ pub enum OnSpecial {
 /// stream's `done` follow only once every blob matched, `judged` passed and the special files
 /// were checked; a refusal before that closes the pipe on a stream that ends early, which
 /// fast-import imports nothing from and names no commit for. `judged`'s refusal is the answer
-/// whatever the stream found. The commit `spec.reference` then names, and the special files'
+/// whatever the stream found. What fast-import made (the commit `spec.reference` then names, and
+/// its pack when that holds every tree and commit: [`build::Imported`]), and the special files'
 /// findings (none, with [`OnSpecial::Refuse`]).
 pub async fn build_from_archive(
     engine: &crate::engine::Engine,
@@ -211,7 +213,7 @@ pub async fn build_from_archive(
     (max_bytes, deadline): (u64, Duration),
     on_special: OnSpecial,
     judged: impl std::future::Future<Output = Result<()>>,
-) -> Result<(String, Vec<CommitFinding>)> {
+) -> Result<(build::Imported, Vec<CommitFinding>)> {
     // Base's blobs by path, for a hard link to a file base holds unchanged: made at the first
     // such link (131,072 entries took 25 ms, before the archive could start).
     let base_listed = base_listed.clone();
@@ -275,7 +277,7 @@ pub async fn build_from_archive(
     };
     let (imported, written) = tokio::join!(importing, writing);
     match (written, imported) {
-        (Ok(findings), Ok(head)) => Ok((head, findings)),
+        (Ok(findings), Ok(imported)) => Ok((imported, findings)),
         (Ok(_), Err(e)) => Err(e.into()),
         // The writer found fast-import gone: fast-import's failure is the reason.
         (Err(Error::Io { source, .. }), Err(e))

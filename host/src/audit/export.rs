@@ -102,7 +102,7 @@ pub(super) async fn export_diff(task: &Task<'_>, deadline: Duration) -> Result<E
                     reference: EXPORT_REF.to_owned(),
                 };
                 let left = until.saturating_duration_since(std::time::Instant::now());
-                let (head, special) = super::commit::build_from_archive(
+                let (imported, special) = super::commit::build_from_archive(
                     ctl.engine(),
                     &container,
                     &inspection,
@@ -112,6 +112,7 @@ pub(super) async fn export_diff(task: &Task<'_>, deadline: Duration) -> Result<E
                     std::future::ready(Ok(())),
                 )
                 .await?;
+                let head = imported.head;
                 for finding in special {
                     text.push_str(&format!(
                         "cordon: the commit refuses {:?} ({}: {})\n",
