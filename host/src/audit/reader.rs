@@ -132,8 +132,10 @@ where
         consume(&mut reader)
     });
     let mut stream = engine.docker().download_from_container(id, Some(options));
+    let started = std::time::Instant::now();
     let until = tokio::time::Instant::now() + deadline;
     let mut late = false;
+    let mut bytes = 0usize;
     loop {
         match tokio::time::timeout_at(until, stream.next()).await {
             Err(_) => {
@@ -142,6 +144,11 @@ where
             }
             Ok(None) => break,
             Ok(Some(chunk)) => {
+                if bytes == 0 {
+                    let ms = started.elapsed().as_millis() as u64;
+                    tracing::debug!(path, ms, "archive: first bytes");
+                }
+                bytes += chunk.as_ref().map_or(0, bytes::Bytes::len);
                 let chunk = chunk.map_err(std::io::Error::other);
                 let failed = chunk.is_err();
                 // The consumer stopped early (it refused what it read): nothing more to send.
@@ -153,6 +160,8 @@ where
     }
     drop(chunks);
     drop(stream);
+    let ms = started.elapsed().as_millis() as u64;
+    tracing::debug!(path, ms, bytes, "archive: streamed");
     let result = work
         .await
         .map_err(|e| Error::Internal(format!("the archive reader: {e}")))?;
@@ -246,7 +255,10 @@ where
         then(id, answer).await
     }
     .await;
+    let started = std::time::Instant::now();
     created.remove_all(engine, Duration::from_secs(30)).await?;
+    let ms = started.elapsed().as_millis() as u64;
+    tracing::debug!(ms, "reader: removed");
     result
 }
 
