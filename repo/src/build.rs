@@ -721,9 +721,12 @@ fn whole_pack(objects_pack: &Path, edges: &[u8], stats: &str) -> Option<PathBuf>
 }
 
 /// How many objects of `kind` (`trees`, `commits`) fast-import's statistics count as duplicates:
-/// the line `      trees  :    101 (     0 duplicates ...)`.
+/// the line `      trees  :    101 (     0 duplicates ...)` beneath their heading. fast-import
+/// prints them last, so only what follows the last heading is read: a warning before them that
+/// names something of the stream cannot pass for them.
 fn duplicates(stats: &str, kind: &str) -> Option<u64> {
-    stats.lines().find_map(|line| {
+    let (_, block) = stats.rsplit_once("fast-import statistics:")?;
+    block.lines().find_map(|line| {
         let (name, rest) = line.split_once(':')?;
         if name.trim() != kind {
             return None;
@@ -1412,6 +1415,11 @@ mod tests {
         assert_eq!(whole_pack(dir, edges.as_bytes(), &stats(1, 0)), None);
         assert_eq!(whole_pack(dir, edges.as_bytes(), &stats(0, 1)), None);
         assert_eq!(whole_pack(dir, edges.as_bytes(), "no statistics"), None);
+        // Lines shaped like the statistics before them (a warning naming a path) are not read.
+        let forged = format!("warning: {}{}", stats(0, 0), stats(1, 0));
+        assert_eq!(whole_pack(dir, edges.as_bytes(), &forged), None);
+        let headless = stats(0, 0).replace("git-fast-import statistics:", "");
+        assert_eq!(whole_pack(dir, edges.as_bytes(), &headless), None);
         assert_eq!(whole_pack(dir, b"", &stats(0, 0)), None, "no pack");
         let two = format!("{edges}{}: 548c67b1\n", dir.join("pack-cd.pack").display());
         assert_eq!(whole_pack(dir, two.as_bytes(), &stats(0, 0)), None);
