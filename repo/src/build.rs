@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::git::{Git, Input};
 
 use super::scratch::{create_private, object_id};
-use super::special;
+use super::{source, special};
 
 /// The ref the commit is made on.
 pub const REF: &str = "refs/heads/cordon";
@@ -674,21 +674,20 @@ pub async fn import_from(git: &Git, stream: Input, reference_name: &str) -> Resu
 /// fast-import's pack edges file (a line per pack it wrote) is at most this long.
 const MAX_PACK_EDGES: u64 = 64 * 1024;
 
-/// At most `max` bytes of a file git wrote in scratch space, never through a link; nothing when
-/// it is not there.
+/// At most `max` bytes of a file git wrote in scratch space: opened as the seeder opens what it
+/// reads ([`source::open_file`]: no link followed, never blocking, a regular file).
 fn read_scratch_file(path: &Path, max: u64) -> Result<Vec<u8>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+    use std::os::fd::AsFd;
+    let refused = |e: source::Refused| Error::Internal(format!("{}: {e:?}", path.display()));
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(Error::Internal(format!("{} names no file", path.display())));
     };
+    let root = source::open_root(dir).map_err(refused)?;
+    let opened = source::open_file(root.as_fd(), Path::new(name)).map_err(refused)?;
     let mut bytes = Vec::new();
-    file.take(max + 1)
+    opened
+        .file
+        .take(max + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
     if bytes.len() as u64 > max {
@@ -1390,6 +1389,29 @@ mod tests {
         .await;
         assert_gitmodules_refused(bundled, ".");
         assert!(!out.exists());
+    }
+
+    /// fast-import's pack edges are read from a regular file only, never through a link or from
+    /// a FIFO (which would block), and at most the bound.
+    #[test]
+    fn the_pack_edges_file_is_read_plain_and_bounded() {
+        let tmp = TempDir::new("edges");
+        let file = tmp.0.join("edges");
+        std::fs::write(&file, "p.pack: c\n").expect("w");
+        assert_eq!(read_scratch_file(&file, 64).expect("read"), b"p.pack: c\n");
+        assert!(read_scratch_file(&file, 4).is_err(), "past the bound");
+        let link = tmp.0.join("link");
+        std::os::unix::fs::symlink(&file, &link).expect("link");
+        assert!(read_scratch_file(&link, 64).is_err(), "through a link");
+        let fifo = tmp.0.join("fifo");
+        let name = std::ffi::CString::new(fifo.to_str().expect("utf8")).expect("c");
+        // SAFETY: a NUL-terminated path and a mode.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        assert!(read_scratch_file(&fifo, 64).is_err(), "a FIFO");
+        assert!(
+            read_scratch_file(&tmp.0.join("none"), 64).is_err(),
+            "nothing there"
+        );
     }
 
     /// fast-import's statistics and pack edges: its pack is the one checked only when it is the
