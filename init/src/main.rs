@@ -18,7 +18,6 @@
 // Tests may run long (a scenario reads top to bottom); production functions stay under the limit.
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
-mod digest;
 mod forward;
 mod judge;
 mod landlock;
@@ -377,11 +376,13 @@ fn keeper(mask: &nix::sys::signal::SigSet) -> ! {
             paths::WORK
         )),
     };
-    let code = supervise::hold(mask, || match digest::tree(std::path::Path::new(root)) {
-        Ok((digest, entries)) => emit(&InitLine::Digest { digest, entries }),
-        Err(reason) => emit(&InitLine::Failure {
-            reason: format!("digest: {reason}"),
-        }),
+    let code = supervise::hold(mask, || {
+        match tree::digest::tree(std::path::Path::new(root)) {
+            Ok((digest, entries)) => emit(&InitLine::Digest { digest, entries }),
+            Err(reason) => emit(&InitLine::Failure {
+                reason: format!("digest: {reason}"),
+            }),
+        }
     })
     .unwrap_or_else(|e| fail(e));
     std::process::exit(code);
@@ -406,7 +407,7 @@ fn main() {
             let root = std::env::args()
                 .nth(2)
                 .unwrap_or_else(|| fail("digest needs a directory"));
-            match digest::tree(std::path::Path::new(&root)) {
+            match tree::digest::tree(std::path::Path::new(&root)) {
                 Ok((digest, entries)) => {
                     emit(&InitLine::Digest { digest, entries });
                     std::process::exit(0);

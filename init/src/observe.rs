@@ -648,14 +648,10 @@ fn work_digest() -> Result<String, String> {
     work_digest_while(|| true)?.ok_or_else(|| "the walk was stopped".to_owned())
 }
 
-/// The digest of /work, asking `go_on` before every entry and read (`None`: it said no); the
-/// walk moves the cwd, which is put back.
+/// The digest of /work, asking `go_on` before every entry and read (`None`: it said no).
 pub fn work_digest_while(go_on: impl FnMut() -> bool) -> Result<Option<String>, String> {
-    let cwd = std::env::current_dir().map_err(|e| format!("getcwd: {e}"))?;
-    let digest = crate::digest::tree_while(std::path::Path::new(paths::WORK), go_on)
-        .map(|walked| walked.map(|(d, _)| d));
-    std::env::set_current_dir(&cwd).map_err(|e| format!("back to {}: {e}", cwd.display()))?;
-    digest
+    crate::tree::digest::tree_while(std::path::Path::new(paths::WORK), go_on)
+        .map(|walked| walked.map(|(d, _)| d))
 }
 
 /// Whether /work is mounted read-only and no overlay is to be laid on it: a shared snapshot's

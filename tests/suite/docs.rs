@@ -25,7 +25,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("judge::tests::", "../init/src"),
     ("init::tree::tests::", "../init/src/tree"),
     ("landlock::tests::", "../init/src"),
-    ("digest::tests::", "../init/src"),
+    ("init::tree::digest::tests::", "../init/src/tree"),
     ("observe::tests::", "../init/src"),
     ("audit::check::tests::", "../host/src/audit"),
     ("audit::export::tests::", "../host/src/audit"),

@@ -130,21 +130,48 @@ impl Findings {
     }
 }
 
-/// The whole check: [`check_tree`], then the metadata digest (last: it changes directory).
+/// The whole check: [`check_tree`], and the metadata digest beside it.
 pub fn check(
     work_root: &Path,
     metadata_root: &Path,
     base: &str,
     ops: &[Operation],
 ) -> Result<CheckReport, String> {
-    let mut report = check_tree(work_root, metadata_root, base, ops)?;
-    report.metadata_digest = metadata_digest(metadata_root)?;
-    Ok(report)
+    let (report, digest) = with_metadata_digest(metadata_root, || {
+        check_tree(work_root, metadata_root, base, ops)
+    })?;
+    Ok(CheckReport {
+        metadata_digest: digest,
+        ..report
+    })
+}
+
+/// `body` (a walk of the work tree), with the metadata digest taken on a thread of its own beside
+/// it: the two read different trees and neither writes. `body`'s failure is the answer when both
+/// fail.
+pub fn with_metadata_digest<T>(
+    metadata_root: &Path,
+    body: impl FnOnce() -> Result<T, String>,
+) -> Result<(T, String), String> {
+    std::thread::scope(|scope| {
+        let digest = std::thread::Builder::new()
+            .name("metadata".into())
+            .spawn_scoped(scope, || metadata_digest(metadata_root));
+        let walked = body();
+        let digest = match digest {
+            Ok(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err("the metadata digest's thread panicked".to_owned())),
+            // No thread to spare: the digest after the walk, as one thread would.
+            Err(_) => metadata_digest(metadata_root),
+        };
+        Ok((walked?, digest?))
+    })
 }
 
 /// The digest role's digest of the metadata, byte for byte the seeder's baseline algorithm.
 pub fn metadata_digest(metadata_root: &Path) -> Result<String, String> {
-    crate::digest::tree(metadata_root)
+    super::digest::tree(metadata_root)
         .map(|(digest, _)| digest)
         .map_err(|e| format!("the metadata digest: {e}"))
 }

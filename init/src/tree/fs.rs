@@ -34,6 +34,11 @@ const BENEATH: u64 = libc::RESOLVE_BENEATH
     | libc::RESOLVE_NO_MAGICLINKS
     | libc::RESOLVE_NO_XDEV;
 
+/// [`BENEATH`] across mounts: the digest reads a tree as the container sees it (the digest of
+/// /work takes in /work/.git, another volume; nothing in a container can mount).
+const BENEATH_ANY_MOUNT: u64 =
+    libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+
 const FILE_FLAGS: i32 =
     libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
 const DIR_FLAGS: i32 = FILE_FLAGS | libc::O_DIRECTORY;
@@ -178,6 +183,11 @@ pub fn open_dir_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
     openat2(dir.as_raw_fd(), name, DIR_FLAGS, BENEATH)
 }
 
+/// [`open_dir_at`] across mounts (a path of several names beneath `dir` too).
+pub fn open_dir_any_mount(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
+    openat2(dir.as_raw_fd(), name, DIR_FLAGS, BENEATH_ANY_MOUNT)
+}
+
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
 pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Stat> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -214,13 +224,31 @@ pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<Stat> {
 /// is never opened, and nothing swapped in between is read). With the open file's own `fstat`,
 /// whose size is the one its content is read against.
 pub fn open_file_at(dir: BorrowedFd<'_>, name: &CStr, expected: &Stat) -> io::Result<(File, Stat)> {
+    open_file_resolving(dir, name, expected, BENEATH)
+}
+
+/// [`open_file_at`] across mounts.
+pub fn open_file_any_mount(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    expected: &Stat,
+) -> io::Result<(File, Stat)> {
+    open_file_resolving(dir, name, expected, BENEATH_ANY_MOUNT)
+}
+
+fn open_file_resolving(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    expected: &Stat,
+    resolve: u64,
+) -> io::Result<(File, Stat)> {
     if expected.kind() != Type::File {
         return Err(io::Error::other(format!(
             "not opened: {} is not a file",
             expected.word()
         )));
     }
-    let fd = openat2(dir.as_raw_fd(), name, FILE_FLAGS, BENEATH)?;
+    let fd = openat2(dir.as_raw_fd(), name, FILE_FLAGS, resolve)?;
     let open = stat_fd(std::os::fd::AsFd::as_fd(&fd))?;
     if open.kind() != Type::File || (open.dev, open.ino) != (expected.dev, expected.ino) {
         return Err(io::Error::other("the entry changed between stat and open"));

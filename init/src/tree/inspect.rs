@@ -35,7 +35,7 @@ use cordon_contract::tree::{clean_path, Reason, MAX_DECLARED_PATHS};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 
-use super::check::{bounded, is_commit_id, join, metadata_digest, read_head, Findings};
+use super::check::{bounded, is_commit_id, join, read_head, with_metadata_digest, Findings};
 use super::fs::{self, Stat, Type};
 use super::index::{self, Base, Mode, Node};
 use super::links;
@@ -48,8 +48,7 @@ const BATCH: usize = 128;
 /// At most this many hashing threads.
 const MAX_THREADS: usize = 16;
 
-/// The whole inspection: [`inspect_tree`], then the metadata digest (last: it changes
-/// directory).
+/// The whole inspection: [`inspect_tree`], and the metadata digest beside it.
 pub fn inspect(
     work_root: &Path,
     metadata_root: &Path,
@@ -57,9 +56,13 @@ pub fn inspect(
     rules: &IgnoreRules,
     declared: &[String],
 ) -> Result<InspectReport, String> {
-    let mut report = inspect_tree(work_root, metadata_root, base, rules, declared)?;
-    report.metadata_digest = metadata_digest(metadata_root)?;
-    Ok(report)
+    let (report, digest) = with_metadata_digest(metadata_root, || {
+        inspect_tree(work_root, metadata_root, base, rules, declared)
+    })?;
+    Ok(InspectReport {
+        metadata_digest: digest,
+        ..report
+    })
 }
 
 /// Everything but the metadata digest (left empty).

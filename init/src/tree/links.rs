@@ -22,18 +22,20 @@ use cordon_contract::tree::{
     MAX_DECLARED_PATHS, MAX_RECORDED_TARGETS,
 };
 
-use super::check::{bounded, join, metadata_digest, report_path};
+use super::check::{bounded, join, report_path, with_metadata_digest};
 use super::fs::{self, Stat, Type};
 
-/// The snapshot, then the metadata digest (last: it changes directory).
+/// The snapshot, and the metadata digest beside it.
 pub fn snapshot_links(
     work_root: &Path,
     metadata_root: &Path,
     paths: &[String],
 ) -> Result<LinkSnapshot, String> {
-    let mut snapshot = snapshot(work_root, paths)?;
-    snapshot.metadata_digest = metadata_digest(metadata_root)?;
-    Ok(snapshot)
+    let (snapshot, digest) = with_metadata_digest(metadata_root, || snapshot(work_root, paths))?;
+    Ok(LinkSnapshot {
+        metadata_digest: digest,
+        ..snapshot
+    })
 }
 
 /// Everything but the metadata digest (left empty).

@@ -11,6 +11,9 @@
 //! - `cordon-init tree inspect-content <BASE> <RULES_JSON> [<DECLARED_PATH>...]`: the same
 //!   report, once the content of its changes is written as one tar ([`content`]).
 //!
+//! [`digest`] is the tree digest the seeder, the keeper, these roles and the agent role's check of a
+//! shared snapshot share, on the same no-follow primitives ([`fs`]).
+//!
 //! Each exits 0 with their answer, refusal findings included (the host decides). When the reader
 //! cannot do its job it prints a [`ReaderFailure`] instead and exits
 //! [`EXIT_INIT_FAILURE`]; a panic prints one too.
@@ -21,6 +24,7 @@
 
 pub mod check;
 pub mod content;
+pub mod digest;
 pub mod fs;
 pub mod index;
 pub mod inspect;

@@ -816,17 +816,33 @@ fn the_index_is_read_without_following_a_link() {
 #[test]
 fn the_report_carries_the_digest_roles_metadata_digest() {
     let (f, base) = typical();
-    let (report, digest) = crate::digest::with_cwd_kept(|| {
-        let report = check::check(f.work(), &f.meta(), &base, &[]).expect("check");
-        let digest = crate::digest::tree(&f.meta()).expect("digest").0;
-        (report, digest)
-    });
+    let report = check::check(f.work(), &f.meta(), &base, &[]).expect("check");
+    let digest = super::digest::tree(&f.meta()).expect("digest").0;
     assert!(digest.starts_with("sha256:"));
     assert_eq!(report.metadata_digest, digest);
-    let snapshot = crate::digest::with_cwd_kept(|| {
-        links::snapshot_links(f.work(), &f.meta(), &["link".to_owned()]).expect("snapshot")
-    });
+    let snapshot =
+        links::snapshot_links(f.work(), &f.meta(), &["link".to_owned()]).expect("snapshot");
     assert_eq!(snapshot.metadata_digest, digest);
+}
+
+/// The metadata digest taken beside a walk: the walk's answer with it, the walk's failure first
+/// when both fail, and the digest's failure when only it fails.
+#[test]
+fn the_metadata_digest_beside_a_walk_answers_with_it_or_fails() {
+    let (f, _) = typical();
+    let digest = super::digest::tree(&f.meta()).expect("digest").0;
+    let both = check::with_metadata_digest(&f.meta(), || Ok::<_, String>(7)).expect("both");
+    assert_eq!(both, (7, digest));
+    let missing = f.meta().join("missing");
+    let failed = check::with_metadata_digest(&missing, || Err::<(), _>("the walk".to_owned()));
+    assert_eq!(failed, Err("the walk".to_owned()));
+    let failed = check::with_metadata_digest(&missing, || Ok::<_, String>(()));
+    assert!(
+        failed
+            .as_ref()
+            .is_err_and(|e| e.starts_with("the metadata digest: ")),
+        "{failed:?}"
+    );
 }
 
 #[test]
@@ -834,7 +850,7 @@ fn the_role_answers_one_json_document() {
     let (f, base) = typical();
     let run = |args: &[&str]| {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        crate::digest::with_cwd_kept(|| super::run(&args, f.work(), &f.meta()))
+        super::run(&args, f.work(), &f.meta())
     };
     let add = r#"{"kind":"add","path":"README"}"#;
     let text = run(&["check", &base, add]).expect("check");
@@ -862,7 +878,7 @@ fn the_role_answers_one_json_document() {
     let many: Vec<String> = std::iter::once("snapshot-links".to_owned())
         .chain((0..=MAX_DECLARED_PATHS).map(|n| format!("p{n}")))
         .collect();
-    assert!(crate::digest::with_cwd_kept(|| super::run(&many, f.work(), &f.meta())).is_err());
+    assert!(super::run(&many, f.work(), &f.meta()).is_err());
     assert!(super::document(Ok("x".repeat(cordon_contract::tree::MAX_REPORT_BYTES + 1))).is_err());
     let long = super::failure_document(&"y".repeat(100_000));
     assert!(long.len() < 5000);
