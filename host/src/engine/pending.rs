@@ -260,18 +260,7 @@ impl Created {
         // No pause after the last: the network's removal takes the network's lock and the
         // controller's one after the other, never one inside the other, so it cannot close that
         // cycle; an endpoint not yet gone makes it fail, and the next pass removes it.
-        let on_removals = async {
-            let mut failed = Vec::new();
-            for (i, id) in on.into_iter().enumerate() {
-                if i > 0 {
-                    tokio::time::sleep(NETWORK_SETTLE).await;
-                }
-                if objects::remove_container(engine, id).await.is_err() {
-                    failed.push(id);
-                }
-            }
-            failed
-        };
+        let on_removals = remove_in_turn(engine, on);
         let (off_removed, on_failed) = tokio::join!(off_removals, on_removals);
         for (id, failed) in off_removed {
             if failed {
@@ -426,4 +415,21 @@ pub async fn remove_owned(engine: &Engine, owner: &Owner) -> Result<()> {
     }
     .remove_all(engine, Duration::from_secs(10))
     .await
+}
+/// Remove `containers` (each may be on a user-defined network) one at a time, with
+/// [`NETWORK_SETTLE`] between two (see [`Created::remove_once`]); returns those whose removal
+/// failed.
+async fn remove_in_turn<'a>(engine: &Engine, containers: Vec<&'a String>) -> Vec<&'a String> {
+    let mut failed = Vec::new();
+    for (i, id) in containers.into_iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(NETWORK_SETTLE).await;
+        }
+        let began = std::time::Instant::now();
+        if objects::remove_container(engine, id).await.is_err() {
+            failed.push(id);
+        }
+        tracing::debug!(%id, took = ?began.elapsed(), "removed, maybe on a network");
+    }
+    failed
 }
