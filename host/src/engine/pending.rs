@@ -416,6 +416,7 @@ pub async fn remove_owned(engine: &Engine, owner: &Owner) -> Result<()> {
     .remove_all(engine, Duration::from_secs(10))
     .await
 }
+
 /// Remove `containers` (each may be on a user-defined network) one at a time, with
 /// [`NETWORK_SETTLE`] between two (see [`Created::remove_once`]); returns those whose removal
 /// failed.

@@ -1,9 +1,10 @@
 //! The no-follow primitives of the tree reader: every directory and file is opened relative to its
 //! parent directory's fd with `openat2` and `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV`, classified with `fstatat(AT_SYMLINK_NOFOLLOW)`, and a
-//! file is only opened when it was a regular file and is still the same one once open. Nothing here
-//! trusts a name or a size: a file's blob id is of the bytes actually read, and the count read is
-//! handed back for the caller to compare with the size.
+//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV` (the digest's `*_any_mount` variants without the last:
+//! it reads a tree as the container sees it), classified with `fstatat(AT_SYMLINK_NOFOLLOW)`, and
+//! a file is only opened when it was a regular file and is still the same one once open. Nothing
+//! here trusts a name or a size: a file's blob id is of the bytes actually read, and the count
+//! read is handed back for the caller to compare with the size.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
