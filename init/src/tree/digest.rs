@@ -29,10 +29,10 @@ pub fn tree(root: &Path) -> Result<(String, u64), String> {
 /// Every directory and file is reached from a directory fd with [`fs`]'s no-follow primitives
 /// (`openat2` beneath the root, no link; across mounts, as a container sees its tree: /work's
 /// digest takes in /work/.git; a file is read only when it is still the regular file `fstatat`
-/// listed), so no name is looked up from `/` (in a container that is the
-/// storage driver's mount: fuse-overlayfs here, one round trip to its daemon per lookup) and
-/// nothing moves the cwd. This thread and one helper share the work: each lists a directory or
-/// hashes a file another listed, files first, so at most a few directories are held open. The
+/// listed), so no name is looked up from `/` (in a container, the storage driver's mount:
+/// fuse-overlayfs here, one round trip to its daemon per lookup) and nothing moves the cwd. This
+/// thread and one helper share the work: each lists a directory or hashes a file either listed,
+/// files first, so only the few directories whose files are queued are held open. The
 /// helper is joined before this returns, so no thread outlives the walk (a privilege drop after
 /// it finds the process as it was); if it cannot be started, this thread does everything. Only
 /// this thread asks `go_on`, and once it says no the helper stops at its next entry or read.
