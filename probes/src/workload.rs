@@ -595,6 +595,13 @@ pub const COMMAND_MARKER: &str = "/work/cordon-command-marker";
 /// The directory `command-check` makes (or finds) in /work and writes a file in.
 pub const COMMAND_DIR: &str = "/work/cordon-command-dir";
 
+/// One line on stderr in one write(2). `eprintln!` writes each piece of its format on its own
+/// (stderr is unbuffered), and the engine copies stdout and stderr separately: a stdout line
+/// could then land inside a stderr line (seen in CI as "FAIL: running 1 test: ...").
+fn stderr_line(text: &str) {
+    let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
+}
+
 /// `check-file`: pass when `path` holds `needle`.
 fn check_file(path: &str, needle: &str) -> i32 {
     println!("running 1 test: {path} holds {needle:?}");
@@ -605,11 +612,11 @@ fn check_file(path: &str, needle: &str) -> i32 {
             0
         }
         Ok(_) => {
-            eprintln!("FAIL: {path} does not hold {needle:?}");
+            stderr_line(&format!("FAIL: {path} does not hold {needle:?}"));
             1
         }
         Err(e) => {
-            eprintln!("FAIL: {path}: {e}");
+            stderr_line(&format!("FAIL: {path}: {e}"));
             1
         }
     }
@@ -776,7 +783,7 @@ pub fn run(args: &[String]) -> i32 {
         ),
         Some("command-check") => {
             println!("{}", command_check());
-            eprintln!("cordon-probe: command-check wrote its line");
+            stderr_line("cordon-probe: command-check wrote its line");
             0
         }
         Some("check-file") => match (args.get(1), args.get(2)) {
@@ -793,7 +800,7 @@ pub fn run(args: &[String]) -> i32 {
                         0
                     }
                     Err(e) => {
-                        eprintln!("format {path}: {e}");
+                        stderr_line(&format!("format {path}: {e}"));
                         1
                     }
                 }
@@ -816,7 +823,7 @@ pub fn run(args: &[String]) -> i32 {
                 0
             }
             Err(e) => {
-                eprintln!("cordon-probe: egress-load: {e}");
+                stderr_line(&format!("cordon-probe: egress-load: {e}"));
                 1
             }
         },
