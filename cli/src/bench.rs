@@ -70,10 +70,11 @@ pub enum BenchAction {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
-    /// The egress path (forwarder, proxy) against a direct TLS connection to the same endpoint:
-    /// throughput, added round-trip latency, and the proxy's memory with 32 tunnels open.
+    /// The egress path (forwarder, proxy) against a direct TLS connection to the same endpoint
+    /// and the same connection through a plain relay (one more TCP hop, no policy): throughput,
+    /// added round-trip latency, and the proxy's memory with 32 tunnels open.
     Egress {
-        /// Interleaved pairs (one proxied and one direct container each).
+        /// Interleaved pairs (one proxied and one direct container each, and one relayed between).
         #[arg(long, default_value_t = 5)]
         runs: usize,
         /// MiB of each upload and each download (at most 1024: the fake vendor's largest body).

@@ -30,6 +30,7 @@ mod lockdown;
 mod metadata;
 mod mounts;
 mod network;
+mod relay;
 mod report;
 mod workload;
 mod worktree;

@@ -19,6 +19,7 @@
 //!   With `--credential-env NAME` it speaks the Messages API, as through a terminated vendor host
 //!   (`x-api-key` the variable's value): each run's download is a streamed answer of N bytes of
 //!   text (no upload), and each ping a whole answer to a 1 KiB prompt.
+//! - `relay PORT ADDR`: `cordon bench egress`'s plain relay (`relay.rs`).
 //! - `command-check`: what an approved command's container lets it do, as one JSON line on
 //!   stdout (and one line on stderr): whether the marker file was already in /work, whether it
 //!   could write the marker, a file in a directory of /work (made if missing) and the read-only
@@ -598,7 +599,7 @@ pub const COMMAND_DIR: &str = "/work/cordon-command-dir";
 /// One line on stderr in one write(2). `eprintln!` writes each piece of its format on its own
 /// (stderr is unbuffered), and the engine copies stdout and stderr separately: a stdout line
 /// could then land inside a stderr line (seen in CI as "FAIL: running 1 test: ...").
-fn stderr_line(text: &str) {
+pub(crate) fn stderr_line(text: &str) {
     let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
 }
 
@@ -817,6 +818,13 @@ pub fn run(args: &[String]) -> i32 {
                 None => 2,
             }
         }
+        Some("relay") => match crate::relay::run(&args[1..]) {
+            Ok(()) => 0,
+            Err(e) => {
+                stderr_line(&format!("cordon-probe: relay: {e}"));
+                1
+            }
+        },
         Some("egress-load") => match egress_load(&args[1..]) {
             Ok(line) => {
                 println!("{line}");

@@ -386,6 +386,25 @@ fn data_targets(
             Some(crate::bench_egress::RATIO_TARGET),
             "cordon bench egress",
         ),
+        // What one plain relay's hop reaches on this machine: where target 5's floor is.
+        target(
+            5,
+            "one plain relay's download / direct (the hop's floor)",
+            egress.relayed_download_ratio,
+            "x",
+            Stated,
+            None,
+            "cordon bench egress",
+        ),
+        target(
+            5,
+            "one plain relay's upload / direct (the hop's floor)",
+            egress.relayed_upload_ratio,
+            "x",
+            Stated,
+            None,
+            "cordon bench egress",
+        ),
     ]
 }
 

@@ -5,11 +5,15 @@
 //! 127.0.0.1:3128`, so its bytes go agent → the init's loopback forwarder → the unix socket → the
 //! egress proxy container → the fake vendor's TLS endpoint. The direct arm is a container with the
 //! same image and the same hardening ([`networked_body`], one CPU like the agent) on the same
-//! invocation network, dialling the same endpoint's address itself.
+//! invocation network, dialling the same endpoint's address itself. The relayed arm is the
+//! direct arm's container dialling a plain relay on that network (`cordon-probe workload relay`:
+//! splice(2) on a blocking thread per direction, no policy), which dials the endpoint: what one
+//! more TCP hop and one relaying process cost on this machine, whatever relays them.
 //!
 //! Interleaving: one pair per run. Each pair is one invocation (its own network, fake vendor and
 //! proxy, all removed after) in which the direct container and the agent run one after the other,
-//! the order alternating from pair to pair; each container does one upload and one download of
+//! the order alternating from pair to pair (the relayed arm always between the two, on the opaque
+//! tunnel's pairs); each container does one upload and one download of
 //! `bytes` and then the pings. An agent invocation runs its agent once, so a fresh invocation per
 //! pair is the only way to alternate arms against one and the same endpoint; alternating the order
 //! keeps any warm-up or drift from favouring one arm. Figures are medians over the pairs.
@@ -20,7 +24,7 @@
 //! once it exited: `memory_stats.usage` (cgroup v1 here: includes the page cache) and
 //! `memory_stats.max_usage` (cgroup v1's peak since the proxy started; absent on cgroup v2).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use cordon_contract::probe::fixture::VENDOR_HOST;
@@ -30,7 +34,7 @@ use futures_util::StreamExt;
 use crate::bench::median;
 use cordon::controller::Controller;
 use cordon::engine::objects;
-use cordon::engine::pending::Created;
+use cordon::engine::pending::{Created, NETWORK_SETTLE};
 use cordon::engine::{Engine, CALL_TIMEOUT};
 use cordon::error::{Error, Result};
 use cordon::labels::{Allocation, Kind, Owner};
@@ -50,6 +54,10 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 /// The most any one container of the bench may take.
 const RUN_LIMIT: Duration = Duration::from_secs(300);
 const MIB: f64 = 1_048_576.0;
+/// The plain relay's port in its container.
+const RELAY_PORT: u16 = 8443;
+/// How long the plain relay may take to say it listens.
+const RELAY_READY_WITHIN: Duration = Duration::from_secs(10);
 
 /// What `cordon bench egress` measured.
 /// The egress target of issue 24 (target 5): both directions, and the terminated host's
@@ -87,6 +95,15 @@ pub struct EgressReport {
     pub direct_ping_p90_us: Vec<f64>,
     /// proxied − direct of the medians (target: under 1000 µs).
     pub added_latency_us: f64,
+    /// The relayed arm, per pair, MiB/s: one more TCP hop through a plain relay (no policy).
+    pub relayed_upload_mib_s: Vec<f64>,
+    pub relayed_download_mib_s: Vec<f64>,
+    pub relayed_upload_median_mib_s: f64,
+    pub relayed_download_median_mib_s: f64,
+    /// relayed / direct, of the medians: the most any relaying egress reaches here (the proxied
+    /// arm has that hop and two more: loopback TCP and the unix socket to the proxy).
+    pub relayed_upload_ratio: f64,
+    pub relayed_download_ratio: f64,
     pub memory: ProxyMemory,
     /// The terminated vendor host's arm (issue 22).
     pub terminated: TerminatedFigures,
@@ -139,6 +156,13 @@ pub struct ProxyMemory {
     pub peak_max_usage_mib: Option<f64>,
     /// `usage` samples taken while the tunnels were held.
     pub samples: usize,
+}
+
+/// One pair's figures: the relayed arm's with the opaque tunnel only.
+struct Pair {
+    proxied: Figures,
+    direct: Figures,
+    relayed: Option<Figures>,
 }
 
 /// One container's figures (the workload's JSON line).
@@ -330,8 +354,9 @@ impl Setup<'_> {
         Ok(output.stdout)
     }
 
-    /// The direct arm: a hardened container on the invocation network dialling the endpoint.
-    async fn direct(&self, profile: &Profile, vendor: Ipv4Addr, arm: Arm) -> Result<Figures> {
+    /// The direct arm: a hardened container on the invocation network dialling `to` (the
+    /// endpoint, or the relay in front of it).
+    async fn direct(&self, profile: &Profile, to: SocketAddrV4, arm: Arm) -> Result<Figures> {
         let engine = self.ctl.engine();
         let allocation = profile.allocation();
         let mut entrypoint = vec![
@@ -341,7 +366,7 @@ impl Setup<'_> {
             "--ca-env".to_owned(),
             CA_ENV.to_owned(),
             "--direct".to_owned(),
-            format!("{vendor}:{VENDOR_PORT}"),
+            to.to_string(),
         ];
         let mut env = vec![format!("{CA_ENV}={}", self.ca.ca_pem)];
         if arm == Arm::Terminated {
@@ -380,11 +405,56 @@ impl Setup<'_> {
         }
         .await;
         created.remove_all(engine, Duration::from_secs(30)).await?;
+        // It was on the invocation network: the next container to leave it waits.
+        tokio::time::sleep(NETWORK_SETTLE).await;
         run
     }
 
-    /// One pair: (proxied, direct), in the order `direct_first` says.
-    async fn pair(&self, direct_first: bool, arm: Arm) -> Result<(Figures, Figures)> {
+    /// The relayed arm: the plain relay started on the invocation network, then the direct
+    /// arm's container dialling it; the relay removed after.
+    async fn relayed(&self, profile: &Profile, vendor: Ipv4Addr, arm: Arm) -> Result<Figures> {
+        let engine = self.ctl.engine();
+        let allocation = profile.allocation();
+        let entrypoint = vec![
+            paths::PROBE.to_owned(),
+            "workload".to_owned(),
+            "relay".to_owned(),
+            RELAY_PORT.to_string(),
+            format!("{vendor}:{VENDOR_PORT}"),
+        ];
+        let body = networked_body(
+            self.image_id,
+            allocation,
+            Kind::Probe,
+            entrypoint,
+            Vec::new(),
+            None,
+        );
+        let mut created = Created::default();
+        let run = async {
+            let name = format!("{}-relay", allocation.name(Kind::Probe));
+            let id = objects::create_container(engine, &name, body, &created.shared()).await?;
+            let mut relay = Launch::adopt(id.clone());
+            relay.start(engine).await?;
+            listening(engine, &relay).await?;
+            let network = allocation.name(Kind::Network);
+            let address = objects::inspect_container(engine, &id)
+                .await?
+                .and_then(|c| c.network_settings?.networks?.remove(&network)?.ip_address)
+                .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
+                .ok_or_else(|| Error::Internal(format!("the relay has no address on {network}")))?;
+            let to = SocketAddrV4::new(address, RELAY_PORT);
+            self.direct(profile, to, arm).await
+        }
+        .await;
+        created.remove_all(engine, Duration::from_secs(30)).await?;
+        tokio::time::sleep(NETWORK_SETTLE).await;
+        run
+    }
+
+    /// One pair: proxied and direct, in the order `direct_first` says, and (the opaque tunnel's
+    /// only) the relayed arm between them.
+    async fn pair(&self, direct_first: bool, arm: Arm) -> Result<Pair> {
         let engine = self.ctl.engine();
         let (profile, mut launch) = self
             .invocation(load_args(self.bytes, self.pings, self.warmup), arm)
@@ -395,17 +465,28 @@ impl Setup<'_> {
                 .as_ref()
                 .and_then(|e| e.vendor)
                 .ok_or_else(|| Error::Internal("no fake vendor address".into()))?;
-            let direct = if direct_first {
-                Some(self.direct(&profile, vendor, arm).await?)
-            } else {
-                None
-            };
+            let endpoint = SocketAddrV4::new(vendor, VENDOR_PORT);
+            let relays = arm == Arm::Tunnel;
+            let (mut direct, mut relayed) = (None, None);
+            if direct_first {
+                direct = Some(self.direct(&profile, endpoint, arm).await?);
+                if relays {
+                    relayed = Some(self.relayed(&profile, vendor, arm).await?);
+                }
+            }
             let proxied = figures(&self.run_agent(&mut launch).await?)?;
-            let direct = match direct {
-                Some(d) => d,
-                None => self.direct(&profile, vendor, arm).await?,
-            };
-            Ok::<_, Error>((proxied, direct))
+            if !direct_first {
+                if relays {
+                    relayed = Some(self.relayed(&profile, vendor, arm).await?);
+                }
+                direct = Some(self.direct(&profile, endpoint, arm).await?);
+            }
+            let direct = direct.ok_or_else(|| Error::Internal("no direct arm ran".into()))?;
+            Ok::<_, Error>(Pair {
+                proxied,
+                direct,
+                relayed,
+            })
         }
         .await;
         launch.finish(engine).await?;
@@ -490,6 +571,25 @@ impl Setup<'_> {
         .await;
         launch.finish(engine).await?;
         run
+    }
+}
+
+/// Wait until the plain relay says it listens (its first stdout line), within
+/// [`RELAY_READY_WITHIN`].
+async fn listening(engine: &Engine, relay: &Launch) -> Result<()> {
+    let began = std::time::Instant::now();
+    loop {
+        let output = relay.log_output(engine, 64 * 1024).await?;
+        if output.stdout.contains("{\"relay\":\"listening\"}") {
+            return Ok(());
+        }
+        if began.elapsed() > RELAY_READY_WITHIN {
+            return Err(Error::Internal(format!(
+                "the relay did not listen within {RELAY_READY_WITHIN:?}: stderr ends {:?}",
+                stderr_end(&output.stderr)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -583,11 +683,14 @@ pub async fn egress(
     .await;
     storage.remove(engine).await?;
     let (pairs, terminated, memory) = result?;
-    let tcol = |f: fn(&(Figures, Figures)) -> f64| terminated.iter().map(f).collect::<Vec<f64>>();
-    let (tm, dm) = (tcol(|p| p.0.ping_median_us), tcol(|p| p.1.ping_median_us));
+    let tcol = |f: fn(&Pair) -> f64| terminated.iter().map(f).collect::<Vec<f64>>();
+    let (tm, dm) = (
+        tcol(|p| p.proxied.ping_median_us),
+        tcol(|p| p.direct.ping_median_us),
+    );
     let (td, dd) = (
-        tcol(|p| p.0.download_mib_s[0]),
-        tcol(|p| p.1.download_mib_s[0]),
+        tcol(|p| p.proxied.download_mib_s[0]),
+        tcol(|p| p.direct.download_mib_s[0]),
     );
     let terminated = TerminatedFigures {
         runs,
@@ -603,13 +706,22 @@ pub async fn egress(
         terminated_download_mib_s: td,
         direct_download_mib_s: dd,
     };
-    let col = |f: fn(&(Figures, Figures)) -> f64| pairs.iter().map(f).collect::<Vec<f64>>();
-    let pu = col(|p| p.0.upload_mib_s.first().copied().unwrap_or(f64::NAN));
-    let du = col(|p| p.1.upload_mib_s.first().copied().unwrap_or(f64::NAN));
-    let pd = col(|p| p.0.download_mib_s[0]);
-    let dd = col(|p| p.1.download_mib_s[0]);
-    let pp = col(|p| p.0.ping_median_us);
-    let dp = col(|p| p.1.ping_median_us);
+    let col = |f: fn(&Pair) -> f64| pairs.iter().map(f).collect::<Vec<f64>>();
+    fn first(v: &[f64]) -> f64 {
+        v.first().copied().unwrap_or(f64::NAN)
+    }
+    let pu = col(|p| first(&p.proxied.upload_mib_s));
+    let du = col(|p| first(&p.direct.upload_mib_s));
+    let pd = col(|p| p.proxied.download_mib_s[0]);
+    let dd = col(|p| p.direct.download_mib_s[0]);
+    let pp = col(|p| p.proxied.ping_median_us);
+    let dp = col(|p| p.direct.ping_median_us);
+    let relayed = |f: fn(&Figures) -> &[f64]| -> Vec<f64> {
+        let of = |p: &Pair| p.relayed.as_ref().map_or(f64::NAN, |r| first(f(r)));
+        pairs.iter().map(of).collect()
+    };
+    let ru = relayed(|r| &r.upload_mib_s);
+    let rd = relayed(|r| &r.download_mib_s);
     Ok(EgressReport {
         runs,
         bytes,
@@ -624,8 +736,14 @@ pub async fn egress(
         proxied_ping_median_us: median(&pp),
         direct_ping_median_us: median(&dp),
         added_latency_us: median(&pp) - median(&dp),
-        proxied_ping_p90_us: col(|p| p.0.ping_p90_us),
-        direct_ping_p90_us: col(|p| p.1.ping_p90_us),
+        relayed_upload_median_mib_s: median(&ru),
+        relayed_download_median_mib_s: median(&rd),
+        relayed_upload_ratio: median(&ru) / median(&du),
+        relayed_download_ratio: median(&rd) / median(&dd),
+        relayed_upload_mib_s: ru,
+        relayed_download_mib_s: rd,
+        proxied_ping_p90_us: col(|p| p.proxied.ping_p90_us),
+        direct_ping_p90_us: col(|p| p.direct.ping_p90_us),
         proxied_upload_mib_s: pu,
         direct_upload_mib_s: du,
         proxied_download_mib_s: pd,
@@ -646,6 +764,8 @@ impl EgressReport {
              upload   proxied median {:.1} MiB/s, direct {:.1} MiB/s, ratio {:.3} (target >= {RATIO_TARGET})\n\
              download proxied median {:.1} MiB/s, direct {:.1} MiB/s, ratio {:.3} (target >= {RATIO_TARGET})\n\
              /ping    proxied median {:.0} us, direct {:.0} us, added {:.0} us (target < 1000)\n\
+             one plain relay (one more TCP hop, splice, no policy): upload {:.1} MiB/s, ratio {:.3}; \
+             download {:.1} MiB/s, ratio {:.3}\n\
              proxy memory, {} tunnels held: before {:.1} MiB, while held {:.1} MiB (usage, {} samples), \
              peak {} (max_usage)\n\
              terminated vendor host, Messages API, {} pairs:\n\
@@ -664,6 +784,10 @@ impl EgressReport {
             self.proxied_ping_median_us,
             self.direct_ping_median_us,
             self.added_latency_us,
+            self.relayed_upload_median_mib_s,
+            self.relayed_upload_ratio,
+            self.relayed_download_median_mib_s,
+            self.relayed_download_ratio,
             m.tunnels,
             m.before_usage_mib,
             m.holding_usage_mib,

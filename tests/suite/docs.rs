@@ -57,6 +57,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("gate::tests::", "../proof/src/gate"),
     ("contract::probe::tests::", "../contract/src"),
     ("hostile::tests::", "../probes/src"),
+    ("probes::relay::tests::", "../probes/src"),
     ("catalogue::tests::", "../contract/src"),
     ("report::tests::", "../contract/src"),
     ("policy::tests::", "../contract/src"),
