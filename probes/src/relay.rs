@@ -5,7 +5,7 @@
 //! the parsing or the event loop. It prints `{"relay":"listening"}` once it listens and relays
 //! until it is killed. The test image only: no product container runs it.
 
-use std::io;
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -43,7 +43,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let open = open.clone();
         std::thread::spawn(move || {
             if let Err(e) = join(client, to) {
-                crate::workload::stderr_line(&format!("cordon-probe: relay: {e}"));
+                // One write, so the line arrives whole (see `workload::stderr_line`).
+                let line = format!("cordon-probe: relay: {e}\n");
+                let _ = std::io::stderr().write_all(line.as_bytes());
             }
             open.fetch_sub(1, Ordering::SeqCst);
         });
@@ -113,7 +115,7 @@ fn retried(mut call: impl FnMut() -> nix::Result<usize>) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
+    use std::io::Read;
 
     /// Bytes through the relay arrive whole and in order both ways, and each side's end reaches
     /// the other.

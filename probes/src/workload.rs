@@ -599,7 +599,7 @@ pub const COMMAND_DIR: &str = "/work/cordon-command-dir";
 /// One line on stderr in one write(2). `eprintln!` writes each piece of its format on its own
 /// (stderr is unbuffered), and the engine copies stdout and stderr separately: a stdout line
 /// could then land inside a stderr line (seen in CI as "FAIL: running 1 test: ...").
-pub(crate) fn stderr_line(text: &str) {
+fn stderr_line(text: &str) {
     let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
 }
 
