@@ -17,8 +17,9 @@ use nix::unistd::pipe2;
 const PIPE: libc::c_int = 64 * 1024;
 /// A pipe's size where the kernel refuses [`PIPE`] (the user's pipe budget spent).
 const PIPE_DEFAULT: usize = 64 * 1024;
-/// Connections relayed at once; more are closed as they come (the benchmark opens three).
-const MAX_CONNECTIONS: usize = 64;
+/// Connections relayed at once, two threads each under the container's 64 pids; more are closed
+/// as they come (the benchmark opens three).
+const MAX_CONNECTIONS: usize = 16;
 
 /// Listen and relay until killed; returns only on a listening failure.
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -40,15 +41,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
             open.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        let open = open.clone();
-        std::thread::spawn(move || {
+        let still_open = open.clone();
+        let relayed = std::thread::Builder::new().spawn(move || {
             if let Err(e) = join(client, to) {
                 // One write, so the line arrives whole (see `workload::stderr_line`).
                 let line = format!("cordon-probe: relay: {e}\n");
                 let _ = std::io::stderr().write_all(line.as_bytes());
             }
-            open.fetch_sub(1, Ordering::SeqCst);
+            still_open.fetch_sub(1, Ordering::SeqCst);
         });
+        // No thread to spare: the connection was dropped with the closure.
+        if relayed.is_err() {
+            open.fetch_sub(1, Ordering::SeqCst);
+        }
     }
     Err("the listener ended".to_owned())
 }
@@ -60,7 +65,7 @@ fn join(client: TcpStream, to: SocketAddr) -> io::Result<()> {
         socket.set_nodelay(true)?;
     }
     let (client_back, upstream_back) = (client.try_clone()?, upstream.try_clone()?);
-    let down = std::thread::spawn(move || pump(&upstream_back, &client_back));
+    let down = std::thread::Builder::new().spawn(move || pump(&upstream_back, &client_back))?;
     let up = pump(&client, &upstream);
     let down = down
         .join()
@@ -68,8 +73,18 @@ fn join(client: TcpStream, to: SocketAddr) -> io::Result<()> {
     up.and(down)
 }
 
-/// Move `from`'s bytes into `to` until `from` ends, then end `to`'s writing side.
+/// Move `from`'s bytes into `to` until `from` ends, then end `to`'s writing side. A failure ends
+/// both sockets, so the other direction's thread ends too.
 fn pump(from: &TcpStream, to: &TcpStream) -> io::Result<()> {
+    let pumped = pump_until_end(from, to);
+    if pumped.is_err() {
+        let _ = from.shutdown(Shutdown::Both);
+        let _ = to.shutdown(Shutdown::Both);
+    }
+    pumped
+}
+
+fn pump_until_end(from: &TcpStream, to: &TcpStream) -> io::Result<()> {
     let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC)?;
     // The default pipe still relays every byte, in smaller steps.
     let size = fcntl(&write_end, FcntlArg::F_SETPIPE_SZ(PIPE))
@@ -145,5 +160,33 @@ mod tests {
         assert_eq!(echo.join().unwrap(), sent.len());
         assert!(back == sent, "the echo came back changed");
         relay.join().unwrap().unwrap();
+    }
+
+    /// An upstream that resets ends the relayed connection, the direction still waiting on the
+    /// silent client included: no thread is left behind.
+    #[test]
+    fn a_reset_upstream_ends_the_relayed_connection() {
+        let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = upstream.local_addr().unwrap();
+        let front = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = front.local_addr().unwrap();
+        let (ended, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (client, _) = front.accept().unwrap();
+            let _ = ended.send(join(client, to).is_err());
+        });
+        // The client stays open and silent.
+        let _client = TcpStream::connect(at).unwrap();
+        let (reset, _) = upstream.accept().unwrap();
+        let abort = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        nix::sys::socket::setsockopt(&reset, nix::sys::socket::sockopt::Linger, &abort).unwrap();
+        drop(reset);
+        let failed = done
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the relay still waits on the client");
+        assert!(failed, "a reset is the relayed connection's failure");
     }
 }
