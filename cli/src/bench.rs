@@ -127,7 +127,7 @@ pub enum BenchAction {
         #[arg(long)]
         loose: bool,
     },
-    /// Every speed target in order (snapshot, the real CLI over a warm snapshot, seed, commit,
+    /// Every speed target in order (seed, snapshot, the real CLI over a warm snapshot, commit,
     /// egress, density, the gate), each against its target, with the machine and the date.
     All {
         /// Interleaved runs of each benchmark (the gate runs once).
