@@ -367,67 +367,64 @@ pub async fn create_into(
             .map(|(n, d)| (n.as_str(), d.as_slice()))
             .collect();
         let record = Shared::new(created);
-        // The network and its fixtures need no volume: made beside them.
+        let (allocation, image) = (profile.allocation(), profile.image_id());
+        // Two chains side by side, each step as soon as what it needs exists: the volumes, then
+        // the agent's container (read back and validated) and the loader; the network, then its
+        // fixtures and the proxy, which also needs the egress and vault volumes (handed over
+        // once made). The agent's container is on no network and waits for none.
+        let (volumes_made, proxy_volumes) = tokio::sync::oneshot::channel();
+        let storage = async {
+            let (names, specs) =
+                InvocationVolumes::create_volumes(engine, prepared.volumes, &record).await?;
+            timings.volumes_ms = ms(t);
+            let _ = volumes_made.send(crate::profile::egress::ProxyVolumes {
+                egress: specs.get(&Kind::Egress).cloned().unwrap_or_default(),
+                vault: specs.get(&Kind::Vault).cloned(),
+            });
+            // The loader is created beside the agent's container and never starts: once the
+            // agent's container has started it holds control and input mounted, and once the
+            // proxy has started it holds the vault; the loader is only the engine's way in to
+            // write them ([`volumes::deliver_held`], [`volumes::deliver_vault`]). The vault is
+            // written only once the proxy was validated ([`Launch::start_proxy`]).
+            let load = InvocationVolumes::create_loader(engine, allocation, image, &specs, &record);
+            let agent = async {
+                let t = Instant::now();
+                let id = objects::create_container(
+                    engine,
+                    &prepared.plan.name,
+                    prepared.plan.create,
+                    &record,
+                )
+                .await?;
+                let create_ms = ms(t);
+                let t = Instant::now();
+                let observed = read_back(engine, &id, profile).await?;
+                let mut refusals = validate::validate(profile, &observed);
+                refusals.extend(validate::policy::pins(profile, &prepared_policy));
+                let validate_ms = ms(t);
+                let capture = attach(engine, &id, max_output, interleaved).await?;
+                Ok::<_, Error>((id, refusals, capture, create_ms, validate_ms))
+            };
+            let (loader, agent) = tokio::try_join!(load, agent)?;
+            Ok::<_, Error>((names, loader, agent))
+        };
+        let lifetime = profile.limits().deadline + profile.limits().grace;
         let network = async {
             let Some(plan) = prepared.egress else {
                 return Ok(None);
             };
-            let (allocation, image) = (profile.allocation(), profile.image_id());
-            let networked = egress::create_network(engine, allocation, image, plan, &record);
-            networked.await.map(Some)
-        };
-        let volumes = async {
-            let made = InvocationVolumes::create_volumes(engine, prepared.volumes, &record).await;
-            timings.volumes_ms = ms(t);
-            made
-        };
-        let ((names, specs), networked) = tokio::try_join!(volumes, network)?;
-        // The loader is created beside the agent's container (read back and validated meanwhile)
-        // and never starts: once the agent's container has started it holds control and input
-        // mounted, and once the proxy has started it holds the vault; the loader is only the
-        // engine's way in to write them ([`volumes::deliver_held`], [`volumes::deliver_vault`]).
-        // The vault is written only once the proxy was validated ([`Launch::start_proxy`]).
-        let load = InvocationVolumes::create_loader(
-            engine,
-            profile.allocation(),
-            profile.image_id(),
-            &specs,
-            &record,
-        );
-        let agent = async {
-            let t = Instant::now();
-            let id = objects::create_container(
-                engine,
-                &prepared.plan.name,
-                prepared.plan.create,
-                &record,
-            )
-            .await?;
-            let create_ms = ms(t);
-            let t = Instant::now();
-            let observed = read_back(engine, &id, profile).await?;
-            let mut refusals = validate::validate(profile, &observed);
-            refusals.extend(validate::policy::pins(profile, &prepared_policy));
-            let validate_ms = ms(t);
-            let capture = attach(engine, &id, max_output, interleaved).await?;
-            Ok::<_, Error>((id, refusals, capture, create_ms, validate_ms))
-        };
-        let proxy_volumes = crate::profile::egress::ProxyVolumes {
-            egress: specs.get(&Kind::Egress).cloned().unwrap_or_default(),
-            vault: specs.get(&Kind::Vault).cloned(),
-        };
-        let lifetime = profile.limits().deadline + profile.limits().grace;
-        let network = async {
-            let Some(networked) = networked else {
-                return Ok(None);
-            };
-            let (allocation, image) = (profile.allocation(), profile.image_id());
-            let proxy = (&proxy_volumes, lifetime);
+            let networked =
+                egress::create_network(engine, allocation, image, plan, &record).await?;
+            // Dropped unsent only when the volumes failed, whose error ends the launch first.
+            let volumes = proxy_volumes
+                .await
+                .map_err(|_| Error::Internal("the proxy's volumes were never made".into()))?;
+            let proxy = (&volumes, lifetime);
             let made = egress::create_proxy(engine, allocation, image, networked, proxy, &record);
             made.await.map(Some)
         };
-        let (loader, (id, mut refusals, capture, create_ms, validate_ms), network) =
-            tokio::try_join!(load, agent, network)?;
+        let ((names, loader, (id, mut refusals, capture, create_ms, validate_ms)), network) =
+            tokio::try_join!(storage, network)?;
         let made_egress = network.map(|(made, proxy_refusals)| {
             refusals.extend(proxy_refusals);
             made

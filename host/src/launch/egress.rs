@@ -154,6 +154,9 @@ pub struct Egress {
     pub spec: EgressSpec,
     /// What the proxy said once started.
     pub attestation: Option<ProxyAttestation>,
+    /// How long the proxy's start waited for the fixtures to take their addresses (zero without
+    /// fixtures): their serial share of a setup, which a run against a real vendor never pays.
+    pub fixtures_wait: Duration,
 }
 
 /// The host's own addresses the proxy must never dial: every address of this host's interfaces
@@ -271,7 +274,8 @@ async fn address(engine: &Engine, id: &str, network: &str) -> Result<Ipv4Addr> {
         .ok_or_else(|| Error::Internal(format!("container {id} has no address on {network}")))
 }
 
-/// An invocation's network and fixtures as created, its proxy not yet: what [`create_proxy`]
+/// An invocation's network as created, with the fixtures planned (their names, bodies and the
+/// addresses they will take) but not yet made, and its proxy not yet: what [`create_proxy`]
 /// takes.
 #[derive(Debug)]
 pub struct Networked {
@@ -279,12 +283,13 @@ pub struct Networked {
     refusals: Vec<Refusal>,
     spec: EgressSpec,
     edit_proxy: Option<fn(&mut ContainerCreateBody)>,
+    /// The fixtures to make, in the order they start (the fake vendor first).
+    planned: Vec<(String, ContainerCreateBody, Ipv4Addr)>,
 }
 
-/// Create the network and the fixtures (not started: the proxy is told the addresses they will
-/// take, [`start_proxy`]), each validated, and list the host's addresses for the proxy. It needs
-/// none of the invocation's volumes, so it runs beside their creation. Everything made is in
-/// `record`.
+/// Create the network, validate it, plan the fixtures (the proxy is told the addresses they will
+/// take, [`start_proxy`]) and list the host's addresses for the proxy. It needs none of the
+/// invocation's volumes, so it runs beside their creation. Everything made is in `record`.
 pub async fn create_network(
     engine: &Engine,
     allocation: &Allocation,
@@ -300,10 +305,14 @@ pub async fn create_network(
     } = egress_plan;
     let name = network.name.clone();
     let network_id = objects::create_network(engine, network.clone(), record).await?;
-    let observed = objects::inspect_network(engine, &network_id)
-        .await?
-        .ok_or_else(|| Error::Internal(format!("network {name} vanished after create")))?;
-    let mut refusals = validate::egress::network(&network, &observed);
+    let (observed, host_addresses) = tokio::try_join!(
+        objects::inspect_network(engine, &network_id),
+        host_addresses(engine)
+    )?;
+    let observed =
+        observed.ok_or_else(|| Error::Internal(format!("network {name} vanished after create")))?;
+    let refusals = validate::egress::network(&network, &observed);
+    spec.host_addresses = host_addresses;
     let gateway = observed
         .ipam
         .as_ref()
@@ -321,11 +330,10 @@ pub async fn create_network(
         proxy_ip: None,
         spec: spec.clone(),
         attestation: None,
+        fixtures_wait: Duration::ZERO,
     };
-    let made = async {
-        let Some(fixtures) = &fixtures else {
-            return Ok(Vec::new());
-        };
+    let mut planned = Vec::new();
+    if let Some(fixtures) = &fixtures {
         let mut handed_out = handed_out(&observed)?;
         let fixture_image = fixtures.image.as_deref().unwrap_or(image_id);
         let vendor = next_address(&mut handed_out, &name)?;
@@ -335,34 +343,17 @@ pub async fn create_network(
             (&fixtures.cert_pem, &fixtures.key_pem),
             fixtures.api_key_sha256.as_deref(),
         );
-        let mut made = vec![(
-            networked(engine, allocation.name(Kind::Vendor), body, &name, record).await?,
-            vendor,
-        )];
+        planned.push((allocation.name(Kind::Vendor), body, vendor));
+        egress.vendor = Some(vendor);
+        let to = SocketAddr::new(IpAddr::V4(vendor), VENDOR_PORT);
+        spec.map
+            .extend(fixtures.mapped.iter().map(|n| format!("{n}={to}")));
         if let Some(dns) = fixtures.dns {
             let resolver = next_address(&mut handed_out, &name)?;
             let body = plan::resolver_body(fixture_image, allocation, &dns(IpAddr::V4(vendor)));
-            made.push((
-                networked(engine, allocation.name(Kind::Resolver), body, &name, record).await?,
-                resolver,
-            ));
-        }
-        Ok::<_, Error>(made)
-    };
-    let (made, host_addresses) = tokio::try_join!(made, host_addresses(engine))?;
-    spec.host_addresses = host_addresses;
-    for (i, ((id, r), address)) in made.into_iter().enumerate() {
-        refusals.extend(r);
-        egress.fixtures.push(id.clone());
-        egress.pending.push((id, address));
-        if i == 0 {
-            egress.vendor = Some(address);
-            let to = SocketAddr::new(IpAddr::V4(address), VENDOR_PORT);
-            let mapped = fixtures.iter().flat_map(|f| &f.mapped);
-            spec.map.extend(mapped.map(|n| format!("{n}={to}")));
-        } else {
-            egress.resolver = Some(address);
-            spec.resolver = Some(SocketAddr::new(IpAddr::V4(address), 53));
+            planned.push((allocation.name(Kind::Resolver), body, resolver));
+            egress.resolver = Some(resolver);
+            spec.resolver = Some(SocketAddr::new(IpAddr::V4(resolver), 53));
         }
     }
     Ok(Networked {
@@ -370,16 +361,18 @@ pub async fn create_network(
         refusals,
         spec,
         edit_proxy,
+        planned,
     })
 }
 
-/// Create the proxy (not started) on the network [`create_network`] made, and validate it; every
-/// refusal of the two is returned, and nothing of the agent's may start while there is one.
+/// Create the fixtures [`create_network`] planned (not started) and, beside them, the proxy (not
+/// started), each on the network and validated; every refusal of the network's and theirs is
+/// returned, and nothing of the agent's may start while there is one.
 pub async fn create_proxy(
     engine: &Engine,
     allocation: &Allocation,
     image_id: &str,
-    networked: Networked,
+    made: Networked,
     (volumes, lifetime): (&ProxyVolumes, Duration),
     record: &Shared<'_>,
 ) -> Result<(Egress, Vec<Refusal>)> {
@@ -388,23 +381,41 @@ pub async fn create_proxy(
         mut refusals,
         spec,
         edit_proxy,
-    } = networked;
-    let mut body = plan::proxy_body(image_id, allocation, &spec, volumes, lifetime)?;
-    let expected = body.clone();
-    if let Some(edit) = edit_proxy {
-        edit(&mut body);
+        planned,
+    } = made;
+    let network = egress.network_name.clone();
+    let fixtures = async {
+        let mut made = Vec::new();
+        for (name, body, address) in planned {
+            made.push((
+                networked(engine, name, body, &network, record).await?,
+                address,
+            ));
+        }
+        Ok::<_, Error>(made)
+    };
+    let proxy = async {
+        let mut body = plan::proxy_body(image_id, allocation, &spec, volumes, lifetime)?;
+        let expected = body.clone();
+        if let Some(edit) = edit_proxy {
+            edit(&mut body);
+        }
+        let id =
+            objects::create_container(engine, &allocation.name(Kind::Proxy), body, record).await?;
+        let observed = objects::inspect_container(engine, &id)
+            .await?
+            .ok_or_else(|| Error::Internal("the proxy vanished after create".into()))?;
+        let refused = validate::egress::container(&expected, image_id, &observed, &network);
+        Ok::<_, Error>((id, refused))
+    };
+    let (made, (proxy, proxy_refusals)) = tokio::try_join!(fixtures, proxy)?;
+    for ((id, r), address) in made {
+        refusals.extend(r);
+        egress.fixtures.push(id.clone());
+        egress.pending.push((id, address));
     }
-    let id = objects::create_container(engine, &allocation.name(Kind::Proxy), body, record).await?;
-    let observed = objects::inspect_container(engine, &id)
-        .await?
-        .ok_or_else(|| Error::Internal("the proxy vanished after create".into()))?;
-    refusals.extend(validate::egress::container(
-        &expected,
-        image_id,
-        &observed,
-        &egress.network_name,
-    ));
-    egress.proxy = id;
+    refusals.extend(proxy_refusals);
+    egress.proxy = proxy;
     egress.spec = spec;
     Ok((egress, refusals))
 }
@@ -433,6 +444,9 @@ pub async fn start_proxy(
     let addressed = start_in_turn(engine, &egress.network_id, &pending, &mut starting).await;
     // The fixtures (the gate's and the benchmarks' fake vendor) go before the proxy: their
     // share of a setup, which a run with none does not pay.
+    if !pending.is_empty() {
+        egress.fixtures_wait = began.elapsed();
+    }
     tracing::debug!(
         fixtures = pending.len(),
         ms = began.elapsed().as_millis() as u64,
