@@ -48,9 +48,15 @@ pub struct ClaudeInvokeBench {
     pub warm_real_cli_median_ms: f64,
     pub warm_own_ms: Vec<f64>,
     pub warm_own_median_ms: f64,
+    /// The fake vendor's serial share of each own part (the proxy's start waiting for its
+    /// address; its removal and the settle after it: what a run against the real vendor, which
+    /// starts nothing on the machine, does not pay), and the own part less it, each run.
+    pub warm_fixtures_ms: Vec<f64>,
+    pub warm_own_less_fixtures_ms: Vec<f64>,
+    pub warm_own_less_fixtures_median_ms: f64,
     /// Each step's median over the warm invocation's: setup (volumes, the egress network and
     /// proxy, create, read-back, start, delivery), the container's run, cleanup, and the rest
-    /// (capture, the settle, the result's assembly).
+    /// (capture, the fake vendor's removal and the settle after it, the result's assembly).
     pub warm_shares: Vec<(String, f64)>,
 }
 
@@ -88,9 +94,10 @@ pub async fn invoke_claude(
     let fixture = Fixture::new(ctl, "claude", files).await?;
     let dir = fixture.tree.path().to_path_buf();
     let measured = async {
-        let mut samples: [Vec<f64>; 8] = Default::default();
+        let mut samples: [Vec<f64>; 9] = Default::default();
         for run in 0..runs {
-            let [fake, real, real_run, warm, own, setup, container, cleanup] = &mut samples;
+            let [fake, real, real_run, warm, own, setup, container, cleanup, fixtures] =
+                &mut samples;
             let mut request = questions_run(&dir, run);
             request.owner = fixture.owner.clone();
             let warm_run = OneShot {
@@ -106,6 +113,7 @@ pub async fn invoke_claude(
             setup.push(t.setup_ms);
             container.push(t.run_ms);
             cleanup.push(t.cleanup_ms);
+            fixtures.push(t.fixtures_ms);
             let (f, r, share) = cold_pair(ctl, test_image, &first, &dir, run).await?;
             fake.push(f);
             real.push(r);
@@ -115,7 +123,8 @@ pub async fn invoke_claude(
     }
     .await;
     fixture.remove(ctl).await?;
-    let [fake, real, real_run, warm, own, setup, container, cleanup] = measured?;
+    let [fake, real, real_run, warm, own, setup, container, cleanup, fixtures] = measured?;
+    let own_less: Vec<f64> = own.iter().zip(&fixtures).map(|(o, f)| o - f).collect();
     let (fake_median, real_median) = (median(&fake), median(&real));
     let warm_median = median(&warm);
     let (setup, container, cleanup) = (median(&setup), median(&container), median(&cleanup));
@@ -139,6 +148,9 @@ pub async fn invoke_claude(
         warm_own_median_ms: median(&own),
         warm_real_cli_ms: warm,
         warm_own_ms: own,
+        warm_own_less_fixtures_median_ms: median(&own_less),
+        warm_own_less_fixtures_ms: own_less,
+        warm_fixtures_ms: fixtures,
         warm_shares: vec![
             ("setup".to_owned(), setup / warm_median),
             ("container run".to_owned(), container / warm_median),
@@ -213,7 +225,9 @@ impl ClaudeInvokeBench {
              agent image: {} bytes; first build {} ms{}, reused {} ms\n\
              finding it by its recipe median {:.0} ms against hashing its context {:.0} ms: ratio {:.3}\n\
              warm (over a shared snapshot): median {:.0} ms, cordon's own part {:.0} ms ({} the \
-             target {OWN_TARGET_MS:.0} ms); shares: {}\n",
+             target {OWN_TARGET_MS:.0} ms); shares: {}\n\
+             the fake vendor's serial share of the own part median {:.0} ms; the own part less it \
+             (as against the real vendor) median {:.0} ms\n",
             self.files,
             self.runs,
             self.fake_cli_median_ms,
@@ -239,6 +253,8 @@ impl ClaudeInvokeBench {
                 .map(|(n, s)| format!("{n} {:.0} %", s * 100.0))
                 .collect::<Vec<_>>()
                 .join(", "),
+            median(&self.warm_fixtures_ms),
+            self.warm_own_less_fixtures_median_ms,
         )
     }
 }

@@ -166,6 +166,43 @@ async fn containers_off_the_network_go_side_by_side_before_those_on_it() {
     assert!(fake.holds().is_empty(), "{:?}", fake.holds());
 }
 
+/// The fixtures an invocation removes first (to time them) leave one at a time, each followed by
+/// the pause, so the proxy's removal after them is a pause away too; those removed leave the
+/// record, and one the engine refuses stays in it for the removal proper.
+#[tokio::test(start_paused = true)]
+async fn fixtures_removed_first_each_wait_the_pause_and_leave_the_record() {
+    let fake = Arc::new(Recording::new(
+        vec![
+            network("n", no_labels()),
+            container("vendor", no_labels(), &[], Some("n")),
+            container("resolver", no_labels(), &[], Some("n")),
+            container("proxy", no_labels(), &[], Some("n")),
+        ],
+        Script {
+            stuck: BTreeSet::from(["id-resolver".to_owned()]),
+            ..Script::default()
+        },
+    ));
+    let engine = engine(&fake);
+    let mut record = Created {
+        containers: ["vendor", "resolver", "proxy"]
+            .map(|c| format!("id-{c}"))
+            .to_vec(),
+        networks: vec!["id-n".into()],
+        ..Created::default()
+    };
+    let first = ["id-vendor", "id-resolver", "id-gone"].map(str::to_owned);
+    let start = Instant::now();
+    record.remove_first(&engine, &first).await;
+    // Not in the record: not touched, no pause.
+    assert_eq!(start.elapsed(), 2 * NETWORK_SETTLE);
+    assert_eq!(
+        removals(&fake),
+        ["remove container id-vendor", "remove container id-resolver"]
+    );
+    assert_eq!(record.containers, ["id-resolver", "id-proxy"]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_refused_removal_is_retried_each_second_within_the_window() {
     let fake = Arc::new(Recording::new(

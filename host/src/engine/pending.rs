@@ -392,6 +392,25 @@ impl Created {
         Ok(())
     }
 
+    /// Remove `first` of this record's containers (those on its network) one at a time, each
+    /// followed by [`NETWORK_SETTLE`] as [`Created::remove_once`] spaces them, so the next
+    /// removal from the network is a settle away; those removed leave the record, the rest stay
+    /// for [`Created::remove_once`]. The invocation times its fixtures' removal this way.
+    pub async fn remove_first(&mut self, engine: &Engine, first: &[String]) {
+        for id in first {
+            if !self.containers.contains(id) {
+                continue;
+            }
+            let removed = objects::remove_container(engine, id).await.is_ok();
+            tokio::time::sleep(NETWORK_SETTLE).await;
+            if removed {
+                self.containers.retain(|c| c != id);
+                self.off_network.remove(id);
+                self.labels.remove(id);
+            }
+        }
+    }
+
     /// Add another record's objects.
     pub fn extend(&mut self, other: Created) {
         self.containers.extend(other.containers);

@@ -24,6 +24,10 @@ pub struct Timings {
     pub run_ms: f64,
     pub cleanup_ms: f64,
     pub total_ms: f64,
+    /// The proof harness's fixtures' serial share of the rest (zero without fixtures, as against
+    /// a real vendor): the proxy's start waiting for their addresses, and their removal with the
+    /// settle that follows it. Their CPU beside the other starts is not in it.
+    pub fixtures_ms: f64,
 }
 
 /// What the init attested.

@@ -227,6 +227,10 @@ struct Ran {
     vendor_log: Vec<serde_json::Value>,
     /// The approved commands' calls.
     commands: super::commands::Served,
+    /// The proof harness's fixtures on the invocation network, and how long the proxy's start
+    /// waited for them.
+    fixtures: Vec<String>,
+    fixtures_wait: Duration,
 }
 
 impl Supervisor {
@@ -264,6 +268,8 @@ impl Supervisor {
             egress_log: Vec::new(),
             vendor_log: Vec::new(),
             commands: super::commands::Served::default(),
+            fixtures: Vec::new(),
+            fixtures_wait: Duration::ZERO,
         };
 
         let setup_result = {
@@ -294,6 +300,14 @@ impl Supervisor {
             None => {}
         }
         let _ = self.step.send(Step::Cleaning);
+        // The fixtures first, timed: with their wait at setup, what a run against a real vendor
+        // does not pay.
+        let fixtures_removal = Instant::now();
+        created.remove_first(self.ctl.engine(), &ran.fixtures).await;
+        if !ran.fixtures.is_empty() {
+            timings.fixtures_ms =
+                (ran.fixtures_wait + fixtures_removal.elapsed()).as_secs_f64() * 1000.0;
+        }
         let cleanup_started = Instant::now();
         let unreleased = self.clean(&created).await;
         timings.cleanup_ms = cleanup_started.elapsed().as_secs_f64() * 1000.0;
@@ -455,15 +469,22 @@ impl Supervisor {
                 error.get_or_insert(e);
             }
         }
-        // Read while the proxy and the fixtures still exist (cleanup removes them next).
+        // Read while the proxy and the fixtures still exist (cleanup removes them next), side by
+        // side: cleanup waits for both.
         if let Some(egress) = &launch.egress {
-            match launch::egress::proxy_log(engine, egress).await {
+            ran.fixtures = egress.fixtures.clone();
+            ran.fixtures_wait = egress.fixtures_wait;
+            let (proxy, vendor) = tokio::join!(
+                launch::egress::proxy_log(engine, egress),
+                launch::egress::vendor_log(engine, egress)
+            );
+            match proxy {
                 Ok(lines) => ran.egress_log = lines,
                 Err(e) => {
                     error.get_or_insert(e);
                 }
             }
-            match launch::egress::vendor_log(engine, egress).await {
+            match vendor {
                 Ok(lines) => ran.vendor_log = lines,
                 Err(e) => {
                     error.get_or_insert(e);
