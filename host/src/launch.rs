@@ -423,8 +423,10 @@ pub async fn create_into(
             let made = egress::create_proxy(engine, allocation, image, networked, proxy, &record);
             made.await.map(Some)
         };
+        // Boxed: side by side, the two chains' states add up, and in a debug build the futures
+        // that hold them inline overflowed a test thread's stack.
         let ((names, loader, (id, mut refusals, capture, create_ms, validate_ms)), network) =
-            tokio::try_join!(storage, network)?;
+            tokio::try_join!(Box::pin(storage), Box::pin(network))?;
         let made_egress = network.map(|(made, proxy_refusals)| {
             refusals.extend(proxy_refusals);
             made

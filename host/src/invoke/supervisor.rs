@@ -302,8 +302,10 @@ impl Supervisor {
         let _ = self.step.send(Step::Cleaning);
         // The fixtures first, timed: with their wait at setup, what a run against a real vendor
         // does not pay.
+        // Bounded as the first removal pass is; what is left is that pass's to remove.
         let fixtures_removal = Instant::now();
-        created.remove_first(self.ctl.engine(), &ran.fixtures).await;
+        let first = created.remove_first(self.ctl.engine(), &ran.fixtures);
+        let _ = tokio::time::timeout(self.options.first_cleanup, first).await;
         if !ran.fixtures.is_empty() {
             timings.fixtures_ms =
                 (ran.fixtures_wait + fixtures_removal.elapsed()).as_secs_f64() * 1000.0;
