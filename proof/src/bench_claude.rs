@@ -227,7 +227,7 @@ impl ClaudeInvokeBench {
              warm (over a shared snapshot): median {:.0} ms, cordon's own part {:.0} ms ({} the \
              target {OWN_TARGET_MS:.0} ms); shares: {}\n\
              the fake vendor's serial share of the own part median {:.0} ms; the own part less it \
-             (as against the real vendor) median {:.0} ms\n",
+             median {:.0} ms (its network is internal: a routed one's removal costs more)\n",
             self.files,
             self.runs,
             self.fake_cli_median_ms,

@@ -301,8 +301,7 @@ impl Supervisor {
         }
         let _ = self.step.send(Step::Cleaning);
         // The fixtures first, timed: with their wait at setup, what a run against a real vendor
-        // does not pay.
-        // Bounded as the first removal pass is; what is left is that pass's to remove.
+        // does not pay. Bounded as the first removal pass is, which removes what is left.
         let fixtures_removal = Instant::now();
         let first = created.remove_first(self.ctl.engine(), &ran.fixtures);
         let _ = tokio::time::timeout(self.options.first_cleanup, first).await;
