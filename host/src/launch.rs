@@ -26,7 +26,7 @@ use crate::error::{Error, Refusal, Result};
 use crate::labels::Kind;
 use crate::profile::{invocation_volume_requests, LaunchPlan, Profile};
 use crate::validate::{self, Observed};
-use volumes::{InvocationVolumes, Part, Uploads};
+use volumes::{InvocationVolumes, Loader, Part, Uploads};
 
 /// Output kept per stream by default; the rest is drained and counted, never stored.
 pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
@@ -187,7 +187,10 @@ pub struct Launch {
     /// allocation again at start).
     launched_by: Option<(Controller, uuid::Uuid)>,
     /// The loader and what it delivers into the control and input dirs at start.
-    loading: Option<(String, Uploads)>,
+    loading: Option<(Loader, Uploads)>,
+    /// Made by [`create_into`]: the caller keeps the record, and a loader made at start goes into
+    /// it ([`Launch::start_into`]).
+    caller_records: bool,
     /// The invocation's egress: its proxy starts before the agent.
     pub egress: Option<egress::Egress>,
 }
@@ -200,15 +203,84 @@ fn no_vault(vault: Option<volumes::VaultDelivery>) -> Result<()> {
     }
 }
 
+/// What a start touches of its launch, borrowed apart from the record it writes to.
+struct Starting<'a> {
+    container: &'a str,
+    launched_by: &'a Option<(Controller, uuid::Uuid)>,
+    loading: &'a mut Option<(Loader, Uploads)>,
+    egress: &'a mut Option<egress::Egress>,
+    timings: &'a mut Timings,
+}
+
+impl Starting<'_> {
+    async fn start(self, engine: &Engine, record: &Shared<'_>) -> Result<()> {
+        if let Some((ctl, allocation)) = self.launched_by {
+            ctl.check_not_retired(allocation)?;
+        }
+        let t = Instant::now();
+        let vault = self
+            .loading
+            .as_mut()
+            .and_then(|(loader, uploads)| volumes::take_vault(loader.reference(), uploads));
+        let mut loading = self.loading.take();
+        let container = self.container;
+        let started = match self.egress.as_mut().filter(|e| e.attestation.is_none()) {
+            None => match no_vault(vault) {
+                Ok(()) => {
+                    let part = Part::Everything;
+                    start_delivering(engine, container, loading.as_mut(), part, record).await
+                }
+                Err(e) => Err(e),
+            },
+            Some(egress) => {
+                let (proxied, started) = tokio::join!(
+                    egress::start_proxy(engine, egress, vault),
+                    start_delivering(engine, container, loading.as_mut(), Part::Inputs, record),
+                );
+                // The proxy's error first: it may be a custody refusal.
+                match (proxied.and(started), &loading) {
+                    (Ok(()), Some((loader, uploads))) => {
+                        let loader = loader.reference();
+                        volumes::deliver_held(engine, loader, uploads, Part::Control).await
+                    }
+                    (result, _) => result,
+                }
+            }
+        };
+        if let Err(e) = started {
+            // An init whose control dir never came is stopped now.
+            let _ = kill(engine, container, "KILL").await;
+            return Err(e);
+        }
+        self.timings.start_ms = ms(t);
+        Ok(())
+    }
+}
+
+/// Send a signal to `container`'s PID 1 (the init forwards it).
+async fn kill(engine: &Engine, container: &str, signal: &str) -> Result<()> {
+    let options = KillContainerOptions {
+        signal: signal.to_owned(),
+    };
+    bounded(
+        "kill container",
+        CALL_TIMEOUT,
+        engine.docker().kill_container(container, Some(options)),
+    )
+    .await
+}
+
 /// Start `container` and write `part` of what the loader (which never starts) delivers beside its
 /// start: once the container holds the dirs mounted (the engine mounts a container's volumes
-/// early in its start), or once its start returned if that comes first. A failed delivery leaves
-/// the started container to the caller.
+/// early in its start), or once its start returned if that comes first. A loader only planned is
+/// made beside the start, recorded in `record`. A failed delivery leaves the started container
+/// to the caller.
 async fn start_delivering(
     engine: &Engine,
     container: &str,
-    loading: Option<&(String, Uploads)>,
+    loading: Option<&mut (Loader, Uploads)>,
     part: Part,
+    record: &Shared<'_>,
 ) -> Result<()> {
     let start = objects::start_container(engine, "container", container);
     let Some((loader, uploads)) = loading else {
@@ -217,15 +289,16 @@ async fn start_delivering(
     let sent = std::time::SystemTime::now();
     let mounted = volumes::mounted_by(engine, container, uploads.held(), sent);
     tokio::pin!(start, mounted);
-    let beside = tokio::select! {
-        started = &mut start => {
-            started?;
-            false
+    let first = async {
+        tokio::select! {
+            started = &mut start => started.map(|()| false),
+            () = &mut mounted => Ok(true),
         }
-        () = &mut mounted => true,
     };
+    let (made, beside) = tokio::join!(loader.make(engine, record), first);
+    let beside = made.and(beside)?;
     tracing::debug!(beside, ?part, "the upload, beside the agent's start");
-    let deliver = volumes::deliver_held(engine, loader, uploads, part);
+    let deliver = volumes::deliver_held(engine, loader.reference(), uploads, part);
     if beside {
         let (started, delivered) = tokio::join!(start, deliver);
         delivered.and(started)
@@ -332,6 +405,7 @@ pub async fn create(ctl: &Controller, profile: &Profile, prepared: Prepared) -> 
     match create_into(ctl, profile, prepared, &mut created).await {
         Ok(mut launch) => {
             launch.created = created;
+            launch.caller_records = false;
             Ok(launch)
         }
         Err(e) => {
@@ -381,12 +455,20 @@ pub async fn create_into(
                 egress: specs.get(&Kind::Egress).cloned().unwrap_or_default(),
                 vault: specs.get(&Kind::Vault).cloned(),
             });
-            // The loader is created beside the agent's container and never starts: once the
-            // agent's container has started it holds control and input mounted, and once the
-            // proxy has started it holds the vault; the loader is only the engine's way in to
-            // write them ([`volumes::deliver_held`], [`volumes::deliver_vault`]). The vault is
-            // written only once the proxy was validated ([`Launch::start_proxy`]).
-            let load = InvocationVolumes::create_loader(engine, allocation, image, &specs, &record);
+            // The loader never starts: once the agent's container has started it holds control
+            // and input mounted, and once the proxy has started it holds the vault; the loader is
+            // only the engine's way in to write them ([`volumes::deliver_held`],
+            // [`volumes::deliver_vault`]). The vault is written only once the proxy was validated
+            // ([`Launch::start_proxy`]). Holding a vault, it is made now, beside the agent's
+            // container; otherwise beside the agent's start, where its create does not share the
+            // engine with the agent's.
+            let mut loader = Loader::planned(allocation, image, &specs);
+            let load = async {
+                if specs.contains_key(&Kind::Vault) {
+                    loader.make(engine, &record).await?;
+                }
+                Ok::<_, Error>(loader)
+            };
             let agent = async {
                 let t = Instant::now();
                 let id = objects::create_container(
@@ -458,6 +540,7 @@ pub async fn create_into(
         collected: None,
         launched_by: Some((ctl.clone(), profile.allocation().id)),
         loading: Some(loading),
+        caller_records: true,
         egress: made_egress,
     })
 }
@@ -512,6 +595,7 @@ impl Launch {
             collected: None,
             launched_by: None,
             loading: None,
+            caller_records: false,
             egress: None,
         }
     }
@@ -524,7 +608,7 @@ impl Launch {
         let vault = self
             .loading
             .as_mut()
-            .and_then(|(loader, uploads)| volumes::take_vault(loader, uploads));
+            .and_then(|(loader, uploads)| volumes::take_vault(loader.reference(), uploads));
         match self.egress.as_mut() {
             Some(egress) => egress::start_proxy(engine, egress, vault).await,
             None => no_vault(vault),
@@ -539,45 +623,53 @@ impl Launch {
     /// the container's init only waits for its control dir, so no code of the agent's runs
     /// before the proxy is up and checked. A proxy that fails leaves the init waiting, and it is
     /// killed. Without one, everything is delivered beside the start.
+    ///
+    /// A loader made here (see [`volumes::Loader`]) goes into the launch's own record; a launch
+    /// from [`create_into`], whose caller keeps the record, starts with [`Launch::start_into`].
     pub async fn start(&mut self, engine: &Engine) -> Result<()> {
-        if let Some((ctl, allocation)) = &self.launched_by {
-            ctl.check_not_retired(allocation)?;
+        if self.caller_records {
+            return Err(Error::Internal(
+                "a launch whose caller keeps its record starts with start_into".into(),
+            ));
         }
-        let t = Instant::now();
-        let vault = self
-            .loading
-            .as_mut()
-            .and_then(|(loader, uploads)| volumes::take_vault(loader, uploads));
-        let loading = self.loading.take();
-        let container = self.container.as_str();
-        let started = match self.egress.as_mut().filter(|e| e.attestation.is_none()) {
-            None => match no_vault(vault) {
-                Ok(()) => {
-                    start_delivering(engine, container, loading.as_ref(), Part::Everything).await
-                }
-                Err(e) => Err(e),
-            },
-            Some(egress) => {
-                let (proxied, started) = tokio::join!(
-                    egress::start_proxy(engine, egress, vault),
-                    start_delivering(engine, container, loading.as_ref(), Part::Inputs),
-                );
-                // The proxy's error first: it may be a custody refusal.
-                match (proxied.and(started), &loading) {
-                    (Ok(()), Some((loader, uploads))) => {
-                        volumes::deliver_held(engine, loader, uploads, Part::Control).await
-                    }
-                    (result, _) => result,
-                }
-            }
+        let Launch {
+            container,
+            created,
+            launched_by,
+            loading,
+            egress,
+            timings,
+            ..
+        } = self;
+        let starting = Starting {
+            container,
+            launched_by,
+            loading,
+            egress,
+            timings,
         };
-        if let Err(e) = started {
-            // An init whose control dir never came is stopped now.
-            let _ = self.kill(engine, "KILL").await;
-            return Err(e);
-        }
-        self.timings.start_ms = ms(t);
-        Ok(())
+        starting.start(engine, &created.shared()).await
+    }
+
+    /// [`Launch::start`] for a launch from [`create_into`]: what it makes goes into `created`,
+    /// the caller's record.
+    pub async fn start_into(&mut self, engine: &Engine, created: &mut Created) -> Result<()> {
+        let Launch {
+            container,
+            launched_by,
+            loading,
+            egress,
+            timings,
+            ..
+        } = self;
+        let starting = Starting {
+            container,
+            launched_by,
+            loading,
+            egress,
+            timings,
+        };
+        starting.start(engine, &created.shared()).await
     }
 
     /// Deliver `extra` input files besides the profile's `files` (the gate's probe fixture,
@@ -600,17 +692,7 @@ impl Launch {
 
     /// Send a signal to PID 1 (the init forwards it).
     pub async fn kill(&self, engine: &Engine, signal: &str) -> Result<()> {
-        let options = KillContainerOptions {
-            signal: signal.to_owned(),
-        };
-        bounded(
-            "kill container",
-            CALL_TIMEOUT,
-            engine
-                .docker()
-                .kill_container(&self.container, Some(options)),
-        )
-        .await
+        kill(engine, &self.container, signal).await
     }
 
     /// Wait for the container to exit; returns its exit code. Past `limit` it is killed.
@@ -778,3 +860,7 @@ pub async fn run_prepared(
         timings,
     })
 }
+
+#[cfg(test)]
+#[path = "launch_tests.rs"]
+mod tests;

@@ -16,6 +16,7 @@ use cordon::labels::Owner;
 use cordon::task::{self, StorageHandle};
 use cordon_contract::{Phase, Vendor};
 use cordon_tests::{at_base, controller, owned, prepare_request, Owned, Repo};
+use futures_util::StreamExt;
 
 /// A small committed repository and its storage, of the guard's owner.
 async fn storage(s: &Owned) -> StorageHandle {
@@ -742,6 +743,33 @@ async fn state_of(
     (state.status, !never)
 }
 
+/// The names of the containers created since `since`, in the engine's order (its events up to now).
+async fn created_in_order(s: &Owned, since: std::time::SystemTime) -> Vec<String> {
+    let secs = |t: std::time::SystemTime| {
+        let d = t.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+        format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
+    };
+    let options = bollard::query_parameters::EventsOptions {
+        since: Some(secs(since)),
+        until: Some(secs(std::time::SystemTime::now())),
+        filters: Some(std::collections::HashMap::from([
+            ("type".to_owned(), vec!["container".to_owned()]),
+            ("event".to_owned(), vec!["create".to_owned()]),
+        ])),
+    };
+    let events: Vec<_> = s.engine.docker().events(Some(options)).collect().await;
+    let mut creates: Vec<(i64, String)> = events
+        .into_iter()
+        .map(|e| e.expect("an event"))
+        .filter_map(|e| {
+            let name = e.actor?.attributes?.get("name")?.clone();
+            Some((e.time_nano.unwrap_or_default(), name))
+        })
+        .collect();
+    creates.sort();
+    creates.into_iter().map(|(_, name)| name).collect()
+}
+
 /// A container's id, by its name.
 async fn id_of(s: &Owned, name: &str) -> String {
     let inspected = s.engine.docker().inspect_container(name, None).await;
@@ -790,6 +818,17 @@ async fn without_a_vault_the_loader_never_starts_and_the_policy_still_arrives() 
             false
         ),
         "the loader of an invocation without a vault"
+    );
+    // Nothing goes through the loader before the agent's start mounts the dirs, so it is made
+    // beside that start, after the agent's container: the engine's create events, in its order.
+    let creates = created_in_order(&s, before).await;
+    let (agent_at, loader_at) = (
+        creates.iter().position(|n| *n == agent),
+        creates.iter().position(|n| *n == loader),
+    );
+    assert!(
+        agent_at.is_some() && loader_at > agent_at,
+        "the loader made after the agent: {creates:?}"
     );
     // The init attests within milliseconds of its ready marker; the fake CLI then hangs.
     tokio::time::sleep(Duration::from_millis(500)).await;

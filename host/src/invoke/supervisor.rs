@@ -390,7 +390,7 @@ impl Supervisor {
         if !launch.refusals.is_empty() {
             return Err(Error::Refused(std::mem::take(&mut launch.refusals)));
         }
-        launch.start(self.ctl.engine()).await?;
+        launch.start_into(self.ctl.engine(), created).await?;
         Ok((launch, profile, dispatcher))
     }
 

@@ -120,7 +120,7 @@ async fn made(
             took: started.elapsed(),
         });
     }
-    launch.start(engine).await?;
+    launch.start_into(engine, created).await?;
     let t = Instant::now();
     // The wait's own limit is past ours: ours kills first, and a wait that never ends is still
     // an error.

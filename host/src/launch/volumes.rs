@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::SystemTime;
 
-use bollard::models::{Mount, VolumeCreateRequest};
+use bollard::models::{ContainerCreateBody, Mount, VolumeCreateRequest};
 use bollard::query_parameters::UploadToContainerOptions;
 use cordon_contract::paths;
 use futures_util::StreamExt;
@@ -73,26 +73,10 @@ impl InvocationVolumes {
         specs: &BTreeMap<Kind, VolumeSpec>,
         created: &Shared<'_>,
     ) -> Result<String> {
-        let spec = |kind: Kind| specs.get(&kind).cloned().unwrap_or_default();
-        let mut mounts = vec![
-            volume_mount(&spec(Kind::Control), paths::CONTROL_DIR, false),
-            volume_mount(&spec(Kind::Input), paths::INPUT_DIR, false),
-        ];
-        // The proxy's vault, written through here once the proxy holds it; the agent never
-        // mounts it.
-        if let Some(vault) = specs.get(&Kind::Vault) {
-            mounts.push(volume_mount(vault, VAULT_DIR, false));
-        }
-        let body = helper_body(
-            image_id,
-            allocation,
-            Kind::Loader,
-            vec![paths::INIT.to_owned(), "keeper".to_owned()],
-            mounts,
-        );
-        objects::create_container(engine, &allocation.name(Kind::Loader), body, created).await
+        let mut loader = Loader::planned(allocation, image_id, specs);
+        loader.make(engine, created).await?;
+        Ok(loader.reference().to_owned())
     }
-
     /// [`create_volumes`](Self::create_volumes)' loader, created and delivered: the control dir
     /// is ready before this returns (the benchmark's bare arm).
     #[allow(clippy::too_many_arguments)]
@@ -115,6 +99,68 @@ impl InvocationVolumes {
         )
         .await?;
         Ok(InvocationVolumes { names, loader })
+    }
+}
+
+/// The loader, which never starts: made with the agent's container when it must hold a proxy's
+/// vault before the agent starts, otherwise only planned and made beside the agent's start (nothing
+/// is written through it before the start's volume mounts), so the agent's create does not share
+/// the engine with it.
+#[derive(Debug, Clone)]
+pub enum Loader {
+    Planned {
+        name: String,
+        body: Box<ContainerCreateBody>,
+    },
+    Made(String),
+}
+
+impl Loader {
+    /// The loader's create request: control and input mounted, and the vault when `specs` has one.
+    pub fn planned(
+        allocation: &Allocation,
+        image_id: &str,
+        specs: &BTreeMap<Kind, VolumeSpec>,
+    ) -> Loader {
+        let spec = |kind: Kind| specs.get(&kind).cloned().unwrap_or_default();
+        let mut mounts = vec![
+            volume_mount(&spec(Kind::Control), paths::CONTROL_DIR, false),
+            volume_mount(&spec(Kind::Input), paths::INPUT_DIR, false),
+        ];
+        // The proxy's vault, written through here once the proxy holds it; the agent never
+        // mounts it.
+        if let Some(vault) = specs.get(&Kind::Vault) {
+            mounts.push(volume_mount(vault, VAULT_DIR, false));
+        }
+        let body = helper_body(
+            image_id,
+            allocation,
+            Kind::Loader,
+            vec![paths::INIT.to_owned(), "keeper".to_owned()],
+            mounts,
+        );
+        Loader::Planned {
+            name: allocation.name(Kind::Loader),
+            body: Box::new(body),
+        }
+    }
+
+    /// Create a planned loader (recorded in `created` before the request); nothing once made.
+    pub async fn make(&mut self, engine: &Engine, created: &Shared<'_>) -> Result<()> {
+        if let Loader::Planned { name, body } = self {
+            let id = objects::create_container(engine, name, (**body).clone(), created).await?;
+            *self = Loader::Made(id);
+        }
+        Ok(())
+    }
+
+    /// How the engine is told which container: its id once made, its name before (an upload
+    /// through a loader not yet made fails: no such container).
+    pub fn reference(&self) -> &str {
+        match self {
+            Loader::Planned { name, .. } => name,
+            Loader::Made(id) => id,
+        }
     }
 }
 

@@ -1,0 +1,58 @@
+//! What a launch records without an engine (the recording fake): the loader made beside the
+//! agent's start, and a launch whose caller keeps the record never starting without it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::volumes::Loader;
+use super::*;
+use crate::engine::fake::{Recording, Script};
+use crate::labels::{Allocation, Owner};
+use crate::uids::Uid;
+
+fn allocation() -> Allocation {
+    let owner = Owner::new("t-loader").expect("a plain token");
+    Allocation::new(&owner, "a1", Uid::new(1_700_000).expect("in range")).expect("a plain attempt")
+}
+
+/// A loader only planned is named, not made; made, it is in the record (begun before its
+/// request), and making it again sends nothing.
+#[tokio::test]
+async fn a_planned_loader_is_made_once_into_the_record() {
+    let fake = Arc::new(Recording::new(Vec::new(), Script::default()));
+    let engine = Engine::faked(fake.clone());
+    let allocation = allocation();
+    let mut loader = Loader::planned(&allocation, "sha256:img", &BTreeMap::new());
+    assert_eq!(loader.reference(), allocation.name(Kind::Loader));
+    assert!(fake.log().is_empty(), "planning calls nothing");
+    let mut created = Created::default();
+    loader.make(&engine, &created.shared()).await.expect("made");
+    loader
+        .make(&engine, &created.shared())
+        .await
+        .expect("made once");
+    let id = fake
+        .id_of(&allocation.name(Kind::Loader))
+        .expect("the loader");
+    assert_eq!(loader.reference(), id);
+    assert_eq!(created.containers, [id]);
+    assert_eq!(
+        fake.calls_of("create container").len(),
+        1,
+        "{:?}",
+        fake.log()
+    );
+}
+
+/// A launch from `create_into` (its caller keeps the record) refuses `start`, which would put a
+/// loader made at start in a record nobody removes; it touches nothing.
+#[tokio::test]
+async fn a_launch_whose_caller_keeps_the_record_starts_only_into_it() {
+    let fake = Arc::new(Recording::new(Vec::new(), Script::default()));
+    let engine = Engine::faked(fake.clone());
+    let mut launch = Launch::adopt("agent".to_owned());
+    launch.caller_records = true;
+    let refused = launch.start(&engine).await.expect_err("refused");
+    assert!(refused.to_string().contains("start_into"), "{refused}");
+    assert!(fake.log().is_empty(), "{:?}", fake.log());
+}
