@@ -221,7 +221,9 @@ impl Starting<'_> {
         let vault = self
             .loading
             .as_mut()
-            .and_then(|(loader, uploads)| volumes::take_vault(loader.reference(), uploads));
+            .map(|(loader, uploads)| volumes::take_vault(loader, uploads))
+            .transpose()?
+            .flatten();
         let mut loading = self.loading.take();
         let container = self.container;
         let started = match self.egress.as_mut().filter(|e| e.attestation.is_none()) {
@@ -239,10 +241,12 @@ impl Starting<'_> {
                 );
                 // The proxy's error first: it may be a custody refusal.
                 match (proxied.and(started), &loading) {
-                    (Ok(()), Some((loader, uploads))) => {
-                        let loader = loader.reference();
-                        volumes::deliver_held(engine, loader, uploads, Part::Control).await
-                    }
+                    (Ok(()), Some((loader, uploads))) => match loader.id() {
+                        Ok(loader) => {
+                            volumes::deliver_held(engine, loader, uploads, Part::Control).await
+                        }
+                        Err(e) => Err(e),
+                    },
                     (result, _) => result,
                 }
             }
@@ -296,9 +300,16 @@ async fn start_delivering(
         }
     };
     let (made, beside) = tokio::join!(loader.make(engine, record), first);
-    let beside = made.and(beside)?;
+    if let Err(e) = made {
+        // The start runs to its end first, so the caller's kill finds the container started.
+        if matches!(beside, Ok(true)) {
+            let _ = start.await;
+        }
+        return Err(e);
+    }
+    let beside = beside?;
     tracing::debug!(beside, ?part, "the upload, beside the agent's start");
-    let deliver = volumes::deliver_held(engine, loader.reference(), uploads, part);
+    let deliver = volumes::deliver_held(engine, loader.id()?, uploads, part);
     if beside {
         let (started, delivered) = tokio::join!(start, deliver);
         delivered.and(started)
@@ -480,11 +491,15 @@ pub async fn create_into(
                 .await?;
                 let create_ms = ms(t);
                 let t = Instant::now();
-                let observed = read_back(engine, &id, profile).await?;
+                // Attached beside the read-back: the stream only collects, and a container the
+                // validator refuses is never started.
+                let (observed, capture) = tokio::try_join!(
+                    read_back(engine, &id, profile),
+                    attach(engine, &id, max_output, interleaved)
+                )?;
                 let mut refusals = validate::validate(profile, &observed);
                 refusals.extend(validate::policy::pins(profile, &prepared_policy));
                 let validate_ms = ms(t);
-                let capture = attach(engine, &id, max_output, interleaved).await?;
                 Ok::<_, Error>((id, refusals, capture, create_ms, validate_ms))
             };
             let (loader, agent) = tokio::try_join!(load, agent)?;
@@ -608,7 +623,9 @@ impl Launch {
         let vault = self
             .loading
             .as_mut()
-            .and_then(|(loader, uploads)| volumes::take_vault(loader.reference(), uploads));
+            .map(|(loader, uploads)| volumes::take_vault(loader, uploads))
+            .transpose()?
+            .flatten();
         match self.egress.as_mut() {
             Some(egress) => egress::start_proxy(engine, egress, vault).await,
             None => no_vault(vault),

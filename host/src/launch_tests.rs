@@ -15,15 +15,16 @@ fn allocation() -> Allocation {
     Allocation::new(&owner, "a1", Uid::new(1_700_000).expect("in range")).expect("a plain attempt")
 }
 
-/// A loader only planned is named, not made; made, it is in the record (begun before its
-/// request), and making it again sends nothing.
+/// A loader only planned is not made and has no id (what would go through it must never go by a
+/// name someone else's container may hold); made, it is in the record (begun before its request),
+/// and making it again sends nothing.
 #[tokio::test]
 async fn a_planned_loader_is_made_once_into_the_record() {
     let fake = Arc::new(Recording::new(Vec::new(), Script::default()));
     let engine = Engine::faked(fake.clone());
     let allocation = allocation();
     let mut loader = Loader::planned(&allocation, "sha256:img", &BTreeMap::new());
-    assert_eq!(loader.reference(), allocation.name(Kind::Loader));
+    assert!(loader.id().is_err(), "{loader:?}");
     assert!(fake.log().is_empty(), "planning calls nothing");
     let mut created = Created::default();
     loader.make(&engine, &created.shared()).await.expect("made");
@@ -34,7 +35,7 @@ async fn a_planned_loader_is_made_once_into_the_record() {
     let id = fake
         .id_of(&allocation.name(Kind::Loader))
         .expect("the loader");
-    assert_eq!(loader.reference(), id);
+    assert_eq!(loader.id().expect("made"), id);
     assert_eq!(created.containers, [id]);
     assert_eq!(
         fake.calls_of("create container").len(),

@@ -93,6 +93,7 @@ const TEST_FILES: &[(&str, &str)] = &[
     ("vault::tests::", "../egress/src"),
     ("journal::tests::", "../egress/src"),
     ("custody::tests::", "../host/src"),
+    ("launch::tests::", "../host/src"),
     ("args::tests::", "../egress/src"),
     ("egress_binary::", "../egress/tests"),
     ("forward::tests::", "../init/src"),

@@ -743,31 +743,15 @@ async fn state_of(
     (state.status, !never)
 }
 
-/// The names of the containers created since `since`, in the engine's order (its events up to now).
-async fn created_in_order(s: &Owned, since: std::time::SystemTime) -> Vec<String> {
-    let secs = |t: std::time::SystemTime| {
-        let d = t.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
-        format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
-    };
-    let options = bollard::query_parameters::EventsOptions {
-        since: Some(secs(since)),
-        until: Some(secs(std::time::SystemTime::now())),
-        filters: Some(std::collections::HashMap::from([
-            ("type".to_owned(), vec!["container".to_owned()]),
-            ("event".to_owned(), vec!["create".to_owned()]),
-        ])),
-    };
-    let events: Vec<_> = s.engine.docker().events(Some(options)).collect().await;
-    let mut creates: Vec<(i64, String)> = events
-        .into_iter()
-        .map(|e| e.expect("an event"))
-        .filter_map(|e| {
-            let name = e.actor?.attributes?.get("name")?.clone();
-            Some((e.time_nano.unwrap_or_default(), name))
-        })
-        .collect();
-    creates.sort();
-    creates.into_iter().map(|(_, name)| name).collect()
+/// When the engine created a container, by its name: its RFC 3339 time as (seconds, nanoseconds),
+/// the fraction zero-padded (the engine drops its trailing zeros).
+async fn created_at(s: &Owned, name: &str) -> (String, u32) {
+    let inspected = s.engine.docker().inspect_container(name, None).await;
+    let created = inspected.expect("inspect").created.expect("a create time");
+    let (seconds, rest) = created.split_once('.').unwrap_or((created.as_str(), "Z"));
+    let fraction = rest.trim_end_matches('Z');
+    let nanos = format!("{fraction:0<9}").parse().expect("nanoseconds");
+    (seconds.to_owned(), nanos)
 }
 
 /// A container's id, by its name.
@@ -820,15 +804,11 @@ async fn without_a_vault_the_loader_never_starts_and_the_policy_still_arrives() 
         "the loader of an invocation without a vault"
     );
     // Nothing goes through the loader before the agent's start mounts the dirs, so it is made
-    // beside that start, after the agent's container: the engine's create events, in its order.
-    let creates = created_in_order(&s, before).await;
-    let (agent_at, loader_at) = (
-        creates.iter().position(|n| *n == agent),
-        creates.iter().position(|n| *n == loader),
-    );
+    // beside that start, after the agent's container: the engine's create times.
+    let (agent_at, loader_at) = (created_at(&s, &agent).await, created_at(&s, &loader).await);
     assert!(
-        agent_at.is_some() && loader_at > agent_at,
-        "the loader made after the agent: {creates:?}"
+        loader_at > agent_at,
+        "the loader made after the agent: {loader_at:?} against {agent_at:?}"
     );
     // The init attests within milliseconds of its ready marker; the fake CLI then hangs.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -836,6 +816,90 @@ async fn without_a_vault_the_loader_never_starts_and_the_policy_still_arrives() 
     let result = handle.settled().await;
     assert!(result.attestation.is_some(), "{result:#?}");
     assert!(result.unreleased.is_empty());
+    finish(s, &storage).await;
+}
+
+/// The loader made beside the agent's start cannot be made (someone else's container holds its
+/// name, labels of nobody's): the invocation fails with the engine's refusal, the agent's init
+/// never had its policy (no attestation, so no agent code ran), nothing of the owner is left and
+/// the other container is untouched. Nothing ever goes through a loader by its name.
+#[tokio::test]
+async fn a_loader_that_cannot_be_made_stops_the_agent_before_its_code_and_leaves_nothing() {
+    let s = owned("t-squat").await;
+    let storage = storage(&s).await;
+    let id = uuid::Uuid::new_v4();
+    let squatter = format!("cordon-loader-{id}");
+    let made = s
+        .engine
+        .docker()
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(squatter.clone()),
+                platform: String::new(),
+            }),
+            bollard::models::ContainerCreateBody {
+                image: Some(s.image.clone()),
+                network_disabled: Some(true),
+                // A dir where a policy sent by the loader's name would land.
+                host_config: Some(bollard::models::HostConfig {
+                    mounts: Some(vec![bollard::models::Mount {
+                        typ: Some(bollard::models::MountType::VOLUME),
+                        source: Some(squatter.clone()),
+                        target: Some(cordon_contract::paths::CONTROL_DIR.to_owned()),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("the other container");
+    let mut options = options(&s.image);
+    options.allocation = Some(id);
+    let request = request(&storage, Phase::Questions, "hello");
+    let handle = start(&s.ctl, capture(&s.ctl, request).unwrap(), None, options)
+        .await
+        .expect("nothing refused before the engine");
+    let result = handle.settled().await;
+    // Nothing of the invocation's went into the other container.
+    let written = s
+        .engine
+        .docker()
+        .download_from_container(
+            &made.id,
+            Some(bollard::query_parameters::DownloadFromContainerOptions {
+                path: format!("{}/ready", cordon_contract::paths::CONTROL_DIR),
+            }),
+        )
+        .collect::<Vec<_>>()
+        .await;
+    let removed = s
+        .engine
+        .docker()
+        .remove_container(
+            &made.id,
+            None::<bollard::query_parameters::RemoveContainerOptions>,
+        )
+        .await;
+    let volume = s
+        .engine
+        .docker()
+        .remove_volume(
+            &squatter,
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await;
+    assert!(result.attestation.is_none(), "{result:#?}");
+    assert!(result.answer.is_none(), "{result:#?}");
+    assert!(failure(&result).is_some(), "{result:#?}");
+    assert!(result.unreleased.is_empty(), "{result:#?}");
+    assert!(
+        written.iter().any(Result::is_err),
+        "the control dir was written into the other container"
+    );
+    removed.expect("the other container was still there, ours to remove");
+    volume.expect("the other container's volume");
     finish(s, &storage).await;
 }
 

@@ -75,13 +75,18 @@ pub async fn start(
         return Err(Error::Deadline("the invocation's deadline".into()));
     }
     let owner = Owner::new(&request.storage.owner)?;
-    request.storage.check_mark(ctl.engine()).await?;
     // The invocation runs as its storage's uid (the work tree is that uid's), or over a shared
-    // snapshot as one of its own (the tree is readable, not owned).
-    let uid = match &request.storage.snapshot {
-        None => request.storage.uid,
-        Some(_) => snapshot_uid(ctl, request.phase, &options).await?,
+    // snapshot as one of its own (the tree is readable, not owned). Both only read the engine:
+    // side by side, the mark's refusal first.
+    let uid = async {
+        match &request.storage.snapshot {
+            None => Ok(request.storage.uid),
+            Some(_) => snapshot_uid(ctl, request.phase, &options).await,
+        }
     };
+    let (marked, uid) = tokio::join!(request.storage.check_mark(ctl.engine()), uid);
+    marked?;
+    let uid = uid?;
     let mut allocation = Allocation::new(&owner, &request.attempt, uid)?;
     allocation.id = options.allocation.unwrap_or_else(uuid::Uuid::new_v4);
     if allocation.id.is_nil() {

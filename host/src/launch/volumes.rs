@@ -75,7 +75,7 @@ impl InvocationVolumes {
     ) -> Result<String> {
         let mut loader = Loader::planned(allocation, image_id, specs);
         loader.make(engine, created).await?;
-        Ok(loader.reference().to_owned())
+        Ok(loader.id()?.to_owned())
     }
     /// [`create_volumes`](Self::create_volumes)' loader, created and delivered: the control dir
     /// is ready before this returns (the benchmark's bare arm).
@@ -154,12 +154,14 @@ impl Loader {
         Ok(())
     }
 
-    /// How the engine is told which container: its id once made, its name before (an upload
-    /// through a loader not yet made fails: no such container).
-    pub fn reference(&self) -> &str {
+    /// The loader's id once made. Never its name: a name someone else's container may hold, and
+    /// what goes through the loader (a vault among it) must reach our container or nothing.
+    pub fn id(&self) -> Result<&str> {
         match self {
-            Loader::Planned { name, .. } => name,
-            Loader::Made(id) => id,
+            Loader::Planned { name, .. } => Err(crate::error::Error::Internal(format!(
+                "the loader {name} was never made"
+            ))),
+            Loader::Made(id) => Ok(id),
         }
     }
 }
@@ -260,12 +262,16 @@ async fn upload(engine: &Engine, loader: &str, dir: &str, tar: Vec<u8>) -> Resul
 }
 
 /// Take the proxy's vault out of `uploads` (nothing when there is none) for [`deliver_vault`].
-pub fn take_vault(loader: &str, uploads: &mut Uploads) -> Option<VaultDelivery> {
-    Some(VaultDelivery {
-        loader: loader.to_owned(),
-        vault: uploads.vault.take()?,
+pub fn take_vault(loader: &Loader, uploads: &mut Uploads) -> Result<Option<VaultDelivery>> {
+    if uploads.vault.is_none() {
+        return Ok(None);
+    }
+    let loader = loader.id()?.to_owned();
+    Ok(uploads.vault.take().map(|vault| VaultDelivery {
+        loader,
+        vault,
         volume: uploads.vault_volume.clone(),
-    })
+    }))
 }
 
 /// The proxy's vault on its way in through the loader (which never starts), taken by
