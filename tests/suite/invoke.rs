@@ -829,6 +829,8 @@ async fn a_loader_that_cannot_be_made_stops_the_agent_before_its_code_and_leaves
     let storage = storage(&s).await;
     let id = uuid::Uuid::new_v4();
     let squatter = format!("cordon-loader-{id}");
+    // Not cordon-named: the other tests' leftover check looks for unlabelled cordon volumes.
+    let squatters_volume = format!("t-squat-{id}");
     let made = s
         .engine
         .docker()
@@ -844,7 +846,7 @@ async fn a_loader_that_cannot_be_made_stops_the_agent_before_its_code_and_leaves
                 host_config: Some(bollard::models::HostConfig {
                     mounts: Some(vec![bollard::models::Mount {
                         typ: Some(bollard::models::MountType::VOLUME),
-                        source: Some(squatter.clone()),
+                        source: Some(squatters_volume.clone()),
                         target: Some(cordon_contract::paths::CONTROL_DIR.to_owned()),
                         ..Default::default()
                     }]),
@@ -886,7 +888,7 @@ async fn a_loader_that_cannot_be_made_stops_the_agent_before_its_code_and_leaves
         .engine
         .docker()
         .remove_volume(
-            &squatter,
+            &squatters_volume,
             None::<bollard::query_parameters::RemoveVolumeOptions>,
         )
         .await;
