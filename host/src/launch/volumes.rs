@@ -77,6 +77,7 @@ impl InvocationVolumes {
         loader.make(engine, created).await?;
         Ok(loader.id()?.to_owned())
     }
+
     /// [`create_volumes`](Self::create_volumes)' loader, created and delivered: the control dir
     /// is ready before this returns (the benchmark's bare arm).
     #[allow(clippy::too_many_arguments)]
@@ -154,8 +155,8 @@ impl Loader {
         Ok(())
     }
 
-    /// The loader's id once made. Never its name: a name someone else's container may hold, and
-    /// what goes through the loader (a vault among it) must reach our container or nothing.
+    /// The loader's id once made. Never its name: someone else's container may hold the name,
+    /// and what goes through the loader (a vault, a policy) reaches our container or nothing.
     pub fn id(&self) -> Result<&str> {
         match self {
             Loader::Planned { name, .. } => Err(crate::error::Error::Internal(format!(
