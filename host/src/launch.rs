@@ -203,6 +203,15 @@ fn no_vault(vault: Option<volumes::VaultDelivery>) -> Result<()> {
     }
 }
 
+/// The proxy's vault out of `loading`, for its delivery (nothing when there is none).
+fn take_vault(loading: &mut Option<(Loader, Uploads)>) -> Result<Option<volumes::VaultDelivery>> {
+    loading
+        .as_mut()
+        .map(|(loader, uploads)| volumes::take_vault(loader, uploads))
+        .transpose()
+        .map(Option::flatten)
+}
+
 /// What a start touches of its launch, borrowed apart from the record it writes to.
 struct Starting<'a> {
     container: &'a str,
@@ -218,12 +227,7 @@ impl Starting<'_> {
             ctl.check_not_retired(allocation)?;
         }
         let t = Instant::now();
-        let vault = self
-            .loading
-            .as_mut()
-            .map(|(loader, uploads)| volumes::take_vault(loader, uploads))
-            .transpose()?
-            .flatten();
+        let vault = take_vault(self.loading)?;
         let mut loading = self.loading.take();
         let container = self.container;
         let started = match self.egress.as_mut().filter(|e| e.attestation.is_none()) {
@@ -620,12 +624,7 @@ impl Launch {
     /// this beside the container's start; a caller that needs the proxy's addresses before the
     /// container starts calls it earlier.
     pub async fn start_proxy(&mut self, engine: &Engine) -> Result<()> {
-        let vault = self
-            .loading
-            .as_mut()
-            .map(|(loader, uploads)| volumes::take_vault(loader, uploads))
-            .transpose()?
-            .flatten();
+        let vault = take_vault(&mut self.loading)?;
         match self.egress.as_mut() {
             Some(egress) => egress::start_proxy(engine, egress, vault).await,
             None => no_vault(vault),
@@ -649,6 +648,19 @@ impl Launch {
                 "a launch whose caller keeps its record starts with start_into".into(),
             ));
         }
+        let (starting, created) = self.starting();
+        starting.start(engine, &created.shared()).await
+    }
+
+    /// [`Launch::start`] for a launch from [`create_into`]: what it makes goes into `created`,
+    /// the caller's record.
+    pub async fn start_into(&mut self, engine: &Engine, created: &mut Created) -> Result<()> {
+        let (starting, _) = self.starting();
+        starting.start(engine, &created.shared()).await
+    }
+
+    /// What a start touches, apart from the launch's own record.
+    fn starting(&mut self) -> (Starting<'_>, &mut Created) {
         let Launch {
             container,
             created,
@@ -665,28 +677,7 @@ impl Launch {
             egress,
             timings,
         };
-        starting.start(engine, &created.shared()).await
-    }
-
-    /// [`Launch::start`] for a launch from [`create_into`]: what it makes goes into `created`,
-    /// the caller's record.
-    pub async fn start_into(&mut self, engine: &Engine, created: &mut Created) -> Result<()> {
-        let Launch {
-            container,
-            launched_by,
-            loading,
-            egress,
-            timings,
-            ..
-        } = self;
-        let starting = Starting {
-            container,
-            launched_by,
-            loading,
-            egress,
-            timings,
-        };
-        starting.start(engine, &created.shared()).await
+        (starting, created)
     }
 
     /// Deliver `extra` input files besides the profile's `files` (the gate's probe fixture,
