@@ -57,3 +57,40 @@ async fn a_launch_whose_caller_keeps_the_record_starts_only_into_it() {
     assert!(refused.to_string().contains("start_into"), "{refused}");
     assert!(fake.log().is_empty(), "{:?}", fake.log());
 }
+
+/// The proxy's vault goes only to a loader that was made, by its id: through one only planned it
+/// is refused and stays where it was (never sent by a name someone else's container may hold),
+/// and the refusal does not carry the credential.
+#[test]
+fn a_vault_goes_only_through_a_made_loader_by_its_id() {
+    const KEY: &str = "sk-ant-api03-never-by-a-name";
+    let credential = crate::custody::Credential::new(KEY.to_owned()).expect("a token");
+    let custody = crate::custody::Custody::new(
+        &credential,
+        "api.anthropic.com",
+        443,
+        None,
+        cordon_egress::vendor::Budget::default(),
+        std::time::SystemTime::now() + std::time::Duration::from_secs(600),
+    )
+    .expect("custody");
+    let vault = custody.vault().tar(1_500_001).expect("the vault's tar");
+    let mut uploads = volumes::Uploads::new(b"{}", &[])
+        .expect("uploads")
+        .with_vault(Some(vault));
+    let allocation = allocation();
+    let planned = Loader::planned(&allocation, "sha256:img", &BTreeMap::new());
+    let refused = volumes::take_vault(&planned, &mut uploads).expect_err("never made");
+    assert!(!refused.to_string().contains(KEY), "{refused}");
+    let made = Loader::Made("loader-id".to_owned());
+    let delivery = volumes::take_vault(&made, &mut uploads)
+        .expect("made")
+        .expect("the vault was still there");
+    assert!(
+        format!("{delivery:?}").contains("loader-id"),
+        "{delivery:?}"
+    );
+    assert!(volumes::take_vault(&made, &mut uploads)
+        .expect("made")
+        .is_none());
+}
