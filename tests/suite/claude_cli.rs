@@ -426,8 +426,13 @@ async fn the_cli_reaches_only_its_api_and_its_switches_keep_telemetry_off() {
                 !(l["egress"] == "refused"
                     && (l["target"].is_null() || l["id"] == "egress-closed" || closed_before_hello))
             })
+            // A refusal shows its reason too: CI once saw one `egress-sni` refusal of the API
+            // host in the chatty run, and its message did not say which of the SNI rule's causes.
             .map(|l| match l["egress"].as_str() {
-                Some("refused") => format!("{} {} {}", l["egress"], l["id"], l["target"]),
+                Some("refused") => format!(
+                    "{} {} {} ({})",
+                    l["egress"], l["id"], l["target"], l["reason"]
+                ),
                 _ => format!("{} {}", l["egress"], l["target"]),
             })
             .collect()
